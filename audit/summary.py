@@ -1,0 +1,288 @@
+"""``summary.json``: the audit's versioned result, read by ``gate``, the reports and other tools.
+
+Keys are stable within a schema version: add fields freely, never rename or change a meaning
+without bumping ``SUMMARY_SCHEMA``. ``docs/summary.schema.json`` is generated from these models.
+Times are seconds from the run's anchor unless a name says ``_ms``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SUMMARY_SCHEMA = "rushhour.summary/1"
+
+# The outcome taxonomy (DESIGN.md). Order matters for tables and charts.
+OUTCOME_CLASSES = (
+    "served",
+    "queue_full",
+    "queue_timeout",
+    "shed",
+    "preempted",
+    "rate_limited",
+    "overloaded",
+    "failed",
+    "timeout",
+    "transport",
+    "cancelled",
+    "not_sent",
+)
+DROPPED_CLASSES = ("queue_full", "queue_timeout", "shed", "preempted", "overloaded")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Rate(_Model):
+    """A proportion k/n with its 95 % Wilson interval."""
+
+    k: int
+    n: int
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+class Percentiles(_Model):
+    """Latency percentiles in milliseconds with 95 % bootstrap intervals for p50/p90/p99."""
+
+    n: int
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    ci: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+
+class Latency(_Model):
+    ttft_ms: Percentiles
+    ttft_from_intended_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_max_ms: Percentiles
+    e2e_ms: Percentiles
+    schedule_lag_ms: Percentiles
+
+
+class Inflation(_Model):
+    """TTFT over the unloaded calibration of the same prompt size (1.0 = no inflation)."""
+
+    idle_ttft_ms: float | None
+    p50_x: float | None
+    p99_x: float | None
+    source: str = ""
+
+
+class TenantSummary(_Model):
+    tenant: str
+    requests: int
+    served: int
+    dropped: int
+    drop_rate: Rate
+    goodput_per_s: float
+    ttft_p99_ms: float | None
+
+
+class Fairness(_Model):
+    jain_index: float | None
+    tenants: list[TenantSummary]
+
+
+class Floor(_Model):
+    """Share of goodput during saturation against a configured minimum."""
+
+    share: float | None
+    minimum: float | None
+    passed: bool | None
+
+
+class TaskStats(_Model):
+    """Agent tasks or chat sessions of one tier."""
+
+    n: int
+    completed: int
+    failed: int
+    deadline_missed: int
+    cancelled: int
+    completion_rate: Rate
+    deadline_miss_rate: Rate
+    makespan_s: Percentiles
+    makespan_inflation_p50_x: float | None = None
+    failed_by_class: dict[str, int] = Field(default_factory=dict)
+
+
+class SaturationSlice(_Model):
+    """The tier's headline figures restricted to saturation windows."""
+
+    requests: int
+    by_class: dict[str, int]
+    drop_rate: Rate
+    ttft_ms: Percentiles
+    ttft_from_intended_ms: Percentiles
+
+
+class TierSummary(_Model):
+    name: str
+    priority: int
+    attempts: int
+    requests: int  # logical requests (retries and fallbacks folded)
+    by_class: dict[str, int]  # logical requests by their final class
+    attempts_by_class: dict[str, int]
+    by_status: dict[str, int]  # raw HTTP status of attempts ("0" = no response)
+    by_reason: dict[str, int]  # raw reason header / error code of attempts
+    drop_rate: Rate
+    drop_rate_by_class: dict[str, Rate]
+    share_429: Rate
+    share_503: Rate
+    goodput: Rate  # served within the tier's latency SLO
+    goodput_per_s: float
+    latency: Latency
+    inflation: Inflation
+    saturation: SaturationSlice | None
+    retry_amplification: float  # attempts per logical request
+    extra_attempts_in_saturation: int
+    routes: dict[str, int]  # logical requests by the route that ended them
+    fairness: Fairness
+    starvation_max_gap_s: float | None
+    floor: Floor
+    tasks: TaskStats | None
+    sessions: TaskStats | None
+    preempted_after_first_token: int
+    ttft_cdf_ms: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="'from_send' / 'from_intended' -> TTFT at quantiles 0.00, 0.01, …, 1.00 (101 points)",
+    )
+
+
+class Window(_Model):
+    start_s: float
+    end_s: float
+    source: Literal["outcomes", "metrics", "both"]
+    detail: str = ""
+
+
+class TierSeries(_Model):
+    offered: list[int]
+    served: list[int]
+    dropped: dict[str, list[int]]  # per dropped class
+    failed: list[int]
+    ttft_p50_ms: list[float | None]
+    ttft_p99_ms: list[float | None]
+
+
+class Timeline(_Model):
+    bucket_s: float
+    t: list[float]  # bucket start, seconds from anchor
+    tiers: dict[str, TierSeries]
+    server: dict[str, dict[str, list[float | None]]] = Field(
+        default_factory=dict, description="metric name -> label (e.g. priority) -> values per bucket"
+    )
+    breaker: list[dict[str, Any]] = Field(default_factory=list, description="breaker state changes")
+
+
+class Finding(_Model):
+    kind: str  # inversion | starvation | floor | preempted_in_progress | fallback_hid_outage | crosscheck | …
+    severity: Literal["info", "warning", "error"]
+    tier: str | None
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Verdict(_Model):
+    tier: str
+    check: str  # e.g. ttft_ms.p99, max_drop_rate, floor_share
+    threshold: float
+    observed: float | None
+    bound: float | None  # the confidence bound used when judge = bound
+    judge: Literal["point", "bound"]
+    passed: bool
+    message: str
+
+
+class Validity(_Model):
+    valid: bool
+    reasons: list[str]
+    loop_lag_p99_ms: float | None
+    cpu_max_percent: float | None
+    not_sent: int
+    schedule_lag_p99_ms: float | None
+    skipped_lines: int
+    truncated_shards: int
+
+
+class RouteSummary(_Model):
+    route: str
+    attempts: int
+    served: int
+    by_class: dict[str, int]
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    switch_reasons: dict[str, int]  # why traffic moved to this route
+    breaker_open_s: float
+
+
+class CrossCheck(_Model):
+    tier: str
+    priority: int
+    metric: str
+    client: int
+    server: float
+    matches: bool
+
+
+class Evidence(_Model):
+    """A dropped request, as the report's evidence table shows it."""
+
+    tier: str
+    request_id: str
+    t_s: float
+    status: int
+    outcome: str
+    reason: str | None
+    retry_after_s: float | None
+    error: str | None
+
+
+class RunInfo(_Model):
+    run_id: str
+    scenario: str
+    description: str = ""
+    target: str
+    profile: str
+    model: str
+    seed: int
+    started_at: str  # ISO 8601, UTC
+    duration_s: float
+    processes: int
+    versions: dict[str, str]
+    command: str = ""
+    phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale
+
+
+class Summary(_Model):
+    schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
+    run: RunInfo
+    validity: Validity
+    tiers: list[TierSummary]  # most urgent first
+    windows: list[Window]
+    timeline: Timeline
+    findings: list[Finding]
+    verdicts: list[Verdict]
+    passed: bool
+    exit_code: int  # what `rushhour gate` returns: 0 pass, 1 fail, 2 invalid
+    routes: list[RouteSummary]
+    crosscheck: list[CrossCheck]
+    evidence: list[Evidence]  # the first dropped requests per tier
+    records: int
+    tasks: int
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def tier(self, name: str) -> TierSummary:
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise KeyError(name)

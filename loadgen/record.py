@@ -1,0 +1,434 @@
+"""The record contract: one flat JSON line per request attempt, written append-only per process.
+
+This module is stdlib-only on purpose: every stage (Locust workers, the audit, other tools) reads
+and writes it, so it must import nothing heavy and never change meaning silently. Bump
+``SCHEMA_VERSION`` on any incompatible change and keep the reader accepting older versions.
+
+Records hold raw facts, never conclusions: the audit classifies outcomes, so a run can be
+re-audited with a better classifier without re-sending a single request.
+
+Times are integer nanoseconds from the run's monotonic anchor (``run.json``: ``mono_anchor_ns``),
+so records from several processes on one machine share one clock, and align with the testbed's
+ledger, which stores raw ``CLOCK_MONOTONIC`` nanoseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Line kinds that can appear in a shard.
+KIND_SHARD = "shard"  # first line of every shard: who wrote it and which anchor it used
+KIND_REQUEST = "request"
+KIND_TASK = "task"
+KIND_HEALTH = "health"
+KIND_BREAKER = "breaker"
+KIND_EVENT = "event"  # run-level happenings: budget reached, phase change, stop reason
+
+RECORDS_DIR = "records"
+RUN_MANIFEST = "run.json"
+
+# Short error texts: enough to recognise the failure, never a whole hostile body.
+MAX_TEXT = 300
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+_SECRET_PATTERNS = [
+    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"(?i)bearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
+    re.compile(r"(?i)(api[_-]?key|x-api-key|authorization|token)(\"?\s*[:=]\s*\"?)[^\s\",}]{6,}"),
+]
+_registered_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+
+
+def register_secret(value: str) -> None:
+    """Remember a credential value so that ``redact`` removes it wherever it shows up."""
+    if value and len(value) >= 4:
+        with _secrets_lock:
+            _registered_secrets.add(value)
+
+
+def fingerprint(secret: str) -> str:
+    """A short, non-reversible tag that tells keys apart in a report without revealing them."""
+    if not secret:
+        return ""
+    return "fp:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
+
+
+def redact(text: str | None) -> str | None:
+    """Strip registered credentials and anything shaped like a key from a text."""
+    if text is None:
+        return None
+    for secret in _registered_secrets:
+        if secret in text:
+            text = text.replace(secret, "[redacted]")
+    for pattern in _SECRET_PATTERNS:
+        if pattern.groups >= 2:
+            text = pattern.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)
+        else:
+            text = pattern.sub("[redacted]", text)
+    return text
+
+
+def short_text(text: str | bytes | None, limit: int = MAX_TEXT) -> str | None:
+    """Sanitise a server-supplied text: decode, drop control characters, redact, cut."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text[: limit * 4].decode("utf-8", errors="replace")
+    text = "".join(ch if ch.isprintable() else " " for ch in text[: limit * 4]).strip()
+    text = redact(text) or ""
+    return text[:limit]
+
+
+# --------------------------------------------------------------------------- line kinds
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request attempt. Every retry and every fallback switch is its own record."""
+
+    run_id: str
+    seq: int
+    request_id: str  # sent as x-request-id; the testbed ledger is keyed by it
+    logical_id: str  # shared by all attempts (retries, fallbacks) of one logical request
+    tier: str
+    tenant: str
+    persona: str
+    session_id: str = ""
+    task_id: str = ""
+    step: int = 0
+    fanout_index: int = 0
+    attempt: int = 1
+    retry_reason: str | None = None  # why this attempt exists (the previous attempt's outcome)
+    route: str = "primary"
+    endpoint: str = ""
+    model: str = ""
+    dialect: str = ""
+    stream: bool = True
+    key_fingerprint: str = ""
+    prompt_bytes: int = 0
+    # timing (ns from the run's monotonic anchor; None = never happened)
+    intended_ns: int | None = None
+    sent_ns: int | None = None
+    headers_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    done_ns: int | None = None
+    tokens: int = 0  # content events seen in the stream
+    itl_max_ns: int | None = None
+    itl_mean_ns: int | None = None
+    token_ns: list[int] | None = None  # per-token times, only when the scenario asks
+    # outcome facts
+    status: int = 0  # 0 = no HTTP response at all
+    reason: str | None = None  # dropped-reason header, error code/type
+    error: str | None = None  # short sanitised text
+    in_band_error: str | None = None  # an error event inside a 200 stream
+    complete: bool = False  # saw the end marker
+    cancelled: bool = False  # the generator stopped before the attempt ended
+    not_sent: bool = False  # the schedule wanted it sent but no slot was free
+    client_timeout: bool = False  # the client's own deadline passed
+    transport_error: bool = False  # connection refused/reset, malformed HTTP
+    retry_after_s: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    service_tier: str | None = None
+    kind: str = KIND_REQUEST
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """An agent task or a chat session: start, deadline, end and how it ended."""
+
+    run_id: str
+    seq: int
+    task_id: str
+    persona: str
+    tier: str
+    tenant: str
+    session_id: str = ""
+    start_ns: int = 0
+    deadline_ns: int | None = None
+    end_ns: int | None = None
+    outcome: str = ""  # completed | failed | deadline_missed | cancelled
+    steps: int = 0
+    calls: int = 0
+    calls_failed: int = 0
+    first_failure: str | None = None
+    ideal_ns: int | None = None  # makespan the task would have had on an idle stack, if known
+    kind: str = KIND_TASK
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class HealthRecord:
+    """The generator's own health, sampled every second: is it fit to judge latency?"""
+
+    run_id: str
+    seq: int
+    ts_ns: int
+    loop_lag_ns: int
+    cpu_percent: float
+    in_flight: int = 0
+    not_sent_total: int = 0
+    sent_total: int = 0
+    kind: str = KIND_HEALTH
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class BreakerRecord:
+    """A circuit breaker changed state on a route."""
+
+    run_id: str
+    seq: int
+    ts_ns: int
+    route: str
+    state: str  # closed | open | half_open
+    previous: str
+    cause: str | None = None
+    kind: str = KIND_BREAKER
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """A run-level happening (phase change, budget reached, stop requested)."""
+
+    run_id: str
+    seq: int
+    ts_ns: int
+    name: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    kind: str = KIND_EVENT
+    schema: int = SCHEMA_VERSION
+
+
+Record = RequestRecord | TaskRecord | HealthRecord | BreakerRecord | EventRecord
+
+_TEXT_FIELDS = ("reason", "error", "in_band_error", "retry_reason", "first_failure", "cause")
+
+
+def to_json_line(record: Record) -> bytes:
+    """Serialise one record; every free text passes through ``redact`` on the way out."""
+    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    for name in _TEXT_FIELDS:
+        value = data.get(name)
+        if isinstance(value, str):
+            data[name] = redact(value)
+    if data.get("token_ns") is None:
+        data.pop("token_ns", None)
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+# --------------------------------------------------------------------------- anchor and manifest
+
+
+@dataclass(slots=True)
+class Anchor:
+    """Pairs one monotonic instant with one wall-clock instant, taken together."""
+
+    mono_ns: int
+    wall_ns: int
+
+    @classmethod
+    def now(cls) -> Anchor:
+        return cls(mono_ns=time.monotonic_ns(), wall_ns=time.time_ns())
+
+    def since(self, mono_ns: int | None = None) -> int:
+        """Nanoseconds from the anchor to ``mono_ns`` (default: now)."""
+        return (time.monotonic_ns() if mono_ns is None else mono_ns) - self.mono_ns
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Write ``run.json`` atomically (a reader never sees half a manifest)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RUN_MANIFEST
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / RUN_MANIFEST
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+# --------------------------------------------------------------------------- writer
+
+
+class ShardWriter:
+    """Append-only JSONL shard for one process.
+
+    Lines are buffered briefly and handed to the kernel at least every ``flush_interval_s`` or
+    ``flush_lines`` lines, so a ``kill -9`` loses at most that window; ``close`` fsyncs. Writes
+    are serialised by a lock, so greenlets and threads may share one writer.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run_id: str,
+        anchor: Anchor,
+        flush_interval_s: float = 0.2,
+        flush_lines: int = 256,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self.anchor = anchor
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._buffer: list[bytes] = []
+        self._lock = threading.Lock()
+        self._flush_interval_ns = int(flush_interval_s * 1e9)
+        self._flush_lines = flush_lines
+        self._last_flush_ns = time.monotonic_ns()
+        self._seq = 0
+        self.closed = False
+        header = {
+            "kind": KIND_SHARD,
+            "schema": SCHEMA_VERSION,
+            "run_id": run_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "mono_anchor_ns": anchor.mono_ns,
+            "wall_anchor_ns": anchor.wall_ns,
+        }
+        self._write_now(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+
+    @classmethod
+    def for_process(cls, run_dir: Path, *, run_id: str, anchor: Anchor, role: str = "") -> ShardWriter:
+        """The conventional shard path for this process: ``records/<host>-<pid>.jsonl``."""
+        name = f"{socket.gethostname()}-{os.getpid()}{('-' + role) if role else ''}.jsonl"
+        return cls(Path(run_dir) / RECORDS_DIR / name, run_id=run_id, anchor=anchor)
+
+    def next_seq(self) -> int:
+        with self._lock:
+            self._seq += 1
+            return self._seq
+
+    def write(self, record: Record) -> None:
+        line = to_json_line(record)
+        with self._lock:
+            if self.closed:
+                raise ValueError(f"shard {self.path} is closed")
+            self._buffer.append(line)
+            now = time.monotonic_ns()
+            if len(self._buffer) >= self._flush_lines or now - self._last_flush_ns >= self._flush_interval_ns:
+                self._flush_locked(now)
+
+    def flush(self) -> None:
+        """Hand buffered lines to the kernel (they then survive a kill of this process)."""
+        with self._lock:
+            if not self.closed:
+                self._flush_locked(time.monotonic_ns())
+
+    def close(self) -> None:
+        """Flush, fsync and close; safe to call twice and from a signal handler's path."""
+        with self._lock:
+            if self.closed:
+                return
+            self._flush_locked(time.monotonic_ns())
+            try:
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self.closed = True
+
+    def _flush_locked(self, now_ns: int) -> None:
+        if self._buffer:
+            self._write_now(b"".join(self._buffer))
+            self._buffer.clear()
+        self._last_flush_ns = now_ns
+
+    def _write_now(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- reader
+
+
+@dataclass(slots=True)
+class ShardContents:
+    """What one shard held, split by kind, and how many lines could not be read."""
+
+    path: Path
+    header: dict[str, Any] | None
+    lines: list[dict[str, Any]]
+    skipped: int = 0
+    truncated_tail: bool = False
+
+
+def read_shard(path: Path) -> ShardContents:
+    """Read one shard; a truncated last line (a killed writer) is skipped and counted, never fatal."""
+    raw = Path(path).read_bytes()
+    header: dict[str, Any] | None = None
+    lines: list[dict[str, Any]] = []
+    skipped = 0
+    truncated_tail = bool(raw) and not raw.endswith(b"\n")
+    for chunk in raw.split(b"\n"):
+        if not chunk.strip():
+            continue
+        try:
+            obj = json.loads(chunk)
+        except ValueError:
+            skipped += 1
+            continue
+        if not isinstance(obj, dict):
+            skipped += 1
+            continue
+        if obj.get("kind") == KIND_SHARD and header is None:
+            header = obj
+        else:
+            lines.append(obj)
+    return ShardContents(Path(path), header, lines, skipped, truncated_tail)
+
+
+def shard_paths(run_dir: Path) -> list[Path]:
+    return sorted((Path(run_dir) / RECORDS_DIR).glob("*.jsonl"))
+
+
+def iter_run(run_dir: Path, kind: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every line of every shard of a run (optionally of one kind), in shard order."""
+    for path in shard_paths(run_dir):
+        for line in read_shard(path).lines:
+            if kind is None or line.get("kind") == kind:
+                yield line
+
+
+def field_names(kind: type[Record]) -> list[str]:
+    return [f.name for f in dataclasses.fields(kind)]
+
+
+def request_fields() -> Iterable[str]:
+    return field_names(RequestRecord)

@@ -1,0 +1,217 @@
+"""The one command line: composes each stage's verbs; no logic of its own (imports stay lazy)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    name="rushhour",
+    help="Load-test tiered LLM serving stacks and audit, per tier, who waited and who was dropped.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+scenario_app = typer.Typer(help="Validate scenarios and print their JSON Schema.", no_args_is_help=True)
+app.add_typer(scenario_app, name="scenario")
+
+console = Console(stderr=True)
+out = Console()
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@scenario_app.command("check")
+def scenario_check(files: Annotated[list[str], typer.Argument(help="scenario files or built-in names")]) -> None:
+    """Validate scenario files; errors name the file, the line and the field."""
+    from scenarios import ScenarioError, load_scenario
+
+    bad = 0
+    for name in files:
+        try:
+            scenario = load_scenario(name)
+        except ScenarioError as exc:
+            bad += 1
+            console.print(str(exc), highlight=False, markup=False)
+            continue
+        except FileNotFoundError as exc:
+            bad += 1
+            console.print(f"error: {exc}", highlight=False, markup=False)
+            continue
+        out.print(
+            f"ok  {name}: {scenario.name} — {len(scenario.tiers)} tiers, {len(scenario.personas)} personas, "
+            f"{scenario.duration_s:.0f} s against {scenario.target.url} ({scenario.target.profile})",
+            highlight=False,
+        )
+    raise typer.Exit(EXIT_USAGE if bad else EXIT_OK)
+
+
+@scenario_app.command("schema")
+def scenario_schema() -> None:
+    """Print the scenario JSON Schema (for editor completion)."""
+    from scenarios import json_schema
+
+    sys.stdout.write(json_schema() + "\n")
+
+
+@scenario_app.command("list")
+def scenario_list() -> None:
+    """List the built-in scenario library."""
+    from scenarios.loader import LIBRARY_DIR, load_scenario
+
+    for path in sorted(LIBRARY_DIR.glob("*.yaml")):
+        scenario = load_scenario(path)
+        out.print(f"[bold]{path.stem:<20}[/] {scenario.description}", highlight=False)
+
+
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="scenario file or built-in name (see `rushhour scenario list`)")],
+    target: Annotated[str | None, typer.Option(help="override target URL ('testbed' for the embedded one)")] = None,
+    profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    processes: Annotated[int, typer.Option(help="Locust processes on this machine")] = 1,
+    duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total, e.g. 60s")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed")] = None,
+    web: Annotated[bool, typer.Option(help="keep Locust's web UI instead of running headless")] = False,
+    dry_run: Annotated[bool, typer.Option(help="print expected requests and tokens per tier; send nothing")] = False,
+    report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
+) -> None:
+    """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
+    from loadgen.runner import RunOptions, run_scenario
+
+    from scenarios import ScenarioError
+
+    options = RunOptions(
+        target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
+        seed=seed, web=web, dry_run=dry_run,
+    )
+    try:
+        result = run_scenario(scenario, options, console=console)
+    except (ScenarioError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    if dry_run or result.run_dir is None:
+        raise typer.Exit(EXIT_OK)
+    out.print(f"run folder: {result.run_dir}", highlight=False)
+    if report:
+        code = _audit_and_report(result.run_dir)
+        raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
+    raise typer.Exit(result.exit_code)
+
+
+def _audit_and_report(run_dir: Path) -> int:
+    from audit import run_audit
+    from reports import print_terminal, write_reports
+
+    summary = run_audit(run_dir)
+    paths = write_reports(summary, run_dir)
+    print_terminal(summary, out)
+    out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
+    return EXIT_OK
+
+
+@app.command()
+def serve(
+    profile: Annotated[str, typer.Option(help="stack behaviour to imitate")] = "llm-d",
+    config: Annotated[Path | None, typer.Option(help="testbed YAML config")] = None,
+    host: Annotated[str, typer.Option(help="loopback address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0 = ephemeral)")] = 8000,
+    ledger: Annotated[Path | None, typer.Option(help="write the ground-truth ledger here (JSONL)")] = None,
+    preset: Annotated[str | None, typer.Option(help="GPU/model preset")] = None,
+    replicas: Annotated[int | None, typer.Option(help="simulated replicas")] = None,
+    speed: Annotated[float | None, typer.Option(help="time scale of the simulated GPUs")] = None,
+) -> None:
+    """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger."""
+    import testbed
+
+    argv = ["--profile", profile, "--host", host, "--port", str(port)]
+    for flag, value in (("--config", config), ("--ledger", ledger), ("--preset", preset),
+                        ("--replicas", replicas), ("--speed", speed)):
+        if value is not None:
+            argv += [flag, str(value)]
+    raise typer.Exit(testbed.main(argv))
+
+
+@app.command()
+def audit(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
+    quiet: Annotated[bool, typer.Option(help="write summary.json only")] = False,
+) -> None:
+    """Classify every attempt of a run and write summary.json (re-runnable on old runs)."""
+    from audit import AuditError, run_audit
+
+    try:
+        summary = run_audit(run_dir)
+    except AuditError as exc:
+        raise _fail(str(exc)) from None
+    if not quiet:
+        from reports import print_terminal
+
+        print_terminal(summary, out)
+    out.print(f"summary: {(run_dir / 'summary.json').resolve()}", highlight=False)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
+    open_browser: Annotated[bool, typer.Option("--open", help="open the HTML report")] = False,
+) -> None:
+    """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed)."""
+    from audit import AuditError, load_or_audit
+    from reports import write_reports
+
+    try:
+        summary = load_or_audit(run_dir)
+    except AuditError as exc:
+        raise _fail(str(exc)) from None
+    paths = write_reports(summary, run_dir)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(paths["html"].resolve().as_uri())
+
+
+@app.command()
+def gate(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
+    slo: Annotated[Path | None, typer.Option(help="SLO file overriding the scenario's")] = None,
+    judge: Annotated[str | None, typer.Option(help="point | bound (confidence bound)")] = None,
+    junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option(help="append a Markdown summary here ($GITHUB_STEP_SUMMARY)")
+    ] = None,
+) -> None:
+    """Judge a run against its SLOs: exit 0 pass, 1 fail, 2 invalid run."""
+    from audit import AuditError, run_audit
+    from reports import print_verdicts, render_junit, render_markdown
+
+    try:
+        summary = run_audit(run_dir, slo_file=slo, judge=judge)
+    except AuditError as exc:
+        raise _fail(str(exc)) from None
+    print_verdicts(summary, out)
+    if junit:
+        junit.write_text(render_junit(summary))
+    if markdown:
+        with markdown.open("a") as handle:
+            handle.write(render_markdown(summary))
+    raise typer.Exit(summary.exit_code)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,247 @@
+"""Seeded distributions for every workload parameter, as scenario models that can sample themselves.
+
+Sampling uses the stdlib ``random.Random`` only, so Locust processes never import numpy. Each
+spec is written in YAML either as a bare number (a constant) or as a mapping with ``dist:``::
+
+    think_time_s: {dist: lognormal, median: 30, sigma: 1.0, max: 600}
+    fanout: {dist: mixture, parts: [{weight: 0.85, dist: {dist: constant, value: 1}}, ...]}
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+import random
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Dist(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: float | None = Field(default=None, description="clip samples below this value")
+    max: float | None = Field(default=None, description="clip samples above this value")
+
+    def _raw(self, rng: random.Random) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(self, rng: random.Random) -> float:
+        """One draw, clipped to [min, max]."""
+        value = self._raw(rng)
+        if self.min is not None and value < self.min:
+            value = self.min
+        if self.max is not None and value > self.max:
+            value = self.max
+        return value
+
+    def sample_int(self, rng: random.Random, lowest: int = 0) -> int:
+        return max(lowest, round(self.sample(rng)))
+
+    def mean_estimate(self) -> float:
+        """Expected value (before clipping), used by dry runs and planning."""
+        rng = random.Random(12345)
+        return sum(self.sample(rng) for _ in range(2000)) / 2000
+
+
+class Constant(_Dist):
+    dist: Literal["constant"] = "constant"
+    value: float
+
+    def _raw(self, rng: random.Random) -> float:
+        return self.value
+
+    def mean_estimate(self) -> float:
+        return self.value
+
+
+class Uniform(_Dist):
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Uniform:
+        if self.high < self.low:
+            raise ValueError("uniform needs low <= high")
+        return self
+
+    def _raw(self, rng: random.Random) -> float:
+        return rng.uniform(self.low, self.high)
+
+
+class Exponential(_Dist):
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+
+    def _raw(self, rng: random.Random) -> float:
+        return rng.expovariate(1.0 / self.mean)
+
+
+class LogNormal(_Dist):
+    """Log-normal given by its median (e^mu) and sigma of ln, or by mu directly."""
+
+    dist: Literal["lognormal"]
+    median: float | None = Field(default=None, gt=0)
+    mu: float | None = None
+    sigma: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _one_location(self) -> LogNormal:
+        if (self.median is None) == (self.mu is None):
+            raise ValueError("lognormal needs exactly one of median or mu")
+        return self
+
+    @property
+    def location(self) -> float:
+        return self.mu if self.mu is not None else math.log(self.median or 1.0)
+
+    def _raw(self, rng: random.Random) -> float:
+        return rng.lognormvariate(self.location, self.sigma)
+
+
+class Gamma(_Dist):
+    """Gamma by shape and mean (shape < 1 is burstier than Poisson; shape 1 is exponential)."""
+
+    dist: Literal["gamma"]
+    shape: float = Field(gt=0)
+    mean: float = Field(gt=0)
+
+    def _raw(self, rng: random.Random) -> float:
+        return rng.gammavariate(self.shape, self.mean / self.shape)
+
+
+class Pareto(_Dist):
+    """Pareto with scale ``xm`` (the minimum) and tail index ``alpha``."""
+
+    dist: Literal["pareto"]
+    alpha: float = Field(gt=0)
+    xm: float = Field(gt=0)
+
+    def _raw(self, rng: random.Random) -> float:
+        return self.xm * rng.paretovariate(self.alpha)
+
+
+class Poisson(_Dist):
+    """A count with Poisson law (Knuth's method; fine for small means)."""
+
+    dist: Literal["poisson"]
+    mean: float = Field(ge=0)
+    offset: int = 0
+
+    def _raw(self, rng: random.Random) -> float:
+        limit, k, p = math.exp(-self.mean), 0, 1.0
+        while True:
+            p *= rng.random()
+            if p <= limit:
+                return float(k + self.offset)
+            k += 1
+
+
+class Geometric(_Dist):
+    """Number of failures before the first success, plus ``offset`` (mean = offset + (1-p)/p)."""
+
+    dist: Literal["geometric"]
+    mean: float = Field(ge=0, description="mean of the geometric part")
+    offset: int = 0
+
+    def _raw(self, rng: random.Random) -> float:
+        if self.mean == 0:
+            return float(self.offset)
+        p = 1.0 / (1.0 + self.mean)
+        return float(self.offset + int(math.log(1.0 - rng.random()) / math.log(1.0 - p)))
+
+
+class Empirical(_Dist):
+    """Draws from the values of one column of a trace file (CSV, or JSON lines)."""
+
+    dist: Literal["empirical"]
+    trace: str
+    column: str
+    scale: float = 1.0
+
+    def _raw(self, rng: random.Random) -> float:
+        return rng.choice(_trace_column(self.trace, self.column)) * self.scale
+
+
+class Mixture(_Dist):
+    dist: Literal["mixture"]
+    parts: list[MixturePart] = Field(min_length=1)
+
+    def _raw(self, rng: random.Random) -> float:
+        total = sum(p.weight for p in self.parts)
+        pick = rng.random() * total
+        for part in self.parts:
+            pick -= part.weight
+            if pick <= 0:
+                return part.dist.sample(rng)
+        return self.parts[-1].dist.sample(rng)
+
+
+DistSpec = Annotated[
+    Constant | Uniform | Exponential | LogNormal | Gamma | Pareto | Poisson | Geometric | Empirical | Mixture,
+    Field(discriminator="dist"),
+]
+
+
+class MixturePart(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weight: float = Field(gt=0)
+    dist: Distribution
+
+    @field_validator("dist", mode="before")
+    @classmethod
+    def _bare_number(cls, value: Any) -> Any:
+        return as_dist_input(value)
+
+
+def as_dist_input(value: Any) -> Any:
+    """Let a bare number stand for a constant distribution."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {"dist": "constant", "value": value}
+    return value
+
+
+Distribution = Annotated[DistSpec, Field(description="a number, or {dist: NAME, ...}")]
+Mixture.model_rebuild()
+MixturePart.model_rebuild()
+
+
+@functools.lru_cache(maxsize=32)
+def _trace_column(trace: str, column: str) -> list[float]:
+    path = resolve_trace_path(trace)
+    values: list[float] = []
+    if path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None or column not in reader.fieldnames:
+                raise ValueError(f"{path}: no column {column!r} (has {reader.fieldnames})")
+            values = [float(row[column]) for row in reader if row.get(column)]
+    else:
+        with path.open() as handle:
+            for line in handle:
+                if line.strip():
+                    obj = json.loads(line)
+                    if column in obj:
+                        values.append(float(obj[column]))
+    if not values:
+        raise ValueError(f"{path}: column {column!r} has no values")
+    return values
+
+
+TRACE_SEARCH_DIRS = [Path.cwd(), Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"]
+
+
+def resolve_trace_path(trace: str) -> Path:
+    """A trace path as given, else relative to the shared traces folder next to the checkout."""
+    path = Path(trace).expanduser()
+    if path.exists():
+        return path
+    for base in TRACE_SEARCH_DIRS:
+        candidate = base / trace
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"trace file {trace!r} not found (looked in {[str(d) for d in TRACE_SEARCH_DIRS]})")

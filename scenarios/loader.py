@@ -1,0 +1,245 @@
+"""Load scenario YAML with errors that name the file, the line and the field, and suggest a fix."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from scenarios.model import Scenario
+
+LIBRARY_DIR = Path(__file__).parent / "library"
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a scenario, located in its file."""
+
+    field: str
+    line: int | None
+    message: str
+    hint: str = ""
+
+    def render(self, path: str) -> str:
+        where = f"{path}:{self.line}" if self.line else path
+        text = f"{where}: {self.field or '(top level)'}: {self.message}"
+        return text + (f" — {self.hint}" if self.hint else "")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; ``str()`` is a one-screen, human error report."""
+
+    def __init__(self, path: str, problems: list[Problem]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = [f"invalid scenario {path} ({len(problems)} problem{'s' if len(problems) != 1 else ''}):"]
+        lines += ["  " + p.render(path) for p in problems[:20]]
+        if len(problems) > 20:
+            lines.append(f"  … and {len(problems) - 20} more")
+        super().__init__("\n".join(lines))
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A safe loader that remembers the line of every mapping key and sequence item."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping: dict[Any, Any] = {}
+    lines: dict[Any, int] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in mapping:
+            raise yaml.MarkedYAMLError(
+                "while reading a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+            )
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        lines[key] = key_node.start_mark.line + 1
+    return _Mapping(mapping, lines, node.start_mark.line + 1)
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> list[Any]:
+    items = [loader.construct_object(child, deep=True) for child in node.value]
+    return _Sequence(items, [child.start_mark.line + 1 for child in node.value], node.start_mark.line + 1)
+
+
+class _Mapping(dict[Any, Any]):
+    def __init__(self, data: dict[Any, Any], lines: dict[Any, int], line: int) -> None:
+        super().__init__(data)
+        self.lines = lines
+        self.line = line
+
+
+class _Sequence(list[Any]):
+    def __init__(self, data: list[Any], lines: list[int], line: int) -> None:
+        super().__init__(data)
+        self.lines = lines
+        self.line = line
+
+
+# YAML 1.2 booleans: only true/false. YAML 1.1 also reads on/off/yes/no as booleans, which turns
+# `retries: {on: [429]}` into a `True` key and `service_tier: no` into False.
+_LineLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_LineLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def _line_of(doc: Any, loc: Loc) -> int | None:
+    """The deepest line we know for a pydantic error location (tagged-union tags are skipped)."""
+    node, line = doc, getattr(doc, "line", None)
+    for part in loc:
+        if isinstance(node, _Mapping) and part in node:
+            line = node.lines.get(part, line)
+            node = node[part]
+        elif isinstance(node, _Sequence) and isinstance(part, int) and part < len(node):
+            line = node.lines[part]
+            node = node[part]
+        elif isinstance(node, _Mapping | _Sequence):
+            continue  # a union tag such as 'chat' or 'lognormal' sits in the loc but not in the data
+        else:
+            break
+    return line
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model reachable inside a type annotation (unions, lists, Annotated)."""
+    found: list[type[BaseModel]] = []
+    stack = [annotation]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            found.append(item)
+            continue
+        stack.extend(getattr(item, "__args__", ()) or ())
+        origin = getattr(item, "__origin__", None)
+        if origin is not None and getattr(item, "__metadata__", None):
+            stack.append(origin)
+    return found
+
+
+def _tag_of(model: type[BaseModel]) -> set[str]:
+    tags: set[str] = set()
+    for name in ("kind", "dist"):
+        field = model.model_fields.get(name)
+        if field is not None:
+            tags.update(str(a) for a in getattr(field.annotation, "__args__", ()) or ())
+    return tags
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of ``loc`` (to suggest valid keys)."""
+    candidates: list[type[BaseModel]] = [Scenario]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        tagged = [m for m in candidates if part in _tag_of(m)]
+        if tagged:
+            candidates = tagged
+            continue
+        owners = [m for m in candidates if part in m.model_fields]
+        if not owners:
+            return None
+        candidates = _models_in(owners[0].model_fields[str(part)].annotation)
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _problem(doc: Any, error: Any) -> Problem:
+    loc: Loc = tuple(error["loc"])
+    field = ".".join(str(p) for p in loc)
+    message = error["msg"]
+    hint = ""
+    if error["type"] == "extra_forbidden":
+        model = _model_at(loc)
+        key = str(loc[-1])
+        message = f"unknown key {key!r}"
+        if model is not None:
+            valid = list(model.model_fields)
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(valid)}"
+    elif error["type"] in ("literal_error", "union_tag_invalid"):
+        ctx = error.get("ctx", {})
+        expected = ctx.get("expected") or ctx.get("expected_tags", "")
+        got = ctx.get("tag", error.get("input"))
+        options = [o.strip(" '") for o in str(expected).replace(" or ", ",").split(",") if o.strip(" '")]
+        close = difflib.get_close_matches(str(got), options, n=1, cutoff=0.5) if got is not None else []
+        message = f"{got!r} is not one of {expected}"
+        hint = f"did you mean {close[0]!r}?" if close else ""
+    elif error["type"] == "missing":
+        message = "required key is missing"
+    return Problem(field=field, line=_line_of(doc, loc), message=message, hint=hint)
+
+
+def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
+    """Validate scenario YAML text; raises ``ScenarioError`` with located problems."""
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ScenarioError(path, [Problem("", line, f"YAML syntax: {exc.problem}")]) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(path, [Problem("", None, f"YAML syntax: {exc}")]) from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(path, [Problem("", 1, "a scenario is a YAML mapping (name:, tiers:, personas:, …)")])
+    try:
+        return Scenario.model_validate(_plain(doc))
+    except ValidationError as exc:
+        problems = [_problem(doc, err) for err in exc.errors()]
+        raise ScenarioError(path, _dedupe(problems)) from None
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for problem in problems:
+        key = (problem.field, problem.message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(problem)
+    return unique
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def resolve_scenario_path(name: str | Path) -> Path:
+    """A path as given, else a name in the built-in library (``demo`` → library/demo.yaml)."""
+    path = Path(name)
+    if path.exists():
+        return path
+    for candidate in (LIBRARY_DIR / f"{name}.yaml", LIBRARY_DIR / str(name)):
+        if candidate.exists():
+            return candidate
+    available = ", ".join(sorted(p.stem for p in LIBRARY_DIR.glob("*.yaml")))
+    raise FileNotFoundError(f"no scenario file {str(name)!r} (built-in scenarios: {available})")
+
+
+def load_scenario(name: str | Path) -> Scenario:
+    path = resolve_scenario_path(name)
+    return parse_scenario(path.read_text(encoding="utf-8"), str(path))
+
+
+def json_schema() -> str:
+    """JSON Schema of the scenario format, for editor completion (yaml-language-server)."""
+    schema = Scenario.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rushhour scenario"
+    return json.dumps(schema, indent=2)
