@@ -108,7 +108,7 @@ class MetricsOptions(Strict):
 class Target(Strict):
     url: str = Field(default="testbed", description="base URL, or 'testbed' for the embedded testbed")
     profile: Profile = "llm-d"
-    model: str = "testbed-model"
+    model: str = "testbed"
     dialect: Dialect = "openai-chat"
     stream: bool = True
     testbed: TestbedOptions = Field(default_factory=TestbedOptions)

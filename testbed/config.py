@@ -1,0 +1,245 @@
+"""Testbed configuration: dataclasses loaded from YAML with errors that name the bad key."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROFILES = ("llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "fifo", "headroom")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key."""
+
+
+@dataclass
+class BandConfig:
+    """Capacity of one priority band (0 = use the default)."""
+
+    priority: int
+    max_requests: int = 0
+    max_bytes: int = 0
+
+
+@dataclass
+class FlowControlConfig:
+    """llm-d / GAIE EPP flow control (llm-d-router apix/config/v1alpha1)."""
+
+    objectives: dict[str, int] = field(
+        default_factory=lambda: {"interactive": 100, "standard": 0, "batch": -1}
+    )
+    fairness: str = "global-strict"  # or "round-robin"
+    ttl_s: float | None = None  # None = profile default: llm-d 60 s, gaie-v1 none
+    no_endpoint_ttl_s: float | None = None  # queue budget while the pool is empty (None = ttl_s)
+    sweep_interval_s: float = 1.0  # expiry sweep period: sheds can be up to 1 s late, as in the EPP
+    band_max_requests: int = 5000  # llm-d-router v0.10 default (#2123)
+    band_max_bytes: int = 1_000_000_000  # llm-d-router default per band
+    max_requests: int = 0  # global, 0 = unlimited
+    max_bytes: int = 0  # global, 0 = unlimited
+    bands: list[BandConfig] = field(default_factory=list)
+    queue_depth_threshold: float = 5.0  # utilization-detector default
+    kv_cache_util_threshold: float = 0.8  # utilization-detector default
+    saturation_ceiling: float = 1.0  # static-usage-limit-policy default
+    enable_eviction: bool = False  # evict running priority<0 requests for blocked higher bands
+
+
+@dataclass
+class VllmConfig:
+    """vLLM engine admission (PR #49445)."""
+
+    max_num_queued_reqs: int | None = None  # waiting + running per replica; None = unbounded
+
+
+@dataclass
+class SglangConfig:
+    """SGLang scheduler admission."""
+
+    max_queued_requests: int | None = None  # per replica waiting queue
+    waiting_timeout_s: float | None = None  # SGLANG_REQ_WAITING_TIMEOUT
+    priority_scheduling: bool = True  # --enable-priority-scheduling
+    low_priority_values_first: bool = False  # --schedule-low-priority-values-first
+
+
+@dataclass
+class OpenAIConfig:
+    """OpenAI-like hosted API behaviour."""
+
+    rpm_limit: int | None = None  # per API key (Authorization header); None = no limit
+    tpm_limit: int = 2_000_000  # advertised only in x-ratelimit-*-tokens
+    flex_saturation: float = 1.0  # flex gets 429 resource_unavailable at or above this pool saturation
+
+
+@dataclass
+class AnthropicConfig:
+    """Anthropic-like hosted API behaviour."""
+
+    overload_saturation: float = 1.5  # 529 overloaded_error at or above this pool saturation
+
+
+@dataclass
+class HeadroomConfig:
+    """Multi-tier KV headroom ("Beyond Binary Priorities"): H_p = M * h_max * exp(-lambda * p)."""
+
+    h_max: float = 0.2  # paper README
+    lam: float = 0.5  # decay per tier (assumed; the paper's value is not readable here)
+    tiers: dict[str, int] = field(
+        default_factory=lambda: {"interactive": 0, "standard": 1, "batch": 2}
+    )
+    default_tier: int = 1
+
+
+@dataclass
+class FaultSpec:
+    """One scheduled fault: kind in replica_down, slow_replica, stream_cut, error."""
+
+    kind: str
+    at_s: float = 0.0
+    duration_s: float | None = None  # None = until the end
+    replica: int | None = None  # replica_down/slow_replica: None = all replicas
+    factor: float = 1.0  # slow_replica: step time multiplier
+    after_tokens: int = 1  # stream_cut: close the connection after k tokens
+    rate: float = 1.0  # stream_cut/error: fraction of arrivals affected
+    status: int = 503  # error: injected HTTP status
+    name: str | None = None  # recorded in the ledger's `fault`; default = kind
+
+
+FAULT_KINDS = ("replica_down", "slow_replica", "stream_cut", "error")
+
+
+@dataclass
+class TestbedConfig:
+    """Everything the testbed server needs."""
+
+    profile: str = "llm-d"
+    preset: str = "h100-llama8b"
+    replicas: int = 2
+    speed: float = 1.0  # time scale: 10 = every simulated duration runs 10x faster
+    models: list[str] = field(default_factory=lambda: ["testbed"])
+    default_max_tokens: int = 128
+    max_body_bytes: int = 8 * 1024 * 1024
+    warmup_s: float = 0.0
+    seed: int = 0
+    # engine overrides (None = the preset's value)
+    max_num_seqs: int | None = None
+    kv_capacity_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_tokens: int | None = None
+    prefix_cache: bool = True
+    flow_control: FlowControlConfig = field(default_factory=FlowControlConfig)
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    sglang: SglangConfig = field(default_factory=SglangConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
+    headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
+    faults: list[FaultSpec] = field(default_factory=list)
+
+    __test__ = False  # not a pytest class
+
+    def validate(self) -> TestbedConfig:
+        """Check cross-field rules; returns self."""
+        from testbed.presets import PRESETS
+
+        if self.profile not in PROFILES:
+            raise ConfigError(f"profile: unknown {self.profile!r} (known: {', '.join(PROFILES)})")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"preset: unknown {self.preset!r} (known: {', '.join(sorted(PRESETS))})")
+        if self.replicas < 1:
+            raise ConfigError("replicas: must be >= 1")
+        if self.speed <= 0:
+            raise ConfigError("speed: must be > 0")
+        if not self.models:
+            raise ConfigError("models: needs at least one model name")
+        if self.flow_control.fairness not in ("global-strict", "round-robin"):
+            raise ConfigError("flow_control.fairness: must be 'global-strict' or 'round-robin'")
+        for i, f in enumerate(self.faults):
+            if f.kind not in FAULT_KINDS:
+                raise ConfigError(f"faults[{i}].kind: unknown {f.kind!r} (known: {', '.join(FAULT_KINDS)})")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (for GET /admin/config)."""
+        return dataclasses.asdict(self)
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """Convert a YAML value to the annotated type, raising ConfigError naming `path`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], path)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return from_dict(tp, value, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
+        return [_convert(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return {str(k): _convert(v, args[1], f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: Any, data: Any, path: str = "") -> Any:
+    """Build dataclass `cls` from a mapping, rejecting unknown keys."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or '<top>'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            raise ConfigError(f"{sub}: unknown key (known: {', '.join(sorted(fields))})")
+        kwargs[key] = _convert(value, hints[key], sub)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{path or '<top>'}: {exc}") from None
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> TestbedConfig:
+    """Load a TestbedConfig from YAML (or defaults), apply non-None overrides, validate."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        if loaded is not None:
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{path}: top level must be a mapping")
+            data = loaded
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        cfg: TestbedConfig = from_dict(TestbedConfig, data)
+        return cfg.validate()
+    except ConfigError as exc:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{exc}") from None

@@ -1,0 +1,57 @@
+"""Prometheus text exposition in vLLM and llm-d EPP metric names."""
+
+from __future__ import annotations
+
+from testbed.stack import Stack
+
+
+def _q(v: object) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def render(stack: Stack) -> str:
+    """The /metrics page."""
+    eng = stack.engine
+    model = stack.cfg.models[0]
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_: str, samples: list[tuple[dict[str, object], float]]) -> None:
+        out.append(f"# HELP {name} {help_}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lab = ",".join(f'{k}="{_q(v)}"' for k, v in labels.items())
+            out.append(f"{name}{{{lab}}} {value}" if lab else f"{name} {value}")
+
+    reps = eng.replicas
+
+    def per(fn: object) -> list[tuple[dict[str, object], float]]:
+        assert callable(fn)
+        return [({"model_name": model, "engine": str(r.index)}, float(fn(r))) for r in reps]
+
+    family("vllm:num_requests_waiting", "gauge", "Requests waiting to be processed.", per(lambda r: r.n_waiting))
+    family("vllm:num_requests_running", "gauge", "Requests in the running batch.",
+           per(lambda r: len(r.running)))
+    family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = 100 percent.", per(lambda r: r.kv_usage()))
+    family("vllm:num_preemptions_total", "counter", "Cumulative preemptions.",
+           per(lambda r: r.preemptions_total))
+    family("vllm:prefix_cache_queries_total", "counter", "Prefix-cache queries, in tokens.",
+           per(lambda r: r.prefix_queries_total))
+    family("vllm:prefix_cache_hits_total", "counter", "Prefix-cache hits, in tokens.",
+           per(lambda r: r.prefix_hits_total))
+    pool = "testbed-pool"
+    flow = stack.flow
+    if flow is not None:
+        family("llm_d_epp_flow_control_requests_total", "counter", "Flow-control requests by outcome.",
+               [({"inference_pool": pool, "priority": p, "outcome": o}, float(n))
+                for (p, o), n in sorted(flow.outcomes.items())])
+        family("llm_d_epp_flow_control_queue_size", "gauge", "Requests queued in flow control.",
+               [({"inference_pool": pool, "priority": p}, float(n)) for p, n in sorted(flow.queue_sizes().items())])
+        family("llm_d_epp_flow_control_queue_bytes", "gauge", "Bytes queued in flow control.",
+               [({"inference_pool": pool, "priority": p}, float(b.bytes)) for p, b in sorted(flow.bands.items())])
+    family("llm_d_epp_flow_control_pool_saturation", "gauge", "Pool saturation (utilization detector).",
+           [({"inference_pool": pool}, eng.saturation())])
+    lags = sorted(eng.lag_s)
+    p99 = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
+    family("testbed_step_lag_p99_seconds", "gauge", "p99 lateness of replica step timers (recent steps).",
+           [({}, p99)])
+    return "\n".join(out) + "\n"

@@ -1,0 +1,226 @@
+"""The serving stack: profile admission + EPP flow control + replicas + faults, on one clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+
+from testbed.clock import Clock
+from testbed.config import TestbedConfig
+from testbed.engine import Engine, EngineParams
+from testbed.faults import FaultSchedule
+from testbed.flow import FlowController
+from testbed.job import DISPLACED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
+from testbed.presets import get_preset
+from testbed.profiles import AnthropicProfile, OpenAIProfile, Reply, make_profile
+
+TICK_S = 0.1  # housekeeping period (simulated seconds): faults, SGLang waiting timeout
+
+
+def engine_params(cfg: TestbedConfig) -> EngineParams:
+    """Preset numbers with the config's overrides."""
+    p = get_preset(cfg.preset)
+    return EngineParams(
+        max_num_seqs=cfg.max_num_seqs or p.max_num_seqs,
+        kv_capacity_tokens=cfg.kv_capacity_tokens or p.kv_capacity_tokens,
+        max_num_batched_tokens=cfg.max_num_batched_tokens or p.max_num_batched_tokens,
+        block_tokens=cfg.block_tokens or p.block_tokens,
+        base_s=p.base_s, per_seq_s=p.per_seq_s, per_kv_token_s=p.per_kv_token_s,
+        prefill_per_token_s=p.prefill_per_token_s, prefix_cache=cfg.prefix_cache,
+    )
+
+
+class Stack:
+    """Everything behind the HTTP layer."""
+
+    def __init__(self, cfg: TestbedConfig, clock: Clock) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.profile = make_profile(cfg)
+        fc = cfg.flow_control
+        hr = cfg.headroom
+        self.engine = Engine(
+            engine_params(cfg), cfg.replicas, clock, cfg.speed, prefix_aware=self.profile.prefix_aware,
+            headroom=(hr.h_max, hr.lam) if cfg.profile == "headroom" else None,
+            queue_depth=fc.queue_depth_threshold, kv_threshold=fc.kv_cache_util_threshold,
+        )
+        self.flow: FlowController | None = None
+        if self.profile.gateway:
+            ttl = fc.ttl_s if fc.ttl_s is not None else (60.0 if cfg.profile == "llm-d" else None)
+            self.flow = FlowController(fc, ttl / cfg.speed if ttl else None)
+            if fc.no_endpoint_ttl_s:
+                self.flow.no_endpoint_ttl_ns = int(fc.no_endpoint_ttl_s / cfg.speed * 1e9)
+            self.engine.on_step = self.dispatch
+        self.start_ns = clock.now_ns()
+        self.ready_ns = self.start_ns + int(cfg.warmup_s / cfg.speed * 1e9)
+        self.faults = FaultSchedule(cfg.speed, cfg.seed)
+        for spec in cfg.faults:
+            self.faults.add(spec, self.start_ns)
+        self.replica_fault: list[str | None] = [None] * cfg.replicas
+        self._rpm: dict[str, deque[int]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- state ---------------------------------------------------------------------------
+    def endpoints(self) -> int:
+        """Replicas up (0 during warm-up)."""
+        if self.clock.now_ns() < self.ready_ns:
+            return 0
+        return len(self.engine.up_replicas())
+
+    def ready(self) -> bool:
+        """Warm-up done and at least one replica up."""
+        return self.endpoints() > 0
+
+    # ---- admission ----------------------------------------------------------------------------
+    def admit(self, job: Job) -> Reply | None:
+        """Admit a job (queue or place it) or return the rejection to send now."""
+        now = self.clock.now_ns()
+        prof = self.profile
+        if self.flow is not None:
+            kind = self.flow.enqueue(job, now, self.endpoints())
+            if kind is not None:
+                return prof.drop(kind, job.rid, False)
+            self.dispatch()
+            return None
+        if not self.ready():
+            return prof.not_ready(job.rid)
+        sat = self.engine.saturation()
+        if isinstance(prof, OpenAIProfile):
+            lim = self.cfg.openai.rpm_limit
+            if lim is not None and not self._rpm_take(job.tenant, lim, now):
+                return prof.rate_limited(self.cfg.models[0], lim, job.rid)
+            if job.rank >= 2.0 and sat >= self.cfg.openai.flex_saturation:
+                return prof.flex_unavailable(job.rid)
+        if isinstance(prof, AnthropicProfile) and sat >= self.cfg.anthropic.overload_saturation:
+            return prof.overloaded(job.rid)
+        replica = self.engine.place(job)
+        assert replica is not None
+        if self.cfg.profile == "vllm":
+            lim = self.cfg.vllm.max_num_queued_reqs
+            if lim is not None and replica.n_waiting + len(replica.running) >= lim:
+                return prof.drop(QUEUE_FULL, job.rid, False)
+        if self.cfg.profile == "sglang":
+            lim = self.cfg.sglang.max_queued_requests
+            if lim is not None and replica.n_waiting >= lim:
+                waiting = replica.waiting_jobs()
+                worst = max(waiting, key=Job.order_key) if waiting else None
+                if (self.cfg.sglang.priority_scheduling and worst is not None
+                        and worst.order_key()[0] > job.rank):
+                    # priority mode: the least-preferred waiter is aborted instead of the arrival
+                    self.engine.remove(worst)
+                    worst.sink.on_drop(worst, DISPLACED)
+                else:
+                    return prof.drop(QUEUE_FULL, job.rid, False)
+        self.engine.submit(job, replica)
+        return None
+
+    def _rpm_take(self, key: str, limit: int, now: int) -> bool:
+        window = int(60 / self.cfg.speed * 1e9)
+        q = self._rpm.setdefault(key, deque())
+        while q and now - q[0] >= window:
+            q.popleft()
+        if len(q) >= limit:
+            return False
+        q.append(now)
+        return True
+
+    def rate_headers(self, key: str) -> dict[str, str]:
+        """OpenAI x-ratelimit-* headers for a key."""
+        lim = self.cfg.openai.rpm_limit or 10_000
+        q = self._rpm.get(key) or deque()
+        now = self.clock.now_ns()
+        reset_ms = 0 if not q else max(0, int((q[0] + 60 / self.cfg.speed * 1e9 - now) / 1e6))
+        tpm = self.cfg.openai.tpm_limit
+        return {
+            "x-ratelimit-limit-requests": str(lim),
+            "x-ratelimit-remaining-requests": str(max(0, lim - len(q))),
+            "x-ratelimit-reset-requests": f"{reset_ms}ms",
+            "x-ratelimit-limit-tokens": str(tpm),
+            "x-ratelimit-remaining-tokens": str(tpm),
+            "x-ratelimit-reset-tokens": "0s",
+        }
+
+    def cancel(self, job: Job) -> bool:
+        """The client went away: take the job out. True if it was still queued at the gateway."""
+        if self.flow is not None and self.flow.cancel(job):
+            return True
+        self.engine.remove(job)
+        self.dispatch()
+        return False
+
+    # ---- dispatch and housekeeping ------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Run one EPP dispatch cycle."""
+        if self.flow is None or not self.flow.count:
+            return
+        eng = self.engine
+
+        def send(job: Job) -> None:
+            r = eng.place(job)
+            assert r is not None
+            eng.submit(job, r)
+
+        self.flow.dispatch_cycle(eng.saturation, self.endpoints(), send)
+
+    def sweep_ttl(self) -> None:
+        """Expire queued requests past their TTL."""
+        if self.flow is None:
+            return
+        for job, kind in self.flow.expire(self.clock.now_ns(), self.endpoints()):
+            job.sink.on_drop(job, kind)
+
+    def sweep_waiting_timeout(self) -> None:
+        """SGLang: abort requests that waited on a replica longer than waiting_timeout_s."""
+        t = self.cfg.sglang.waiting_timeout_s
+        if self.cfg.profile != "sglang" or not t:
+            return
+        limit = int(t / self.cfg.speed * 1e9)
+        now = self.clock.now_ns()
+        for r in self.engine.replicas:
+            for job in r.waiting_jobs():
+                if job.state == WAITING and job.scheduled_ns is None and now - job.enqueue_ns >= limit:
+                    r.remove(job)
+                    job.sink.on_drop(job, WAITING_TIMEOUT)
+
+    def apply_faults(self) -> None:
+        """Bring replicas down/up and set slow factors from the fault schedule."""
+        now = self.clock.now_ns()
+        for r in self.engine.replicas:
+            up, factor, name = self.faults.replica_state(r.index, now)
+            self.replica_fault[r.index] = name
+            r.slow_factor = factor
+            if up != r.up:
+                self.engine.set_up(r.index, up)
+        self.dispatch()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start replica loops and the housekeeping tasks."""
+        self.engine.start()
+        self._tasks.append(asyncio.create_task(self._every(TICK_S, self._tick)))
+        if self.flow is not None:
+            self._tasks.append(asyncio.create_task(
+                self._every(self.cfg.flow_control.sweep_interval_s, self.sweep_ttl)))
+
+    def _tick(self) -> None:
+        self.apply_faults()
+        self.sweep_waiting_timeout()
+        if self.flow is not None:
+            self.dispatch()  # warm-up end or a replica back up
+
+    async def _every(self, period_s: float, fn: object) -> None:
+        assert callable(fn)
+        while True:
+            await asyncio.sleep(period_s / self.cfg.speed)
+            fn()
+
+    async def stop(self) -> None:
+        """Stop every task."""
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        await self.engine.stop()

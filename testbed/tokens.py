@@ -1,0 +1,29 @@
+"""Cheap deterministic token counting and prefix-block hashing.
+
+Tokens are counted as ceil(bytes / BYTES_PER_TOKEN) of the UTF-8 prompt text (about 4 bytes per
+token for English BPE tokenizers). Prefix-cache blocks are `block_tokens * BYTES_PER_TOKEN` bytes,
+each hash chained on its predecessor, so two prompts share block i only if bytes [0, end_i) agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+BYTES_PER_TOKEN = 4
+
+
+def count_tokens(text_bytes: bytes) -> int:
+    """Token count of a prompt: ceil(len / 4), at least 1."""
+    return max(1, -(-len(text_bytes) // BYTES_PER_TOKEN))
+
+
+def block_hashes(text_bytes: bytes, block_tokens: int) -> list[bytes]:
+    """Chained hashes of every full block of the prompt (a partial tail block is never cached)."""
+    size = block_tokens * BYTES_PER_TOKEN
+    out: list[bytes] = []
+    h = hashlib.blake2b(digest_size=16)
+    for start in range(0, len(text_bytes) - size + 1, size):
+        # one running hash: the digest after block i covers bytes [0, end_i), i.e. the whole chain
+        h.update(text_bytes[start : start + size])
+        out.append(h.digest())
+    return out

@@ -1,0 +1,65 @@
+"""`python -m testbed` as a subprocess: port file, serving, SIGTERM by PID, ledger file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.e2e
+def test_cli_port_file_sigterm_and_ledger(tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    ledger = tmp_path / "ledger.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
+         "--preset", "tiny", "--replicas", "1", "--speed", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if port_file.exists():
+                break
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"testbed listening on http://127.0.0.1:{port}"
+        body = json.dumps({"model": "testbed", "messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 2}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                     {"x-request-id": "done-1", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200 and resp.headers["x-request-id"] == "done-1"
+        # a long request still running when the server stops must end in the ledger as cancelled
+        import socket
+
+        s = socket.create_connection(("127.0.0.1", port))
+        long_body = json.dumps({"model": "testbed", "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": 3000, "stream": True}).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: inflight\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(long_body), long_body))
+        assert s.recv(100).startswith(b"HTTP/1.1 200")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        s.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    recs = {r["request_id"]: r for r in map(json.loads, ledger.read_text().splitlines())}
+    assert recs["done-1"]["outcome"] == "served"
+    assert recs["inflight"]["outcome"] == "cancelled" and recs["inflight"]["status"] == 200
+
+
+def test_bad_config_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "tb.yaml"
+    bad.write_text("replicas: 0\n")
+    p = subprocess.run([sys.executable, "-m", "testbed", "--config", str(bad)], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and "replicas" in p.stderr

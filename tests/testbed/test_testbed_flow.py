@@ -1,0 +1,110 @@
+"""Flow controller on a fake clock: capacity, TTL, strict priority, fairness, cancel."""
+
+from __future__ import annotations
+
+from testbed.clock import FakeClock
+from testbed.config import BandConfig, FlowControlConfig
+from testbed.flow import DISPATCHED, EVICTED_TTL, REJECTED_CAPACITY, FlowController
+from testbed.job import NO_ENDPOINTS, QUEUE_FULL, TTL_EXPIRED, Job
+
+
+def job(rid: str, prio: int = 0, tenant: str = "t", size: int = 10) -> Job:
+    return Job(rid=rid, arrival_ns=0, prompt_tokens=1, max_tokens=1, priority=prio, tenant=tenant,
+               body_bytes=size)
+
+
+def fc(**kw: object) -> FlowController:
+    return FlowController(FlowControlConfig(**kw), ttl_s=60.0)  # type: ignore[arg-type]
+
+
+def test_band_request_capacity_rejects_the_arrival() -> None:
+    f = fc(bands=[BandConfig(priority=0, max_requests=2)])
+    clk = FakeClock()
+    assert f.enqueue(job("a"), clk.now_ns(), 1) is None
+    assert f.enqueue(job("b"), clk.now_ns(), 1) is None
+    assert f.enqueue(job("c"), clk.now_ns(), 1) == QUEUE_FULL
+    # another band still has room: capacity is per band
+    assert f.enqueue(job("d", prio=100), clk.now_ns(), 1) is None
+    assert f.outcomes[0, REJECTED_CAPACITY] == 1
+    assert f.queue_sizes() == {0: 2, 100: 1}
+
+
+def test_byte_capacity_and_no_endpoints() -> None:
+    f = fc(band_max_bytes=25)
+    assert f.enqueue(job("a", size=20), 0, 1) is None
+    assert f.enqueue(job("b", size=10), 0, 1) == QUEUE_FULL
+    assert f.enqueue(job("c", size=10), 0, 0) == NO_ENDPOINTS
+
+
+def test_zero_band_capacity_means_default() -> None:
+    f = fc(bands=[BandConfig(priority=0, max_requests=0)], band_max_requests=1)
+    assert f.enqueue(job("a"), 0, 1) is None
+    assert f.enqueue(job("b"), 0, 1) == QUEUE_FULL
+
+
+def test_ttl_expiry_sweep() -> None:
+    clk = FakeClock()
+    f = fc()
+    f.enqueue(job("old"), clk.now_ns(), 1)
+    clk.advance_s(30)
+    f.enqueue(job("new"), clk.now_ns(), 1)
+    clk.advance_s(30)
+    out = f.expire(clk.now_ns(), 1)
+    assert [(j.rid, k) for j, k in out] == [("old", TTL_EXPIRED)]
+    assert f.outcomes[0, EVICTED_TTL] == 1
+    clk.advance_s(30)
+    assert [(j.rid, k) for j, k in f.expire(clk.now_ns(), 0)] == [("new", NO_ENDPOINTS)]
+    assert f.count == 0
+
+
+def test_strict_priority_and_gate_stops_lower_bands() -> None:
+    f = fc()
+    for i in range(3):
+        f.enqueue(job(f"b{i}", prio=-1), i, 1)
+        f.enqueue(job(f"s{i}", prio=0), i, 1)
+        f.enqueue(job(f"i{i}", prio=100), i, 1)
+    order: list[str] = []
+    budget = [4]
+
+    def sat() -> float:
+        return 0.0 if budget[0] > 0 else 1.0
+
+    def send(j: Job) -> None:
+        order.append(j.rid)
+        budget[0] -= 1
+
+    f.dispatch_cycle(sat, 1, send)
+    assert order == ["i0", "i1", "i2", "s0"]
+    assert f.outcomes[100, DISPATCHED] == 3
+    # no endpoints: nothing moves
+    assert f.dispatch_cycle(lambda: 0.0, 0, send) == 0
+    budget[0] = 100
+    f.dispatch_cycle(sat, 1, send)
+    assert order[4:] == ["s1", "s2", "b0", "b1", "b2"]
+
+
+def test_global_strict_is_fcfs_across_tenants() -> None:
+    f = fc()
+    for i, t in enumerate(["a", "a", "a", "b"]):
+        f.enqueue(job(f"{t}{i}", tenant=t), i, 1)
+    order: list[str] = []
+    f.dispatch_cycle(lambda: 0.0, 1, lambda j: order.append(j.rid))
+    assert order == ["a0", "a1", "a2", "b3"]
+
+
+def test_round_robin_cycles_tenants() -> None:
+    f = fc(fairness="round-robin")
+    for i, t in enumerate(["a", "a", "a", "b", "b", "c"]):
+        f.enqueue(job(f"{t}{i}", tenant=t), i, 1)
+    order: list[str] = []
+    f.dispatch_cycle(lambda: 0.0, 1, lambda j: order.append(j.rid))
+    assert order == ["a0", "b3", "c5", "a1", "b4", "a2"]
+
+
+def test_cancel_removes_queued_job() -> None:
+    f = fc()
+    j = job("x")
+    f.enqueue(j, 0, 1)
+    assert f.cancel(j)
+    assert not f.cancel(j)
+    assert f.count == 0 and f.bytes == 0
