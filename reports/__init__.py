@@ -1,1 +1,11 @@
-"""rushhour: reports."""
+"""rushhour: reports — summary.json to HTML, Markdown, JUnit XML and rich terminal tables."""
+
+from __future__ import annotations
+
+from reports.html import render_html
+from reports.junit import render_junit
+from reports.markdown import render_markdown
+from reports.terminal import print_terminal, print_verdicts
+from reports.write import write_reports
+
+__all__ = ["print_terminal", "print_verdicts", "render_html", "render_junit", "render_markdown", "write_reports"]

@@ -1,0 +1,183 @@
+"""Number formatting, wall-clock times and the fixed colour palettes shared by every report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from audit.summary import DROPPED_CLASSES, OUTCOME_CLASSES, Percentiles, Rate, Summary
+
+# Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
+TIER_PALETTE = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#CC79A7",  # reddish purple
+    "#009E73",  # bluish green
+    "#56B4E9",  # sky blue
+    "#D55E00",  # vermillion
+    "#8C6D31",  # brown
+    "#666666",  # grey
+)
+
+CLASS_COLOURS = {
+    "served": "#4C9F70",
+    "queue_full": "#D62728",
+    "queue_timeout": "#FF7F0E",
+    "shed": "#9467BD",
+    "preempted": "#8C564B",
+    "rate_limited": "#E377C2",
+    "overloaded": "#7F1D1D",
+    "failed": "#525252",
+    "timeout": "#BCBD22",
+    "transport": "#17BECF",
+    "cancelled": "#AAAAAA",
+    "not_sent": "#C7C7C7",
+}
+
+CLASS_LABELS = {
+    "served": "served",
+    "queue_full": "rejected: queue full",
+    "queue_timeout": "timed out in queue",
+    "shed": "shed",
+    "preempted": "preempted",
+    "rate_limited": "rate limited",
+    "overloaded": "overloaded",
+    "failed": "failed",
+    "timeout": "client timeout",
+    "transport": "transport error",
+    "cancelled": "cancelled",
+    "not_sent": "not sent",
+}
+
+__all__ = ["CLASS_COLOURS", "CLASS_LABELS", "DROPPED_CLASSES", "OUTCOME_CLASSES", "TIER_PALETTE"]
+
+
+def tier_colours(summary: Summary) -> dict[str, str]:
+    """Map each tier to its fixed colour by position in ``summary.tiers``."""
+    return {t.name: TIER_PALETTE[i % len(TIER_PALETTE)] for i, t in enumerate(summary.tiers)}
+
+
+def class_colour(name: str) -> str:
+    """Colour of an outcome class (unknown classes are grey)."""
+    return CLASS_COLOURS.get(name, "#999999")
+
+
+def class_label(name: str) -> str:
+    """Human label of an outcome class."""
+    return CLASS_LABELS.get(name, name.replace("_", " "))
+
+
+def ordered_classes(counts: dict[str, int]) -> list[str]:
+    """Classes in taxonomy order, then any unknown ones alphabetically."""
+    known = [c for c in OUTCOME_CLASSES if c in counts]
+    return known + sorted(c for c in counts if c not in OUTCOME_CLASSES)
+
+
+def dropped_count(by_class: dict[str, int]) -> int:
+    """Requests in the 'dropped' classes."""
+    return sum(by_class.get(c, 0) for c in DROPPED_CLASSES)
+
+
+def ms(value: float | None) -> str:
+    """A duration given in ms, in the unit a person reads best."""
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0"
+    if value < 1:
+        return f"{value:.2f} ms"
+    if value < 1000:
+        return f"{value:.0f} ms"
+    if value < 10_000:
+        return f"{value / 1000:.2f} s"
+    if value < 600_000:
+        return f"{value / 1000:.1f} s"
+    return f"{value / 60_000:.1f} min"
+
+
+def secs(value: float | None) -> str:
+    """A duration given in seconds."""
+    return "–" if value is None else ms(value * 1000)
+
+
+def pct(value: float | None, digits: int | None = None) -> str:
+    """A fraction as a percentage with sensible precision."""
+    if value is None:
+        return "–"
+    p = value * 100
+    if digits is None:
+        digits = 0 if (p == 0 or p >= 10 or p == 100) else (1 if p >= 1 else 2)
+    return f"{p:.{digits}f} %"
+
+
+def rate_ci(rate: Rate | None) -> str:
+    """'31 % [28–34 %]' for a Wilson rate."""
+    if rate is None or rate.value is None:
+        return "–"
+    if rate.low is None or rate.high is None:
+        return pct(rate.value)
+    return f"{pct(rate.value)} [{pct(rate.low).removesuffix(' %')}–{pct(rate.high)}]"
+
+
+def pctl(p: Percentiles, key: str) -> float | None:
+    """One percentile by name ('p50', 'p99', 'max', 'mean')."""
+    value = getattr(p, key, None)
+    return value if isinstance(value, (int, float)) else None
+
+
+def pctl_ci(p: Percentiles, key: str) -> str:
+    """'1.2 s [1.1–1.4 s]' for a percentile with its bootstrap interval."""
+    value = pctl(p, key)
+    if value is None:
+        return "–"
+    ci = p.ci.get(key)
+    if not ci:
+        return ms(value)
+    return f"{ms(value)} [{ms(ci[0])}–{ms(ci[1])}]"
+
+
+def times(value: float | None) -> str:
+    """An inflation factor: '3.2×'."""
+    return "–" if value is None else f"{value:.1f}×"
+
+
+def count(value: int | float | None) -> str:
+    """An integer with thin thousands separators."""
+    if value is None:
+        return "–"
+    return f"{int(value):,}".replace(",", "\u202f")
+
+
+def anchor(summary: Summary) -> datetime | None:
+    """The run's wall-clock start (UTC), or None when unparsable."""
+    try:
+        start = datetime.fromisoformat(summary.run.started_at.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+    return start if start.tzinfo else start.replace(tzinfo=UTC)
+
+
+def clock(summary: Summary, t_s: float) -> str:
+    """Seconds from the anchor as a UTC wall-clock 'HH:MM:SS' (or '+t s' without an anchor)."""
+    start = anchor(summary)
+    if start is None:
+        return f"+{t_s:.0f} s"
+    return (start + timedelta(seconds=t_s)).astimezone(UTC).strftime("%H:%M:%S")
+
+
+def span(summary: Summary, start_s: float, end_s: float) -> str:
+    """'12:01:05–12:04:10' for a window."""
+    return f"{clock(summary, start_s)}–{clock(summary, end_s)}"
+
+
+def check_value(check: str, value: float | None) -> str:
+    """A verdict's threshold or observation in the unit its check name implies."""
+    if value is None:
+        return "–"
+    name = check.lower()
+    if "_ms" in name or name.startswith("ttft") or name.startswith("tpot") or name.startswith("e2e"):
+        return ms(value)
+    if name.endswith("_s") or "makespan" in name or "gap" in name:
+        return secs(value)
+    if any(word in name for word in ("rate", "share", "floor", "goodput", "ratio")):
+        return pct(value, 1)
+    return f"{value:g}"

@@ -1,0 +1,120 @@
+"""Markdown for ``$GITHUB_STEP_SUMMARY`` and PR comments: verdicts, per-tier table, findings."""
+
+from __future__ import annotations
+
+import html
+
+from audit.summary import Summary
+from reports import fmt, sentences
+
+_SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+
+
+def _cell(text: object) -> str:
+    """A table cell: HTML-escaped (GitHub renders inline HTML), pipes and newlines neutralised."""
+    value = html.escape(str(text), quote=False)
+    return value.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _text(text: str) -> str:
+    """Running text: HTML-escaped so that server-supplied strings cannot inject markup."""
+    return html.escape(text, quote=False).replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+    """A GitHub-flavoured Markdown table."""
+    right = right or set()
+    align = ["---:" if i in right else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _status_badge(summary: Summary) -> str:
+    """'✅ PASS', '❌ FAIL' or '⚠️ INVALID'."""
+    if not summary.validity.valid:
+        return "⚠️ INVALID RUN"
+    return "✅ PASS" if summary.passed else "❌ FAIL"
+
+
+def render_markdown(summary: Summary) -> str:
+    """The Markdown summary as text (ends with a newline; append-safe)."""
+    run = summary.run
+    out = [f"## rushhour · {_text(run.scenario)} · {_status_badge(summary)}", ""]
+    out += [f"**{_text(sentences.verdict_line(summary))}**", ""]
+    if not summary.validity.valid:
+        out += [
+            "> [!CAUTION]",
+            "> This run is invalid; its latency and drop figures are not evidence about the server:",
+        ]
+        out += [f"> - {_text(r)}" for r in summary.validity.reasons] + [""]
+    story = sentences.headline(summary)[1:]
+    out += [f"- {_text(line)}" for line in story] + [""]
+
+    out += ["### SLO checks", ""]
+    if summary.verdicts:
+        rows = [
+            [
+                v.tier,
+                v.check,
+                fmt.check_value(v.check, v.threshold),
+                fmt.check_value(v.check, v.observed),
+                fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
+                "✅ pass" if v.passed else "❌ FAIL",
+                v.message,
+            ]
+            for v in summary.verdicts
+        ]
+        out += _table(["tier", "check", "threshold", "observed", "95 % bound", "result", "why"], rows, {2, 3, 4})
+    else:
+        out.append("No SLOs configured.")
+    out.append("")
+
+    out += ["### Per tier: drops and latency", ""]
+    rows = []
+    for t in summary.tiers:
+        rows.append(
+            [
+                t.name,
+                str(t.priority),
+                fmt.count(t.requests),
+                fmt.count(t.by_class.get("served", 0)),
+                fmt.rate_ci(t.drop_rate),
+                fmt.count(t.by_status.get("429", 0)),
+                fmt.count(t.by_status.get("503", 0)),
+                fmt.ms(t.latency.ttft_ms.p50),
+                fmt.ms(t.latency.ttft_ms.p99),
+                fmt.ms(t.latency.ttft_from_intended_ms.p99),
+            ]
+        )
+    out += _table(
+        [
+            "tier",
+            "priority",
+            "requests",
+            "served",
+            "dropped [95 % CI]",
+            "429",
+            "503",
+            "TTFT p50",
+            "TTFT p99",
+            "p99 from intended",
+        ],
+        rows,
+        set(range(1, 10)),
+    )
+    out.append("")
+
+    if summary.findings:
+        out += ["### Findings", ""]
+        for f in summary.findings:
+            where = f" **{_text(f.tier)}**" if f.tier else ""
+            out.append(f"- {_SEVERITY.get(f.severity, '•')}{where} `{_text(f.kind)}`: {_text(f.message)}")
+        out.append("")
+
+    out.append(
+        f"<sub>run `{_text(run.run_id)}` · {_text(run.target)} ({_text(run.profile)}) · "
+        f"started {_text(run.started_at)} · {fmt.secs(run.duration_s)} · seed {run.seed} · "
+        f"full report: report.html</sub>"
+    )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,161 @@
+"""Plain sentences generated from the numbers, for people who read no tables."""
+
+from __future__ import annotations
+
+from audit.summary import DROPPED_CLASSES, Summary, TaskStats, TierSummary
+from reports import fmt
+
+_DROP_WORDS = {
+    "queue_full": "rejected (queue full)",
+    "queue_timeout": "timed out in the queue",
+    "shed": "shed",
+    "preempted": "preempted after admission",
+    "overloaded": "refused (overloaded)",
+}
+
+
+def verdict_line(summary: Summary) -> str:
+    """One line: pass, fail or invalid, and which checks failed."""
+    total = len(summary.verdicts)
+    failed = [v for v in summary.verdicts if not v.passed]
+    if not summary.validity.valid:
+        head = "INVALID RUN: the numbers below cannot be trusted"
+        why = "; ".join(summary.validity.reasons) or "see run validity"
+        return f"{head} ({why})."
+    if not total:
+        return "No SLO checks were configured." if summary.passed else "FAIL."
+    if not failed:
+        return f"PASS: all {total} SLO checks passed."
+    names = ", ".join(f"{v.tier} {v.check}" for v in failed)
+    return f"FAIL: {len(failed)} of {total} SLO checks failed ({names})."
+
+
+def _windows_text(summary: Summary) -> str:
+    """The windows as UTC spans, or a count when there are many."""
+    windows = summary.windows
+    if len(windows) <= 3:
+        return ", ".join(fmt.span(summary, w.start_s, w.end_s) for w in windows) + " UTC"
+    return f"{len(windows)} windows, the first at {fmt.clock(summary, windows[0].start_s)} UTC"
+
+
+def saturation_line(summary: Summary) -> str:
+    """How long the stack was saturated."""
+    if not summary.windows:
+        return "No saturation was detected: no tier was held back by the stack's capacity."
+    total = sum(w.end_s - w.start_s for w in summary.windows)
+    tl = summary.timeline
+    length = max(summary.run.duration_s, (tl.t[-1] + tl.bucket_s) if tl.t else 0.0)
+    share = min(1.0, total / length) if length else None
+    return (
+        f"The stack was saturated for {fmt.secs(total)}"
+        + (f" ({fmt.pct(share)} of the run)" if share is not None else "")
+        + f": {_windows_text(summary)}."
+    )
+
+
+def _breakdown(by_class: dict[str, int], n: int) -> str:
+    """'27 % rejected (queue full), 4 % timed out in the queue'."""
+    parts = []
+    for cls in DROPPED_CLASSES:
+        k = by_class.get(cls, 0)
+        if k and n:
+            parts.append(f"{fmt.pct(k / n)} {_DROP_WORDS.get(cls, cls)}")
+    return ", ".join(parts)
+
+
+def tier_line(summary: Summary, tier: TierSummary) -> str:
+    """The tier's story in one or two sentences: how long it waited and how much was dropped."""
+    if tier.requests == 0:
+        return f"{tier.name} sent no requests, so nothing can be said about it."
+    sat = tier.saturation
+    if sat is not None and sat.requests and summary.windows:
+        when = f"During saturation {tier.name}"
+        n, by_class, p99 = sat.requests, sat.by_class, sat.ttft_ms.p99
+    else:
+        when = f"Over the run {tier.name}"
+        n, by_class, p99 = tier.requests, tier.by_class, tier.latency.ttft_ms.p99
+    dropped = fmt.dropped_count(by_class)
+    wait = f"waited p99 {fmt.ms(p99)}" if p99 is not None else "had no served request to time"
+    if dropped == 0:
+        text = f"{when} {wait} and was never dropped."
+    else:
+        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n)}."
+    statuses = [f"{fmt.count(v)} × {k}" for k, v in sorted(tier.by_status.items()) if k != "200" and v]
+    if statuses:
+        text += f" Raw non-200 responses: {', '.join(statuses)}."
+    return text
+
+
+def whole_run_line(tier: TierSummary) -> str:
+    """Whole-run totals: served, dropped with interval, TTFT p50/p99 and inflation."""
+    if tier.requests == 0:
+        return f"{tier.name}: no requests."
+    served = tier.by_class.get("served", 0)
+    lat = tier.latency
+    text = (
+        f"{tier.name}: {fmt.count(tier.requests)} requests, {fmt.pct(served / tier.requests)} served, "
+        f"{fmt.rate_ci(tier.drop_rate)} dropped; TTFT p50 {fmt.ms(lat.ttft_ms.p50)}, "
+        f"p99 {fmt.ms(lat.ttft_ms.p99)}"
+    )
+    if lat.ttft_from_intended_ms.p99 is not None:
+        text += f" ({fmt.ms(lat.ttft_from_intended_ms.p99)} from the intended send)"
+    if tier.inflation.p99_x is not None:
+        text += f", {fmt.times(tier.inflation.p99_x)} an idle stack at p99"
+    return text + "."
+
+
+def never_dropped(summary: Summary) -> str:
+    """'interactive was never dropped' across tiers, or empty."""
+    names = [t.name for t in summary.tiers if t.requests and fmt.dropped_count(t.by_class) == 0]
+    if not names:
+        return ""
+    verb = "was" if len(names) == 1 else "were"
+    return f"{' and '.join(names)} {verb} never dropped."
+
+
+def task_line(tier: TierSummary, stats: TaskStats, what: str) -> str:
+    """'batch agent tasks: 150 of 210 completed (71 %), 42 missed their deadline; makespan p50 38 s'."""
+    if stats.n == 0:
+        return f"{tier.name} had no {what}."
+    text = (
+        f"{tier.name} {what}: {fmt.count(stats.completed)} of {fmt.count(stats.n)} completed "
+        f"({fmt.pct(stats.completion_rate.value)})"
+    )
+    if stats.deadline_missed:
+        text += f", {fmt.count(stats.deadline_missed)} missed their deadline"
+    if stats.failed:
+        text += f", {fmt.count(stats.failed)} failed"
+    if stats.makespan_s.p50 is not None:
+        text += f"; makespan p50 {fmt.secs(stats.makespan_s.p50)}, p99 {fmt.secs(stats.makespan_s.p99)}"
+    if stats.makespan_inflation_p50_x is not None:
+        text += f" ({fmt.times(stats.makespan_inflation_p50_x)} idle at p50)"
+    return text + "."
+
+
+def fairness_line(tier: TierSummary) -> str:
+    """Jain index, starvation gap and floor check of a tier, in words."""
+    parts = []
+    jain = tier.fairness.jain_index
+    n = len(tier.fairness.tenants)
+    if jain is not None:
+        quality = "fair" if jain >= 0.95 else ("somewhat uneven" if jain >= 0.8 else "unfair")
+        parts.append(f"Jain index {jain:.3f} across {n} tenants ({quality})")
+    elif n <= 1:
+        parts.append(f"{n} tenant, so fairness across tenants does not apply")
+    if tier.starvation_max_gap_s is not None:
+        parts.append(f"longest gap without a served request {fmt.secs(tier.starvation_max_gap_s)}")
+    floor = tier.floor
+    if floor.minimum is not None:
+        state = "held" if floor.passed else "NOT held"
+        parts.append(
+            f"floor {state}: {fmt.pct(floor.share)} of goodput during saturation "
+            f"against a minimum of {fmt.pct(floor.minimum)}"
+        )
+    return f"{tier.name}: " + ("; ".join(parts) if parts else "no fairness data") + "."
+
+
+def headline(summary: Summary) -> list[str]:
+    """The few sentences a manager reads first."""
+    lines = [verdict_line(summary), saturation_line(summary)]
+    lines += [tier_line(summary, t) for t in summary.tiers]
+    return [line for line in lines if line]

@@ -1,0 +1,102 @@
+"""The rich end-of-run summary and the gate's verdict table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from audit.summary import Summary
+from reports import fmt, sentences
+
+
+def _verdict_cell(summary: Summary, tier: str) -> Text:
+    """'PASS', 'FAIL 1/2' or '–' for a tier."""
+    verdicts = [v for v in summary.verdicts if v.tier == tier]
+    if not verdicts:
+        return Text("–", style="dim")
+    failed = sum(1 for v in verdicts if not v.passed)
+    if failed:
+        return Text(f"FAIL {failed}/{len(verdicts)}", style="bold red")
+    return Text("PASS", style="bold green")
+
+
+def _banner(summary: Summary) -> Text:
+    """The one-line verdict, coloured."""
+    style = "bold white on red" if not summary.validity.valid else ("bold green" if summary.passed else "bold red")
+    return Text(sentences.verdict_line(summary), style=style)
+
+
+def tier_table(summary: Summary) -> Table:
+    """Per-tier table: requests, served, dropped %, 429, 503, TTFT p50/p99, verdict."""
+    colours = fmt.tier_colours(summary)
+    table = Table(title=f"rushhour · {summary.run.scenario} · {summary.run.run_id}", title_justify="left")
+    table.add_column("tier")
+    for name in ("requests", "served", "dropped", "429", "503", "TTFT p50", "TTFT p99"):
+        table.add_column(name, justify="right")
+    table.add_column("verdict")
+    for t in summary.tiers:
+        dropped = fmt.dropped_count(t.by_class)
+        table.add_row(
+            Text(t.name, style=f"bold {colours[t.name]}"),
+            fmt.count(t.requests),
+            fmt.count(t.by_class.get("served", 0)),
+            f"{fmt.count(dropped)} ({fmt.pct(t.drop_rate.value)})" if t.requests else "–",
+            fmt.count(t.by_status.get("429", 0)),
+            fmt.count(t.by_status.get("503", 0)),
+            fmt.ms(t.latency.ttft_ms.p50),
+            fmt.ms(t.latency.ttft_ms.p99),
+            _verdict_cell(summary, t.name),
+        )
+    return table
+
+
+def verdict_table(summary: Summary, wide: bool = True) -> Table:
+    """One row per SLO check; the 'why' column only when the console is wide."""
+    table = Table(title="SLO checks", title_justify="left")
+    table.add_column("tier", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    for name in ("threshold", "observed", "bound"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    if wide:
+        table.add_column("why", overflow="fold")
+    for v in summary.verdicts:
+        cells: list[str | Text] = [
+            v.tier,
+            v.check,
+            fmt.check_value(v.check, v.threshold),
+            fmt.check_value(v.check, v.observed),
+            fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
+            Text("PASS", style="bold green") if v.passed else Text("FAIL", style="bold red"),
+        ]
+        if wide:
+            cells.append(Text(v.message))
+        table.add_row(*cells)
+    return table
+
+
+def print_terminal(summary: Summary, console: Console) -> None:
+    """The end-of-run summary: verdict line, the story in sentences, the per-tier table, findings."""
+    console.print(_banner(summary))
+    for line in sentences.headline(summary)[1:]:
+        console.print(Text("  • " + line), highlight=False)
+    console.print(tier_table(summary))
+    if summary.verdicts:
+        console.print(verdict_table(summary, wide=console.width >= 120))
+    for f in summary.findings:
+        style = {"error": "red", "warning": "yellow"}.get(f.severity, "cyan")
+        console.print(f"[{style}]{f.severity}[/] {escape(f.kind)}: {escape(f.message)}", highlight=False)
+
+
+def print_verdicts(summary: Summary, console: Console) -> None:
+    """The gate's output: the verdict table and the one-line verdict."""
+    if not summary.validity.valid:
+        for reason in summary.validity.reasons:
+            console.print(Text("invalid: " + reason, style="red"), highlight=False)
+    if summary.verdicts:
+        console.print(verdict_table(summary, wide=console.width >= 120))
+    else:
+        console.print("No SLO checks configured.")
+    console.print(_banner(summary))

@@ -1,0 +1,33 @@
+"""Write every report file of a run folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from audit.summary import Summary
+from reports import drops
+from reports.html import render_html
+from reports.junit import render_junit
+from reports.markdown import render_markdown
+
+
+def _write(path: Path, text: str) -> Path:
+    """Write atomically, so a reader never sees half a report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_reports(summary: Summary, run_dir: Path) -> dict[str, Path]:
+    """Write report.html, report.md, junit.xml and drops.csv into ``run_dir``."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    csv_text = drops.render_csv(drops.drop_rows(summary, run_dir))
+    return {
+        "drops_csv": _write(run_dir / "drops.csv", csv_text),
+        "html": _write(run_dir / "report.html", render_html(summary, run_dir, csv_text)),
+        "markdown": _write(run_dir / "report.md", render_markdown(summary)),
+        "junit": _write(run_dir / "junit.xml", render_junit(summary)),
+    }

@@ -1,0 +1,106 @@
+"""Markdown and JUnit goldens, the JUnit XSD, sentences and the rich terminal tables."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import xmlschema
+from rich.console import Console
+
+from audit.summary import Finding, Summary
+from reports import print_terminal, print_verdicts, render_junit, render_markdown, sentences
+
+GOLDEN = Path(__file__).parent / "golden"
+XSD = Path(__file__).parent / "junit.xsd"
+UPDATE = os.environ.get("RUSHHOUR_UPDATE_GOLDEN") == "1"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE or not path.exists():
+        path.write_text(text, encoding="utf-8")
+        if not UPDATE:
+            pytest.fail(f"golden {name} did not exist; written — review it and rerun")
+    assert text == path.read_text(encoding="utf-8"), f"{name} changed; RUSHHOUR_UPDATE_GOLDEN=1 to accept"
+
+
+@pytest.mark.parametrize("which", ["summary", "edge"])
+def test_markdown_golden(which: str, request: pytest.FixtureRequest) -> None:
+    check_golden(f"{which}.md", render_markdown(request.getfixturevalue(which)))
+
+
+@pytest.mark.parametrize("which", ["summary", "edge"])
+def test_junit_golden_and_schema(which: str, request: pytest.FixtureRequest) -> None:
+    text = render_junit(request.getfixturevalue(which))
+    check_golden(f"{which}.junit.xml", text)
+    xmlschema.XMLSchema(str(XSD)).validate(text)
+
+
+def test_junit_structure(summary: Summary) -> None:
+    root = ET.fromstring(render_junit(summary))
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert list(suites) == ["rushhour.interactive", "rushhour.standard", "rushhour.batch"]
+    assert root.get("tests") == "6" and root.get("failures") == "2" and root.get("errors") == "0"
+    batch = suites["rushhour.batch"]
+    failure = batch.find("testcase[@name='floor_share']/failure")
+    assert failure is not None and "floor is 10 %" in (failure.get("message") or "")
+    assert suites["rushhour.interactive"].get("failures") == "0"
+
+
+def test_junit_invalid_run_is_an_error(edge: Summary) -> None:
+    root = ET.fromstring(render_junit(edge))
+    error = root.find("testsuite[@name='rushhour.run']/testcase[@name='validity']/error")
+    assert error is not None and error.get("type") == "invalid_run"
+    assert "loop lag" in (error.text or "")
+    assert root.get("errors") == "1"
+    idle = root.find("testsuite[@name='rushhour.idle']")
+    assert idle is not None and idle.get("failures") == "1"
+
+
+def test_junit_survives_control_characters(summary: Summary) -> None:
+    bad = summary.verdicts[3].model_copy(update={"message": "bad \x00\x1b[31m <&> ]]>"})
+    text = render_junit(summary.model_copy(update={"verdicts": [bad]}))
+    xmlschema.XMLSchema(str(XSD)).validate(text)
+    assert "<&>" not in text
+
+
+def test_markdown_escapes_hostile_text(summary: Summary) -> None:
+    hostile = Finding(kind="crosscheck", severity="error", tier="batch", message="<script>x</script> | col")
+    text = render_markdown(summary.model_copy(update={"findings": [hostile]}))
+    assert "<script>" not in text and "&lt;script&gt;" in text
+
+
+def test_sentences(summary: Summary, edge: Summary) -> None:
+    batch = sentences.tier_line(summary, summary.tier("batch"))
+    assert batch.startswith(
+        "During saturation batch waited p99 48.0 s; 71 % were dropped: "
+        "62 % rejected (queue full), 9.1 % timed out in the queue."
+    )
+    assert "720 × 429, 24 × 503" in batch
+    assert "never dropped" in sentences.tier_line(summary, summary.tier("interactive"))
+    assert sentences.saturation_line(summary).endswith("12:00:25–12:01:00 UTC.")
+    assert sentences.tier_line(edge, edge.tier("idle")) == "idle sent no requests, so nothing can be said about it."
+    assert sentences.verdict_line(edge).startswith("INVALID RUN")
+    assert "floor NOT held: 6.0 %" in sentences.fairness_line(summary.tier("batch"))
+
+
+def test_terminal_summary(summary: Summary) -> None:
+    console = Console(record=True, width=170, color_system=None)
+    print_terminal(summary, console)
+    text = console.export_text()
+    assert "FAIL: 2 of 6 SLO checks failed" in text
+    for expected in ("interactive", "1\u202f200", "744 (31 %)", "720", "48.0 s", "FAIL 1/2", "PASS"):
+        assert expected in text
+
+
+def test_terminal_tolerates_markup_in_text(summary: Summary, edge: Summary) -> None:
+    hostile = Finding(kind="x[/]", severity="warning", tier=None, message="[bold red]boom[/] [link=x]")
+    console = Console(record=True, width=170, color_system=None)
+    print_terminal(summary.model_copy(update={"findings": [hostile]}), console)
+    assert "[bold red]boom[/]" in console.export_text()
+    print_terminal(edge, console)
+    print_verdicts(edge, console)
+    assert "invalid: generator loop lag" in console.export_text()
