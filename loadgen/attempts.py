@@ -1,0 +1,215 @@
+"""One logical request, attempt by attempt: budget → breaker → send → record → retry/fallback decision.
+
+Every attempt is its own ``RequestRecord`` (same ``logical_id``, its own ``request_id``), so the audit
+sees retries and fallback switches with their reasons. The resilience, breaker and budget helpers are
+optional modules: when one is missing, its step is skipped.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import gevent
+
+from loadgen.context import RouteWire, WorkerContext
+from loadgen.prompts import Conversation
+from loadgen.record import RequestRecord
+from loadgen.wire.client import Cancelled, ConnectionPool, perform
+from loadgen.wire.dialects import build_body
+from loadgen.wire.http import build_request
+
+try:  # hook: retries and fallback (loadgen/resilience.py)
+    from loadgen import resilience as _resilience
+except ImportError:  # pragma: no cover - the helper module is optional
+    _resilience = None  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class Logical:
+    """What the persona wants sent once (however many attempts it takes)."""
+
+    tier: str
+    tenant: str
+    persona: str
+    prompt: Conversation
+    max_tokens: int
+    intended_ns: int
+    session_id: str = ""
+    task_id: str = ""
+    step: int = 0
+    fanout_index: int = 0
+    logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class Pools:
+    """A user's keep-alive connection pools, one per route."""
+
+    def __init__(self, max_idle: int = 8) -> None:
+        self.max_idle = max_idle
+        self._pools: dict[str, ConnectionPool] = {}
+
+    def get(self, route: RouteWire) -> ConnectionPool:
+        pool = self._pools.get(route.name)
+        if pool is None:
+            pool = self._pools[route.name] = ConnectionPool(route.endpoint, self.max_idle)
+        pool.max_idle = max(pool.max_idle, self.max_idle)
+        return pool
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+
+
+def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
+    """Send ``req`` until served or given up; returns the last attempt's record."""
+    policy = ctx.scenario.resilience.retries
+    rng = ctx.rng("retry", req.logical_id, rng_seed)
+    route_index = 0
+    attempt_on_route = 0
+    attempt = 0
+    retry_reason: str | None = None
+    first_sent: float | None = None
+    while True:
+        attempt += 1
+        attempt_on_route += 1
+        route = ctx.routes[route_index]
+        record = _attempt(ctx, pools, req, route, attempt, retry_reason)
+        if first_sent is None:
+            first_sent = time.monotonic()
+        if _resilience is None or record.cancelled or record.not_sent:
+            return record
+        decision = _resilience.next_step(
+            policy,
+            record,
+            attempt_on_route,
+            time.monotonic() - first_sent,
+            rng,
+            len(ctx.routes) - 1 - route_index,
+            route_index=route_index,
+        )
+        if decision.action in ("done", "give_up"):
+            return record
+        retry_reason = decision.reason or None
+        if decision.action == "fallback":
+            route_index = min(decision.route, len(ctx.routes) - 1)
+            attempt_on_route = 0
+        elif decision.delay_s > 0:
+            gevent.sleep(decision.delay_s)
+        if ctx.stopping and ctx.now_s() >= ctx.hard_stop_s:
+            return record
+
+
+def _attempt(
+    ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, attempt: int, retry_reason: str | None
+) -> RequestRecord:
+    wire = route.tiers[(req.tier, req.tenant)]
+    record = ctx.new_request(
+        logical_id=req.logical_id,
+        tier=req.tier,
+        tenant=req.tenant,
+        persona=req.persona,
+        session_id=req.session_id,
+        task_id=req.task_id,
+        step=req.step,
+        fanout_index=req.fanout_index,
+        attempt=attempt,
+        retry_reason=retry_reason,
+        route=route.name,
+        endpoint=route.url,
+        model=route.model,
+        dialect=route.dialect,
+        stream=ctx.scenario.target.stream,
+        key_fingerprint=wire.key_fingerprint,
+        intended_ns=req.intended_ns,
+    )
+    expected_prompt = req.prompt.tokens
+    # hook: cost guard (loadgen/budget.py) — refuse before sending, never after
+    if ctx.budget is not None and not ctx.budget.try_acquire(req.tier, expected_prompt, req.max_tokens):
+        record.not_sent = True
+        record.reason = "budget"
+        record.sent_ns = ctx.now_ns()
+        _budget_reached(ctx, req.tier)
+        _finish(ctx, record)
+        return record
+    # hook: circuit breaker per route (loadgen/breaker.py)
+    breaker = ctx.breakers.get(route.name)
+    if breaker is not None and not breaker.allow():
+        record.reason = "breaker_open"
+        record.error = f"circuit breaker open on route {route.name}"
+        record.sent_ns = record.done_ns = ctx.now_ns()
+        if ctx.budget is not None:
+            ctx.budget.settle(
+                req.tier, 0, 0, expected_prompt_tokens=expected_prompt, expected_output_tokens=req.max_tokens
+            )
+        _finish(ctx, record)
+        return record
+    path, body = build_body(
+        route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body
+    )
+    headers = dict(wire.headers)
+    headers["x-request-id"] = record.request_id
+    request = build_request(route.endpoint, path, headers, body)
+    record.prompt_bytes = len(body)
+    ctx.counters.sent += 1
+    ctx.counters.in_flight += 1
+    try:
+        perform(
+            pools.get(route),
+            request,
+            record,
+            anchor_ns=ctx.anchor.mono_ns,
+            dialect=route.dialect,
+            stream=ctx.scenario.target.stream,
+            timeouts=ctx.timeouts,
+            record_token_times=ctx.scenario.record_token_times,
+        )
+    except Cancelled:
+        if breaker is not None:
+            breaker.record_cancelled()
+        _settle(ctx, req, record, expected_prompt)
+        _finish(ctx, record)
+        raise
+    finally:
+        ctx.counters.in_flight -= 1
+    if breaker is not None:
+        breaker.record(record)
+    _settle(ctx, req, record, expected_prompt)
+    _finish(ctx, record)
+    return record
+
+
+def _settle(ctx: WorkerContext, req: Logical, record: RequestRecord, expected_prompt: int) -> None:
+    if ctx.budget is None:
+        return
+    billed = 200 <= record.status < 300
+    ctx.budget.settle(
+        req.tier,
+        (record.prompt_tokens or expected_prompt) if billed else 0,
+        (record.output_tokens or record.tokens) if billed else 0,
+        expected_prompt_tokens=expected_prompt,
+        expected_output_tokens=req.max_tokens,
+    )
+
+
+_budget_announced: set[str] = set()
+
+
+def _budget_reached(ctx: WorkerContext, tier: str) -> None:
+    scope = ctx.budget.stop_scope(tier) or "run"
+    key = "run" if scope == "run" else f"tier:{tier}"
+    if key in _budget_announced:
+        return
+    _budget_announced.add(key)
+    ctx.event("budget_reached", **ctx.budget.detail(tier))
+    if scope == "run":
+        ctx.stopping = True
+        ctx.stop_reason = "budget"
+
+
+def _finish(ctx: WorkerContext, record: RequestRecord) -> None:
+    ctx.write(record)
+    ctx.counters.done += 1
+    if ctx.on_attempt is not None:
+        ctx.on_attempt(record)

@@ -1,0 +1,126 @@
+"""Everything one Locust process shares while it drives load: run identity, clock, shard, routes, counters."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
+from loadgen.schedule import seeded_rng
+from loadgen.tiers import TierWire, map_tier
+from loadgen.wire.client import Timeouts
+from loadgen.wire.http import Endpoint
+from scenarios.model import Scenario
+
+
+@dataclass(slots=True)
+class RouteWire:
+    """One route (primary or a fallback): where it is and how each (tier, tenant) looks on it."""
+
+    name: str
+    url: str
+    endpoint: Endpoint
+    profile: str
+    model: str
+    dialect: str
+    tiers: dict[tuple[str, str], TierWire]
+
+
+def build_routes(scenario: Scenario, primary_url: str, testbed_url: str | None = None) -> list[RouteWire]:
+    """The primary route and the scenario's fallbacks, every tier mapped (errors before any send)."""
+    target = scenario.target
+    routes = [_route("primary", primary_url, target.profile, target.model, target.dialect, scenario, None)]
+    for fb in scenario.resilience.fallback:
+        url = testbed_url if fb.url == "testbed" and testbed_url else fb.url
+        routes.append(
+            _route(
+                fb.name,
+                url,
+                fb.profile,
+                fb.model or target.model,
+                fb.dialect or target.dialect,
+                scenario,
+                fb.credential,
+            )
+        )
+    return routes
+
+
+def _route(
+    name: str, url: str, profile: str, model: str, dialect: str, scenario: Scenario, credential: str | None
+) -> RouteWire:
+    tiers = {
+        (tier.name, tenant): map_tier(tier, tenant, profile, dialect, credential_override=credential)
+        for tier in scenario.tiers
+        for tenant in tier.tenant_ids
+    }
+    return RouteWire(name, url, Endpoint.parse(url), profile, model, dialect, tiers)
+
+
+@dataclass
+class Counters:
+    """Per-process totals for the health line and the live view."""
+
+    sent: int = 0
+    not_sent: int = 0
+    in_flight: int = 0
+    done: int = 0
+
+
+@dataclass
+class WorkerContext:
+    """The state one Locust process needs to drive its share of the scenario."""
+
+    scenario: Scenario
+    run_id: str
+    anchor: Anchor
+    writer: ShardWriter
+    routes: list[RouteWire]
+    worker_index: int = 0
+    workers: int = 1
+    counters: Counters = field(default_factory=Counters)
+    on_attempt: Callable[[RequestRecord], None] | None = None  # fires Locust's request event
+    budget: Any = None  # loadgen.budget.BudgetGuard when the scenario has a budget
+    breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.breaker.RouteBreaker
+    stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
+    stop_reason: str | None = None
+
+    @property
+    def timeouts(self) -> Timeouts:
+        t = self.scenario.resilience.timeouts
+        return Timeouts(connect_s=t.connect_s, ttft_s=t.ttft_s, total_s=t.total_s)
+
+    @property
+    def end_s(self) -> float:
+        """When arrivals stop (seconds from the anchor)."""
+        return self.scenario.duration_s
+
+    @property
+    def hard_stop_s(self) -> float:
+        """When in-flight work is cancelled."""
+        return self.scenario.duration_s + self.scenario.drain_s
+
+    def now_s(self) -> float:
+        return (time.monotonic_ns() - self.anchor.mono_ns) / 1e9
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns() - self.anchor.mono_ns
+
+    def rng(self, *parts: object) -> random.Random:
+        """The seeded RNG of one driver/user: (seed, persona, worker index, instance…)."""
+        return seeded_rng(self.scenario.seed, *parts)
+
+    def write(self, record: Record) -> None:
+        if not self.writer.closed:
+            self.writer.write(record)
+
+    def event(self, name: str, **detail: Any) -> None:
+        self.write(EventRecord(self.run_id, self.writer.next_seq(), self.now_ns(), name, detail))
+
+    def new_request(self, **fields: Any) -> RequestRecord:
+        """A request record with identity filled in (a fresh request_id per attempt)."""
+        return RequestRecord(run_id=self.run_id, seq=self.writer.next_seq(), request_id=uuid.uuid4().hex, **fields)

@@ -1,0 +1,217 @@
+"""The Locust entry point: ``python -m locust -f loadgen/locustfile.py`` (the runner builds the command).
+
+One ``RushhourDriver`` user per Locust process drives that process's share of the scenario (the
+runner asks for as many users as processes, and Locust places one on each worker). The run id,
+run folder, scenario and clock anchor come from ``--rh-*`` options (or ``RUSHHOUR_*`` variables);
+in distributed mode the master forwards them to every worker with the spawn message, and a master
+started without a run id makes one, so the workers of one run always share it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import User, events, task
+from locust.env import Environment
+
+from loadgen.context import WorkerContext, build_routes
+from loadgen.record import Anchor, BreakerRecord, RequestRecord, ShardWriter
+from loadgen.worker import Worker
+from scenarios import load_scenario
+from scenarios.model import Scenario
+
+log = logging.getLogger("rushhour")
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    group = parser.add_argument_group("rushhour")
+    group.add_argument("--rh-run-dir", env_var="RUSHHOUR_RUN_DIR", default="", help="run folder (records/ go here)")
+    group.add_argument(
+        "--rh-run-id", env_var="RUSHHOUR_RUN_ID", default="", help="run id (made by the master if empty)"
+    )
+    group.add_argument(
+        "--rh-scenario",
+        env_var="RUSHHOUR_SCENARIO",
+        default="",
+        help="scenario YAML or a run.json holding the resolved scenario",
+    )
+    group.add_argument(
+        "--rh-target", env_var="RUSHHOUR_TARGET", default="", help="target base URL (overrides the scenario)"
+    )
+    group.add_argument("--rh-mono-anchor-ns", env_var="RUSHHOUR_MONO_ANCHOR_NS", default="0", help="monotonic anchor")
+    group.add_argument("--rh-wall-anchor-ns", env_var="RUSHHOUR_WALL_ANCHOR_NS", default="0", help="wall-clock anchor")
+    group.add_argument(
+        "--rh-anchor-host",
+        env_var="RUSHHOUR_ANCHOR_HOST",
+        default="",
+        help="host whose monotonic clock the anchor belongs to",
+    )
+    group.add_argument("--rh-workers", env_var="RUSHHOUR_WORKERS", default="0", help="Locust processes in the run")
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_: Any) -> None:
+    opts = environment.parsed_options
+    if opts is None:
+        return
+    if not opts.rh_run_id and not getattr(opts, "worker", False):
+        # a master (or a standalone Locust) without a run id makes one; workers get it from the master
+        opts.rh_run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False):
+        anchor = Anchor.now()
+        lead = 3_000_000_000  # let the workers connect before the schedule starts
+        opts.rh_mono_anchor_ns = str(anchor.mono_ns + lead)
+        opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
+        opts.rh_anchor_host = socket.gethostname()
+
+
+def _anchor(opts: Any) -> Anchor:
+    """This process's anchor: the runner's on its own host; elsewhere, derived from the wall clock."""
+    mono, wall = int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0)
+    if mono and (not opts.rh_anchor_host or opts.rh_anchor_host == socket.gethostname()):
+        return Anchor(mono, wall)
+    # another machine: its monotonic clock is unrelated; line up through the (NTP) wall clock
+    now = Anchor.now()
+    return Anchor(now.mono_ns - (now.wall_ns - wall), wall)
+
+
+def _load(opts: Any) -> Scenario:
+    path = Path(opts.rh_scenario)
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        return Scenario.model_validate(data.get("scenario", data))
+    return load_scenario(path)
+
+
+class RushhourDriver(User):
+    """One per process: runs the process's share of every persona on the lean gevent wire client."""
+
+    abstract = False
+    fixed_count = 0
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self.worker: Worker | None = None
+
+    @task
+    def drive(self) -> None:
+        if _WORKERS:
+            # Locust moved a quitting worker's user here: this process already drives its share
+            gevent.sleep(10**6)
+            return
+        env = self.environment
+        opts = env.parsed_options
+        runner = env.runner
+        is_worker = bool(getattr(opts, "worker", False))
+        worker_index = max(0, getattr(runner, "worker_index", 0)) if is_worker else 0
+        workers = int(opts.rh_workers or 0) or (int(getattr(opts, "expect_workers", 1) or 1) if is_worker else 1)
+        ctx = _context(opts, worker_index, workers)
+        _CONTEXTS.append(ctx)
+        self.worker = Worker(ctx)
+        _WORKERS.append(self.worker)
+        ctx.on_attempt = _request_event(env)
+        try:
+            self.worker.run()
+        finally:
+            self.worker.cancel()
+            _write_stop(ctx)
+            self.worker.close()
+        runner.quit()  # this process is done; a master ends the run when its last worker quits
+
+
+_WORKERS: list[Worker] = []
+_CONTEXTS: list[WorkerContext] = []
+
+
+def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
+    scenario = _load(opts)
+    anchor = _anchor(opts)
+    run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
+    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
+    target = opts.rh_target or scenario.target.url
+    routes = build_routes(scenario, target, testbed_url=target)
+    ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
+    _attach_guards(ctx)
+    ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())
+    return ctx
+
+
+def _attach_guards(ctx: WorkerContext) -> None:
+    """Budget guard and circuit breakers, when the scenario asks and the helper modules exist."""
+    scenario = ctx.scenario
+    if scenario.budget is not None:
+        try:
+            from loadgen.budget import BudgetGuard
+
+            ctx.budget = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index)
+        except ImportError:  # pragma: no cover
+            log.warning("loadgen.budget is missing: the scenario's budget is not enforced")
+    if scenario.resilience.breaker is not None:
+        try:
+            from loadgen.breaker import RouteBreaker
+        except ImportError:  # pragma: no cover
+            return
+        cfg = scenario.resilience.breaker
+
+        def on_change(route: str, old: str, new: str, cause: str | None) -> None:
+            ctx.write(BreakerRecord(ctx.run_id, ctx.writer.next_seq(), ctx.now_ns(), route, new, old, cause))
+
+        for route in ctx.routes:
+            ctx.breakers[route.name] = RouteBreaker(route.name, cfg.fail_max, cfg.reset_timeout_s, on_change)
+
+
+def _request_event(env: Environment) -> Any:
+    fire = env.events.request.fire
+
+    def on_attempt(record: RequestRecord) -> None:
+        if record.not_sent:
+            return
+        ok = 200 <= record.status < 300 and record.complete and not record.in_band_error
+        elapsed = ((record.done_ns or 0) - (record.sent_ns or 0)) / 1e6
+        exc = (
+            None
+            if ok
+            else RuntimeError(
+                f"{record.status} {record.reason or record.in_band_error or record.error or ''}".strip()[:120]
+            )
+        )
+        fire(
+            request_type=record.dialect or "POST",
+            name=record.tier,
+            response_time=elapsed,
+            response_length=record.tokens,
+            exception=exc,
+            context={"tenant": record.tenant},
+        )
+
+    return on_attempt
+
+
+def _write_stop(ctx: WorkerContext) -> None:
+    # the runner reads stop reasons from the shards' event lines
+    if not ctx.writer.closed:
+        ctx.event("worker_stop", reason=ctx.stop_reason or "interrupted")
+
+
+def _close_all(**_: Any) -> None:
+    for worker in _WORKERS:
+        try:
+            if not worker.ctx.writer.closed:
+                worker.ctx.stop_reason = worker.ctx.stop_reason or "interrupted"
+                worker.cancel()
+                _write_stop(worker.ctx)
+            worker.close()
+        except Exception:  # closing must go on for the other shards
+            log.exception("closing a shard failed")
+
+
+events.test_stop.add_listener(_close_all)
+events.quitting.add_listener(_close_all)

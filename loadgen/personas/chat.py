@@ -1,0 +1,101 @@
+"""Chat users: sessions arrive open-loop; turns inside a session are closed-loop with think time."""
+
+from __future__ import annotations
+
+import gevent
+from gevent.pool import Group
+
+from loadgen import prompts
+from loadgen.attempts import Logical, Pools, send_logical
+from loadgen.context import WorkerContext
+from loadgen.personas.common import close_task, count_call, new_task, not_sent, sleep_until
+from loadgen.schedule import next_arrival, unit_work, worker_share, worker_slots
+from loadgen.wire.client import Cancelled
+from scenarios.model import ChatPersona
+
+
+def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:
+    """Arrival loop of one chat persona in this process (its share of the rate)."""
+    rng = ctx.rng(persona.name, ctx.worker_index, "arrivals")
+    rate = worker_share(persona.arrival.rate, ctx.workers)
+    slots = worker_slots(persona.max_concurrent_sessions, ctx.workers, ctx.worker_index)
+    tenants = ctx.scenario.tier(persona.tier).tenant_ids
+    system = (
+        prompts.text(f"system:{persona.name}", persona.system_prompt_tokens) if persona.system_prompt_tokens else ""
+    )
+    active: set[gevent.Greenlet] = set()
+    t = 0.0
+    instance = 0
+    while not ctx.stopping:
+        arrival = next_arrival(t, unit_work(persona.arrival, rng), rate, ctx.scenario.phases, ctx.end_s)
+        if arrival is None:
+            return
+        t = arrival
+        instance += 1
+        sleep_until(ctx, t)
+        if ctx.stopping:
+            return
+        session_rng = ctx.rng(persona.name, ctx.worker_index, instance)
+        tenant = session_rng.choice(tenants)
+        intended_ns = int(t * 1e9)
+        if len(active) >= slots:
+            session_id = f"{persona.name}-w{ctx.worker_index}-{instance}"
+            not_sent(
+                ctx,
+                Logical(
+                    persona.tier, tenant, persona.name, prompts.Conversation(), 0, intended_ns, session_id=session_id
+                ),
+            )
+            continue
+        glet = group.spawn(_session, ctx, persona, instance, tenant, system, intended_ns)
+        active.add(glet)
+        glet.link(active.discard)
+
+
+def _session(
+    ctx: WorkerContext, persona: ChatPersona, instance: int, tenant: str, system: str, intended_ns: int
+) -> None:
+    rng = ctx.rng(persona.name, ctx.worker_index, instance, "session")
+    session_id = f"{persona.name}-w{ctx.worker_index}-{instance}"
+    task = new_task(ctx, persona.name, persona.tier, tenant, session_id)
+    task.task_id = session_id
+    turns = persona.turns.sample_int(rng, lowest=1)
+    conv = prompts.Conversation(system)
+    pools = Pools(max_idle=1)
+    outcome = "completed"
+    try:
+        for turn in range(turns):
+            if turn > 0:
+                think = persona.think_time_s.sample(rng)
+                sleep_until(ctx, ctx.now_s() + think)
+                if ctx.stopping or ctx.now_s() >= ctx.end_s:
+                    outcome = "cancelled"  # the run ended before the user's next turn
+                    break
+                intended_ns = ctx.now_ns()
+            new_text = prompts.text(f"{session_id}:u{turn}", persona.prompt_tokens.sample_int(rng, lowest=1))
+            max_tokens = persona.output_tokens.sample_int(rng, lowest=1)
+            req = Logical(
+                persona.tier,
+                tenant,
+                persona.name,
+                conv.with_user(new_text),
+                max_tokens,
+                intended_ns,
+                session_id=session_id,
+                task_id=session_id,
+                step=turn,
+            )
+            record = send_logical(ctx, pools, req)
+            task.steps += 1
+            if not count_call(task, record):
+                outcome = "failed"
+                break
+            produced = record.output_tokens or record.tokens or max_tokens
+            conv.append("user", new_text)
+            conv.append("assistant", prompts.text(f"{session_id}:a{turn}", produced))
+    except (Cancelled, gevent.GreenletExit):
+        outcome = "cancelled"
+        raise
+    finally:
+        pools.close()
+        close_task(ctx, task, outcome)

@@ -1,0 +1,95 @@
+"""Shared persona helpers: sleeping to a schedule, task records, the not-sent record."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import gevent
+
+from loadgen.attempts import Logical
+from loadgen.context import WorkerContext
+from loadgen.record import RequestRecord, TaskRecord
+from loadgen.resilience_facts import is_ok
+
+
+def sleep_until(ctx: WorkerContext, t_s: float) -> None:
+    """Sleep until ``t_s`` seconds after the anchor (returns at once when it has passed)."""
+    delay = t_s - ctx.now_s()
+    if delay > 0:
+        gevent.sleep(delay)
+
+
+def new_task(ctx: WorkerContext, persona: str, tier: str, tenant: str, session_id: str = "") -> TaskRecord:
+    return TaskRecord(
+        run_id=ctx.run_id,
+        seq=0,
+        task_id=uuid.uuid4().hex,
+        persona=persona,
+        tier=tier,
+        tenant=tenant,
+        session_id=session_id,
+        start_ns=ctx.now_ns(),
+    )
+
+
+def close_task(ctx: WorkerContext, task: TaskRecord, outcome: str) -> None:
+    task.seq = ctx.writer.next_seq()
+    task.end_ns = ctx.now_ns()
+    task.outcome = outcome
+    ctx.write(task)
+
+
+def count_call(task: TaskRecord, record: RequestRecord) -> bool:
+    """Book one logical call on a task; True when it was served."""
+    task.calls += 1
+    ok = is_ok(record)
+    if not ok:
+        task.calls_failed += 1
+        if task.first_failure is None:
+            task.first_failure = _describe(record)
+    return ok
+
+
+def _describe(record: RequestRecord) -> str:
+    if record.cancelled:
+        return "cancelled"
+    if record.client_timeout:
+        return "timeout"
+    if record.transport_error or record.status == 0:
+        return f"transport {record.reason or record.error or ''}".strip()
+    if record.in_band_error:
+        return f"in_band {record.reason or ''}".strip()
+    if 200 <= record.status < 300:
+        return "incomplete"
+    return f"{record.status} {record.reason or ''}".strip()
+
+
+def not_sent(ctx: WorkerContext, req: Logical) -> RequestRecord:
+    """The schedule wanted a request sent but the generator had no free slot: record it, send nothing."""
+    route = ctx.routes[0]
+    record = ctx.new_request(
+        logical_id=req.logical_id,
+        tier=req.tier,
+        tenant=req.tenant,
+        persona=req.persona,
+        session_id=req.session_id,
+        task_id=req.task_id,
+        step=req.step,
+        route=route.name,
+        endpoint=route.url,
+        model=route.model,
+        dialect=route.dialect,
+        intended_ns=req.intended_ns,
+        not_sent=True,
+        key_fingerprint=route.tiers[(req.tier, req.tenant)].key_fingerprint,
+    )
+    record.sent_ns = None
+    record.done_ns = ctx.now_ns()
+    ctx.counters.not_sent += 1
+    ctx.write(record)
+    return record
+
+
+def monotonic_s() -> float:
+    return time.monotonic()

@@ -1,0 +1,82 @@
+"""Trace replay: each row of a real trace becomes one request at its (scaled) timestamp."""
+
+from __future__ import annotations
+
+import contextlib
+
+import gevent
+from gevent.pool import Group
+
+from loadgen import prompts
+from loadgen.attempts import Logical, Pools, send_logical
+from loadgen.context import WorkerContext
+from loadgen.personas.common import not_sent, sleep_until
+from loadgen.schedule import mine, worker_slots
+from loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow, read_trace, schedule
+from loadgen.wire.client import Cancelled
+from scenarios.distributions import resolve_trace_path
+from scenarios.model import TraceReplayPersona
+
+
+def prompt_for(persona: TraceReplayPersona, row: TraceRow) -> prompts.Conversation:
+    """The prompt of one row: Mooncake rows reuse one text per block id, so shared blocks share bytes."""
+    tokens = min(row.prompt_tokens, persona.max_prompt_tokens)
+    if not row.hash_ids:
+        return prompts.Conversation("", [("user", prompts.text(f"trace:{persona.name}:{row.index}", tokens))])
+    pieces: list[str] = []
+    remaining = tokens
+    for block in row.hash_ids:
+        if remaining <= 0:
+            break
+        size = min(MOONCAKE_BLOCK_TOKENS, remaining)
+        # a full block is the same text wherever it appears; a partial tail block is its own text
+        key = f"mc:{block}" if size == MOONCAKE_BLOCK_TOKENS else f"mc:{block}:{size}"
+        pieces.append(prompts.text(key, size))
+        remaining -= size
+    if remaining > 0:
+        pieces.append(prompts.text(f"trace:{persona.name}:{row.index}:tail", remaining))
+    return prompts.Conversation("", [("user", "".join(pieces))])
+
+
+def run_replay(ctx: WorkerContext, persona: TraceReplayPersona, group: Group) -> None:
+    rows = read_trace(resolve_trace_path(persona.trace), persona.format)
+    plan = schedule(rows, time_scale=persona.time_scale, start_s=persona.start_s, limit=persona.limit, end_s=ctx.end_s)
+    slots = worker_slots(persona.max_in_flight, ctx.workers, ctx.worker_index)
+    tenants = ctx.scenario.tier(persona.tier).tenant_ids
+    active: set[gevent.Greenlet] = set()
+    pools = Pools(max_idle=min(64, slots))
+    for n, (when, row) in enumerate(plan):
+        if not mine(n, ctx.worker_index, ctx.workers):
+            continue
+        sleep_until(ctx, when)
+        if ctx.stopping:
+            return
+        tenant = tenants[row.index % len(tenants)]
+        max_tokens = max(1, min(row.output_tokens, persona.max_output_tokens))
+        intended_ns = int(when * 1e9)
+        session = f"{persona.name}-r{row.index}"
+        if len(active) >= slots:
+            not_sent(
+                ctx,
+                Logical(
+                    persona.tier,
+                    tenant,
+                    persona.name,
+                    prompts.Conversation(),
+                    max_tokens,
+                    intended_ns,
+                    session_id=session,
+                ),
+            )
+            continue
+        req = Logical(
+            persona.tier, tenant, persona.name, prompt_for(persona, row), max_tokens, intended_ns, session_id=session
+        )
+        glet = group.spawn(_one, ctx, pools, req)
+        active.add(glet)
+        glet.link(active.discard)
+
+
+def _one(ctx: WorkerContext, pools: Pools, req: Logical) -> None:
+    with contextlib.suppress(Cancelled):
+        send_logical(ctx, pools, req)

@@ -1,0 +1,93 @@
+"""Deterministic prompt text: n tokens ≈ 4n ASCII bytes, the same bytes for the same key, every run.
+
+Prefix caches (the testbed's and real ones) hash the prompt in blocks, so a conversation that
+re-sends its history must re-send it byte for byte: every piece of text here is a pure function of
+(key, token count), and conversations are lists of such pieces that only ever grow at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+BYTES_PER_TOKEN = 4  # same convention as the testbed's token counter (ceil(bytes / 4))
+_BASE_BYTES = 1 << 20
+
+_WORDS_TEXT = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but "
+    "have an they you were her she there been one all we their has would when if so no will more can "
+    "out up other into time only some could new them these than first two may then do any like my "
+    "now over such our man me even most made after also did many before must through back years "
+    "where much your way well down should because each just those people how too little state good "
+    "very make world still own see men work long get here between both life being under never day "
+    "same another know while last might us great old year off come since against go came right used "
+    "take three queue token batch cache tier model serve route agent tool step stream "
+)
+_WORDS = _WORDS_TEXT.split()
+
+
+@functools.lru_cache(maxsize=1)
+def _base() -> bytes:
+    """1 MiB of word salad from a fixed seed, doubled so any window can be sliced without wrapping."""
+    rng = random.Random(0x5EED)
+    parts: list[str] = []
+    size = 0
+    while size < _BASE_BYTES:
+        word = rng.choice(_WORDS)
+        parts.append(word)
+        size += len(word) + 1
+    text = " ".join(parts).encode("ascii")[:_BASE_BYTES]
+    return text + text
+
+
+def _offset(key: str) -> int:
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % _BASE_BYTES
+
+
+def text(key: str, tokens: int) -> str:
+    """Exactly ``max(tokens, 1) * 4`` ASCII bytes, starting with a tag unique to ``key``."""
+    size = max(1, tokens) * BYTES_PER_TOKEN
+    tag = "[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest() + "] "
+    if size <= len(tag):
+        return tag[:size]
+    base = _base()
+    need = size - len(tag)
+    start = _offset(key)
+    if need <= _BASE_BYTES:
+        body = base[start : start + need]
+    else:
+        reps = need // _BASE_BYTES + 1
+        body = (base[start : start + _BASE_BYTES] * reps)[:need]
+    return tag + body.decode("ascii")
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A growing prompt: a system text and alternating user/assistant messages, append-only."""
+
+    system: str = ""
+    messages: list[tuple[str, str]] = field(default_factory=list)  # (role, content)
+
+    def with_user(self, content: str) -> Conversation:
+        """A copy with one more user message (the copy shares the history's strings)."""
+        return Conversation(self.system, [*self.messages, ("user", content)])
+
+    def append(self, role: str, content: str) -> None:
+        self.messages.append((role, content))
+
+    @property
+    def bytes(self) -> int:
+        return len(self.system) + sum(len(c) for _, c in self.messages)
+
+    @property
+    def tokens(self) -> int:
+        return -(-self.bytes // BYTES_PER_TOKEN)
+
+    def flat(self) -> str:
+        """One prompt string (completions dialect): the pieces in order, newline-separated."""
+        parts = [self.system] if self.system else []
+        parts += [c for _, c in self.messages]
+        return "\n".join(parts)

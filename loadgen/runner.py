@@ -1,0 +1,440 @@
+"""``rushhour run``: resolve the scenario, start the testbed if asked, drive Locust, watch, stop, record.
+
+This module runs in the parent process and never imports locust or gevent: Locust (which
+monkey-patches for gevent on import) runs as a subprocess with ``loadgen/locustfile.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import platform
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from loadgen.live import ShardTail, render
+from loadgen.record import Anchor, read_manifest, shard_paths, write_manifest
+from loadgen.schedule import scale_phases
+from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
+from loadgen.tiers import TierError, map_tier
+from scenarios import ScenarioError, load_scenario
+from scenarios.loader import Problem
+from scenarios.model import PROFILES, Scenario, parse_duration
+
+EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
+STARTUP_LEAD_S = 3.0  # the schedule starts this long after the anchor is taken: Locust needs to start
+STOP_GRACE_S = 15.0
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+@dataclass
+class RunOptions:
+    """Overrides and switches for one run (the CLI passes exactly the first eight)."""
+
+    target: str | None = None
+    profile: str | None = None
+    out_dir: Path = Path("runs")
+    processes: int = 1
+    duration: str | None = None
+    seed: int | None = None
+    web: bool = False
+    dry_run: bool = False
+    locust_args: list[str] = field(default_factory=list)  # extra Locust flags (advanced)
+    live: bool | None = None  # None: a live view when the console is a terminal
+
+
+@dataclass
+class RunResult:
+    run_dir: Path | None
+    exit_code: int
+    stop_reason: str | None = None
+
+
+def new_run_id() -> str:
+    """UTC timestamp + a short random suffix: sortable and unique."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
+    """The scenario with the command line's target, profile, seed and duration applied (pure)."""
+    update: dict[str, Any] = {}
+    target = scenario.target
+    if options.target or options.profile:
+        if options.profile and options.profile not in PROFILES:
+            raise ScenarioError(
+                "--profile",
+                [
+                    Problem(
+                        "target.profile", None, f"unknown profile {options.profile!r}", f"known: {', '.join(PROFILES)}"
+                    )
+                ],
+            )
+        tupdate: dict[str, Any] = {}
+        if options.target:
+            tupdate["url"] = options.target.rstrip("/")
+        if options.profile:
+            tupdate["profile"] = options.profile
+        target = target.model_copy(update=tupdate)
+        try:
+            target = type(target).model_validate(target.model_dump())
+        except ValueError as exc:
+            raise ScenarioError("--target", [Problem("target.url", None, str(exc))]) from None
+        update["target"] = target
+    if options.seed is not None:
+        update["seed"] = options.seed
+    if options.duration:
+        try:
+            total = parse_duration(options.duration)
+            update["phases"] = scale_phases(scenario.phases, total)
+        except ValueError as exc:
+            raise ScenarioError("--duration", [Problem("phases", None, str(exc))]) from None
+    return scenario.model_copy(update=update) if update else scenario
+
+
+def check_mapping(scenario: Scenario, where: str) -> None:
+    """Map every (tier, tenant) on every route now: a bad profile or credential fails before any send."""
+    routes: list[tuple[str, str, str | None]] = [(scenario.target.profile, scenario.target.dialect, None)]
+    routes += [(r.profile, r.dialect or scenario.target.dialect, r.credential) for r in scenario.resilience.fallback]
+    problems = []
+    for profile, dialect, cred in routes:
+        for tier in scenario.tiers:
+            try:
+                map_tier(tier, tier.tenant_ids[0], profile, dialect, credential_override=cred)
+            except TierError as exc:
+                problems.append(Problem(f"tiers.{tier.name}", None, str(exc)))
+    if problems:
+        raise ScenarioError(where, problems)
+
+
+def _versions() -> dict[str, str]:
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "python": platform.python_version(),
+        "locust": version("locust"),
+        "rushhour": version("rushhour"),
+        "gevent": version("gevent"),
+    }
+
+
+def _iso(ns: int | None = None) -> str:
+    ts = (ns if ns is not None else time.time_ns()) / 1e9
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = None) -> RunResult:
+    """Run one scenario end to end; raises ``ScenarioError``/``FileNotFoundError`` for bad input."""
+    scenario = apply_overrides(load_scenario(name_or_path), options)
+    check_mapping(scenario, str(name_or_path))
+    if options.processes < 1:
+        raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
+    if options.dry_run:
+        return _dry_run(scenario, console)
+    run_id = new_run_id()
+    run_dir = (Path(options.out_dir) / run_id).resolve()
+    (run_dir / "records").mkdir(parents=True)
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "scenario_name": scenario.name,
+        "scenario_source": str(name_or_path),
+        "scenario": scenario.model_dump(mode="json"),
+        "seed": scenario.seed,
+        "target_url": scenario.target.url,
+        "profile": scenario.target.profile,
+        "model": scenario.target.model,
+        "dialect": scenario.target.dialect,
+        "processes": options.processes,
+        "versions": _versions(),
+        "command_line": list(sys.argv),
+        "hostname": socket.gethostname(),
+        "duration_s": scenario.duration_s,
+        "drain_s": scenario.drain_s,
+        "started_at": _iso(),
+    }
+    testbed: TestbedProcess | None = None
+    target_url = scenario.target.url
+    try:
+        if scenario.target.is_testbed:
+            _say(console, "starting the testbed …")
+            try:
+                testbed = TestbedProcess.start(scenario, run_dir)
+            except TestbedError as exc:
+                manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
+                write_manifest(run_dir, manifest)
+                _say(console, f"[bold red]error:[/] {exc}")
+                return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+            target_url = testbed.url
+            manifest.update(
+                testbed_port=testbed.port,
+                testbed_url=testbed.url,
+                testbed_ledger=str(testbed.ledger),
+                testbed_config=str(testbed.config_path),
+                testbed_pid=testbed.proc.pid,
+            )
+        now = Anchor.now()
+        lead = int(STARTUP_LEAD_S * 1e9)
+        anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
+        manifest.update(
+            mono_anchor_ns=anchor.mono_ns,
+            wall_anchor_ns=anchor.wall_ns,
+            resolved_target_url=target_url,
+            schedule_starts_at=_iso(anchor.wall_ns),
+        )
+        write_manifest(run_dir, manifest)
+        return _drive(scenario, options, run_dir, run_id, anchor, target_url, manifest, console)
+    finally:
+        if testbed is not None:
+            testbed.stop()
+
+
+def _dry_run(scenario: Scenario, console: Any) -> RunResult:
+    from loadgen.dryrun import plan, render_plan
+
+    result = plan(scenario)
+    if console is not None:
+        console.print(render_plan(result))
+        for warning in result.budget_warnings:
+            console.print(f"[yellow]warning:[/] {warning}")
+    return RunResult(None, EXIT_OK, "dry_run")
+
+
+def locust_command(
+    options: RunOptions, run_dir: Path, run_id: str, anchor: Anchor, target_url: str, total_s: float
+) -> list[str]:
+    """The Locust command line: one driver user per process, a run-time cap with margin."""
+    n = options.processes
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "-u",
+        str(n),
+        "-r",
+        str(n),
+        "-t",
+        f"{int(total_s + STARTUP_LEAD_S + 20)}s",
+        "--loglevel",
+        "WARNING",
+        "--rh-run-dir",
+        str(run_dir),
+        "--rh-run-id",
+        run_id,
+        "--rh-scenario",
+        str(run_dir / "run.json"),
+        "--rh-target",
+        target_url,
+        "--rh-mono-anchor-ns",
+        str(anchor.mono_ns),
+        "--rh-wall-anchor-ns",
+        str(anchor.wall_ns),
+        "--rh-anchor-host",
+        socket.gethostname(),
+        "--rh-workers",
+        str(n),
+    ]
+    if options.web:
+        cmd += ["--autostart", "--autoquit", "60", "--web-host", "127.0.0.1"]
+    else:
+        cmd += ["--headless", "--only-summary"]
+    if n > 1:
+        cmd += ["--processes", str(n)]
+    return cmd + list(options.locust_args)
+
+
+class _Signals:
+    """Catches SIGINT/SIGTERM in the runner so they are forwarded to Locust, not fatal here."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave handlers alone
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _drive(
+    scenario: Scenario,
+    options: RunOptions,
+    run_dir: Path,
+    run_id: str,
+    anchor: Anchor,
+    target_url: str,
+    manifest: dict[str, Any],
+    console: Any,
+) -> RunResult:
+    total_s = scenario.duration_s + scenario.drain_s
+    cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s)
+    manifest["locust_command"] = cmd
+    write_manifest(run_dir, manifest)
+    scraper = _start_scraper(scenario, target_url, run_dir, anchor)
+    tail = ShardTail(run_dir)
+    log_path = run_dir / "locust.log"
+    children: set[int] = set()
+    forwarded_at: float | None = None
+    with _Signals() as sigs, log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
+        )
+        manifest["locust_pid"] = proc.pid
+        write_manifest(run_dir, manifest)
+        live = _live(console, options)
+        hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + 40
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                children |= _child_pids(proc.pid)
+                tail.poll()
+                elapsed = (time.monotonic_ns() - anchor.mono_ns) / 1e9
+                if live is not None:
+                    live.update(render(tail, max(0.0, elapsed), total_s))
+                if sigs.count and forwarded_at is None:
+                    _say(console, "stopping: in-flight requests are recorded as cancelled …")
+                    _signal(proc.pid, signal.SIGTERM)
+                    forwarded_at = time.monotonic()
+                elif sigs.count > 1 or (forwarded_at and time.monotonic() - forwarded_at > STOP_GRACE_S):
+                    _kill_all(proc, children)
+                elif time.monotonic() > hard_deadline and forwarded_at is None:
+                    _signal(proc.pid, signal.SIGTERM)
+                    forwarded_at = time.monotonic()
+        finally:
+            if proc.poll() is None:
+                stop_pid(proc, STOP_GRACE_S)
+            _reap(children)
+            if live is not None:
+                tail.poll()
+                live.update(render(tail, total_s, total_s))
+                live.stop()
+            if scraper is not None:
+                scraper.stop()
+    tail.poll()
+    interrupted = sigs.count > 0
+    stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
+    shards = shard_paths(run_dir)
+    manifest = read_manifest(run_dir) | {
+        "ended_at": _iso(),
+        "stop_reason": stop_reason,
+        "locust_exit_code": proc.returncode,
+        "shards": [p.name for p in shards],
+        "generator_warning": tail.saturated(),
+    }
+    write_manifest(run_dir, manifest)
+    if not interrupted and not any(_has_requests(p) for p in shards) and proc.returncode not in (0, 1):
+        _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
+        return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+    _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+    return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
+
+
+def _has_requests(path: Path) -> bool:
+    with path.open("rb") as handle:
+        return b'"kind":"request"' in handle.read(1 << 20) or path.stat().st_size > (1 << 20)
+
+
+def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: Anchor) -> Any:
+    metrics = scenario.target.metrics
+    if metrics is None:
+        return None
+    try:
+        from loadgen.scrape import MetricsScraper, metrics_url
+    except ImportError:  # pragma: no cover - helper optional
+        return None
+    url = metrics_url(target_url, metrics.url)
+    if url is None:
+        return None
+    return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor).start()
+
+
+def _live(console: Any, options: RunOptions) -> Any:
+    show = options.live if options.live is not None else bool(console is not None and console.is_terminal)
+    if not show or console is None:
+        return None
+    from rich.live import Live
+
+    live = Live(console=console, refresh_per_second=2, transient=False)
+    live.start()
+    return live
+
+
+def _child_pids(pid: int) -> set[int]:
+    try:
+        import psutil
+
+        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except Exception:  # the process may be gone already
+        return set()
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _kill_all(proc: subprocess.Popen[bytes], children: set[int]) -> None:
+    _signal(proc.pid, signal.SIGKILL)
+    for pid in children:
+        _signal(pid, signal.SIGKILL)
+
+
+def _reap(children: set[int]) -> None:
+    """Locust workers we saw: give them a moment, then SIGKILL any that outlived their master."""
+    deadline = time.monotonic() + 5
+    alive = set(children)
+    while alive and time.monotonic() < deadline:
+        alive = {pid for pid in alive if _alive(pid)}
+        if alive:
+            time.sleep(0.1)
+    for pid in alive:
+        _signal(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def _say(console: Any, text: str) -> None:
+    if console is not None:
+        console.print(text, highlight=False)
+
+
+__all__ = [
+    "RunOptions",
+    "RunResult",
+    "apply_overrides",
+    "check_mapping",
+    "locust_command",
+    "new_run_id",
+    "repo_root",
+    "run_scenario",
+]

@@ -1,0 +1,117 @@
+"""Tier → wire mapping per stack profile: credentials, headers and body fields (pure functions).
+
+rushhour's tier priority is "higher = more urgent" (llm-d's polarity). vLLM's body ``priority`` is
+"lower = earlier", so it is sent negated; SGLang's default is "higher = earlier", so it is sent as is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.record import fingerprint, register_secret
+from scenarios.model import PROFILES, Tier
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+_LLMD = ("x-llm-d-inference-objective", "x-llm-d-inference-fairness-id")
+_GAIE = ("x-gateway-inference-objective", "x-gateway-inference-fairness-id")
+_OBJECTIVE_HEADERS: dict[str, tuple[str, str]] = {
+    "llm-d": _LLMD,
+    "testbed": _LLMD,
+    "headroom": _LLMD,
+    "fifo": _LLMD,
+    "gaie-v1": _GAIE,
+}
+
+
+class TierError(ValueError):
+    """A tier cannot be mapped for this stack (unknown profile, missing credential)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierWire:
+    """Everything a request of one (tier, tenant) carries on the wire for one route."""
+
+    tier: str
+    tenant: str
+    headers: dict[str, str] = field(default_factory=dict)  # includes the credential header, if any
+    body: dict[str, Any] = field(default_factory=dict)
+    key_fingerprint: str = ""
+
+
+def credential(tier: Tier, env: Mapping[str, str] | None = None, override: str | None = None) -> str | None:
+    """The API key named by ``env:VAR`` (the route's ``override`` first), read at run time."""
+    name = override or tier.credential
+    if name is None:
+        return None
+    if not name.startswith("env:"):
+        raise TierError(f"tier {tier.name!r}: credential must be 'env:VARIABLE', not a literal")
+    var = name[4:]
+    value = (os.environ if env is None else env).get(var)
+    if not value:
+        raise TierError(f"tier {tier.name!r}: environment variable {var} (credential) is not set")
+    register_secret(value)
+    return value
+
+
+def priority_field(profile: str, tier: Tier) -> int | None:
+    """The body ``priority`` a model server expects for this tier, or None if the stack has none."""
+    if profile == "vllm":
+        return -tier.priority  # vLLM: lower value = more urgent
+    if profile == "sglang":
+        return tier.priority  # SGLang default: higher value = more urgent
+    return None
+
+
+def map_tier(
+    tier: Tier,
+    tenant: str,
+    profile: str,
+    dialect: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    credential_override: str | None = None,
+) -> TierWire:
+    """Headers and body fields for a request of ``tier`` and ``tenant`` to a stack of ``profile``."""
+    if profile not in PROFILES:
+        raise TierError(f"unknown stack profile {profile!r} (known: {', '.join(PROFILES)})")
+    headers: dict[str, str] = {}
+    body: dict[str, Any] = {}
+    objective = tier.objective or tier.name
+    if profile in _OBJECTIVE_HEADERS:
+        objective_header, fairness_header = _OBJECTIVE_HEADERS[profile]
+        headers[objective_header] = objective
+        headers[fairness_header] = tenant
+    elif profile == "smg":
+        headers["x-smg-priority"] = objective
+    priority = priority_field(profile, tier)
+    if priority is not None:
+        body["priority"] = priority
+    if profile in ("openai", "anthropic") and tier.service_tier:
+        body["service_tier"] = tier.service_tier
+    key = credential(tier, env, credential_override)
+    anthropic_style = dialect == "anthropic-messages" or profile == "anthropic"
+    if anthropic_style:
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+    if key is not None:
+        if anthropic_style:
+            headers["x-api-key"] = key
+        else:
+            headers["authorization"] = f"Bearer {key}"
+    headers.update(tier.headers)
+    body.update(tier.body)
+    return TierWire(tier.name, tenant, headers, body, fingerprint(key) if key else "")
+
+
+def map_all(
+    tiers: list[Tier], profile: str, dialect: str, env: Mapping[str, str] | None = None
+) -> dict[tuple[str, str], TierWire]:
+    """Every (tier, tenant) of a scenario: validates the whole mapping before any request is sent."""
+    return {
+        (tier.name, tenant): map_tier(tier, tenant, profile, dialect, env=env)
+        for tier in tiers
+        for tenant in tier.tenant_ids
+    }

@@ -1,0 +1,60 @@
+"""Request bodies per dialect: OpenAI chat completions, OpenAI completions, Anthropic Messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.prompts import Conversation
+from loadgen.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
+
+PATHS = {
+    OPENAI_CHAT: "/v1/chat/completions",
+    OPENAI_COMPLETIONS: "/v1/completions",
+    ANTHROPIC: "/v1/messages",
+}
+
+
+def build_body(
+    dialect: str,
+    model: str,
+    prompt: Conversation,
+    max_tokens: int,
+    stream: bool,
+    extra: dict[str, Any] | None = None,
+) -> tuple[str, bytes]:
+    """(path, JSON body) for one request; ``extra`` holds the tier's body fields (applied last)."""
+    body: dict[str, Any] = {"model": model, "max_tokens": max(1, max_tokens), "stream": stream}
+    if dialect == OPENAI_CHAT:
+        messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
+        messages += [{"role": role, "content": content} for role, content in prompt.messages]
+        body["messages"] = messages
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+    elif dialect == OPENAI_COMPLETIONS:
+        body["prompt"] = prompt.flat()
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+    elif dialect == ANTHROPIC:
+        if prompt.system:
+            body["system"] = prompt.system
+        body["messages"] = _alternating(prompt.messages)
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    if extra:
+        body.update(extra)
+    return PATHS[dialect], orjson.dumps(body)
+
+
+def _alternating(messages: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """Anthropic wants user/assistant turns to alternate: merge neighbours of the same role."""
+    out: list[dict[str, str]] = []
+    for role, content in messages:
+        if out and out[-1]["role"] == role:
+            out[-1] = {"role": role, "content": out[-1]["content"] + "\n" + content}
+        else:
+            out.append({"role": role, "content": content})
+    if not out or out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": "."})
+    return out

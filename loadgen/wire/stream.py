@@ -1,0 +1,274 @@
+"""Interpret an SSE response per dialect and time it as bytes arrive (pure: no sockets)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from loadgen.record import short_text
+from loadgen.wire.sse import SSESplitter
+
+OPENAI_CHAT = "openai-chat"
+OPENAI_COMPLETIONS = "openai-completions"
+ANTHROPIC = "anthropic-messages"
+
+# Content deltas are found without decoding JSON: the key followed by a non-empty string.
+# (Inside generated text a quote is escaped, so ``content\\":`` never matches ``"content"\s*:``.)
+_CHAT_DELTA = re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"(?!")')
+_TEXT_DELTA = re.compile(rb'"text"\s*:\s*"(?!")')
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_ERROR = re.compile(rb'"error"\s*:')
+_TIER = re.compile(rb'"service_tier"\s*:\s*"([^"]{1,40})"')
+
+
+def error_summary(obj: Any) -> tuple[str | None, str | None]:
+    """(reason, short text) from an error object in any of the dialects' shapes."""
+    if not isinstance(obj, dict):
+        return None, short_text(str(obj))
+    err = obj.get("error", obj)
+    if isinstance(err, str):
+        return None, short_text(err)
+    if not isinstance(err, dict):
+        return None, short_text(str(err))
+    code = err.get("code")
+    etype = err.get("type")
+    reason: str | None = None
+    if isinstance(code, str) and code:
+        reason = code
+    elif isinstance(etype, str) and etype:
+        reason = etype
+    elif code is not None:
+        reason = str(code)
+    message = err.get("message") or etype or code or "error"
+    return (short_text(reason) if reason else None), short_text(str(message))
+
+
+class StreamInterpreter:
+    """Feeds body bytes of a streamed response; keeps the timing and outcome facts of the stream."""
+
+    __slots__ = (
+        "_itl_sum",
+        "_sse",
+        "cached_tokens",
+        "complete",
+        "dialect",
+        "events",
+        "first_token_ns",
+        "in_band_error",
+        "itl_max_ns",
+        "last_token_ns",
+        "malformed_text",
+        "output_tokens",
+        "prompt_tokens",
+        "reason",
+        "service_tier",
+        "token_ns",
+        "tokens",
+        "unparsable",
+    )
+
+    def __init__(self, dialect: str, record_token_times: bool = False) -> None:
+        self.dialect = dialect
+        self._sse = SSESplitter()
+        self.first_token_ns: int | None = None
+        self.last_token_ns: int | None = None
+        self.tokens = 0
+        self._itl_sum = 0
+        self.itl_max_ns: int | None = None
+        self.token_ns: list[int] | None = [] if record_token_times else None
+        self.complete = False
+        self.in_band_error: str | None = None
+        self.reason: str | None = None
+        self.prompt_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.service_tier: str | None = None
+        self.events = 0
+        self.unparsable = 0  # data payloads that were not JSON (malformed SSE)
+        self.malformed_text: str | None = None  # the first of them, short
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, chunk: bytes, now_ns: int) -> None:
+        """Body bytes that arrived at ``now_ns``."""
+        for name, data in self._sse.feed(chunk):
+            self.events += 1
+            if self.dialect == ANTHROPIC:
+                self._anthropic(name, data, now_ns)
+            else:
+                self._openai(name, data, now_ns)
+
+    @property
+    def malformed(self) -> int:
+        return self.unparsable + self._sse.malformed
+
+    @property
+    def pending(self) -> bytes:
+        return self._sse.pending
+
+    @property
+    def itl_mean_ns(self) -> int | None:
+        if self.tokens < 2:
+            return None
+        return self._itl_sum // (self.tokens - 1)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _token(self, now_ns: int) -> None:
+        if self.first_token_ns is None:
+            self.first_token_ns = now_ns
+        else:
+            gap = now_ns - (self.last_token_ns or now_ns)
+            self._itl_sum += gap
+            if self.itl_max_ns is None or gap > self.itl_max_ns:
+                self.itl_max_ns = gap
+        self.last_token_ns = now_ns
+        self.tokens += 1
+        if self.token_ns is not None:
+            self.token_ns.append(now_ns)
+
+    def _decode(self, data: bytes) -> Any:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self.unparsable += 1
+            if self.malformed_text is None:
+                self.malformed_text = short_text(b"malformed SSE event: " + data[:200])
+            return None
+
+    def _error(self, obj: Any) -> None:
+        reason, text = error_summary(obj)
+        if self.in_band_error is None:
+            self.in_band_error = text or "error"
+        if reason and self.reason is None:
+            self.reason = reason
+
+    # ------------------------------------------------------------------ OpenAI (chat, completions)
+
+    def _openai(self, name: bytes | None, data: bytes, now_ns: int) -> None:
+        if data == b"[DONE]":
+            self.complete = True
+            return
+        if name == b"error":  # Responses-style ``event: error`` inside a 200 stream
+            self._error(self._decode(data))
+            return
+        if data[:1] != b"{" or data[-1:] != b"}":
+            self._decode(data)  # not a JSON object: decoding it records it as malformed
+            return
+        delta = _TEXT_DELTA if self.dialect == OPENAI_COMPLETIONS else _CHAT_DELTA
+        if delta.search(data) is not None:
+            self._token(now_ns)
+        if _USAGE.search(data) is None and _ERROR.search(data) is None:
+            if self.service_tier is None and b"service_tier" in data:
+                match = _TIER.search(data)
+                if match:
+                    self.service_tier = match.group(1).decode("utf-8", "replace")
+            return
+        obj = self._decode(data)  # rare: usage chunk or an error, worth a full decode
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error") is not None or obj.get("object") == "error":
+            self._error(obj)
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._usage_openai(usage)
+        tier = obj.get("service_tier")
+        if isinstance(tier, str):
+            self.service_tier = tier
+
+    def _usage_openai(self, usage: dict[str, Any]) -> None:
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens = usage["prompt_tokens"]
+        if isinstance(usage.get("completion_tokens"), int):
+            self.output_tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            self.cached_tokens = details["cached_tokens"]
+
+    # ------------------------------------------------------------------ Anthropic Messages
+
+    def _anthropic(self, name: bytes | None, data: bytes, now_ns: int) -> None:
+        if name is None:  # some proxies drop ``event:`` lines; the type is in the data too
+            match = re.search(rb'"type"\s*:\s*"([a-z_]+)"', data)
+            name = match.group(1) if match else b""
+        if name == b"content_block_delta":
+            self._token(now_ns)
+            return
+        if name == b"ping" or name in (b"content_block_start", b"content_block_stop"):
+            return
+        if name == b"message_stop":
+            self.complete = True
+            return
+        obj = self._decode(data)
+        if not isinstance(obj, dict):
+            return
+        if name == b"error" or obj.get("type") == "error":
+            self._error(obj)
+            return
+        if name == b"message_start":
+            message = obj.get("message") or {}
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                self._usage_anthropic(usage)
+        elif name == b"message_delta":
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                self._usage_anthropic(usage)
+
+    def _usage_anthropic(self, usage: dict[str, Any]) -> None:
+        if isinstance(usage.get("input_tokens"), int):
+            cache_read = usage.get("cache_read_input_tokens")
+            cache_new = usage.get("cache_creation_input_tokens")
+            total = usage["input_tokens"]
+            total += cache_read if isinstance(cache_read, int) else 0
+            total += cache_new if isinstance(cache_new, int) else 0
+            self.prompt_tokens = total
+            if isinstance(cache_read, int):
+                self.cached_tokens = cache_read
+        if isinstance(usage.get("output_tokens"), int):
+            self.output_tokens = usage["output_tokens"]
+        tier = usage.get("service_tier")
+        if isinstance(tier, str):
+            self.service_tier = tier
+
+
+def interpret_body(dialect: str, body: bytes) -> dict[str, Any]:
+    """Facts from a complete non-streamed JSON response (usage, tier, whether it had output)."""
+    facts: dict[str, Any] = {"has_output": False}
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        facts["error"] = short_text(b"non-JSON body: " + body[:200])
+        return facts
+    if not isinstance(obj, dict):
+        facts["error"] = short_text(b"unexpected body: " + body[:200])
+        return facts
+    if obj.get("error") is not None or obj.get("type") == "error":
+        facts["reason"], facts["error"] = error_summary(obj)
+        return facts
+    usage_obj = obj.get("usage")
+    usage: dict[str, Any] = usage_obj if isinstance(usage_obj, dict) else {}
+    if dialect == ANTHROPIC:
+        facts["has_output"] = bool(obj.get("content"))
+        probe = StreamInterpreter(dialect)
+        probe._usage_anthropic(usage)
+        facts.update(
+            prompt_tokens=probe.prompt_tokens,
+            output_tokens=probe.output_tokens,
+            cached_tokens=probe.cached_tokens,
+            service_tier=probe.service_tier,
+        )
+    else:
+        choices = obj.get("choices") or []
+        facts["has_output"] = bool(choices)
+        probe = StreamInterpreter(dialect)
+        probe._usage_openai(usage)
+        facts.update(
+            prompt_tokens=probe.prompt_tokens, output_tokens=probe.output_tokens, cached_tokens=probe.cached_tokens
+        )
+        if isinstance(obj.get("service_tier"), str):
+            facts["service_tier"] = obj["service_tier"]
+    return facts

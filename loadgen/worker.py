@@ -1,0 +1,68 @@
+"""One process's whole share of a scenario: persona drivers, health sampler, drain and hard stop."""
+
+from __future__ import annotations
+
+import gevent
+from gevent.pool import Group
+
+from loadgen.context import WorkerContext
+from loadgen.health import run_health
+from loadgen.personas.agents import run_swarm
+from loadgen.personas.chat import run_chat
+from loadgen.personas.common import sleep_until
+from loadgen.personas.replay import run_replay
+from loadgen.wire.client import Cancelled
+from scenarios.model import AgentSwarmPersona, ChatPersona
+
+CANCEL_GRACE_S = 5.0
+
+
+class Worker:
+    """Starts the drivers at the anchor, stops arrivals at the end, cancels in-flight at the hard stop."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.group = Group()  # sessions, tasks and replayed requests
+        self.drivers = Group()  # arrival loops
+        self.health: gevent.Greenlet | None = None
+
+    def run(self) -> None:
+        """Block until the schedule (phases + drain) is over; safe to kill (then call ``cancel``)."""
+        ctx = self.ctx
+        self.health = gevent.spawn(run_health, ctx)
+        for persona in ctx.scenario.personas:
+            if isinstance(persona, ChatPersona):
+                self.drivers.spawn(run_chat, ctx, persona, self.group)
+            elif isinstance(persona, AgentSwarmPersona):
+                self.drivers.spawn(run_swarm, ctx, persona, self.group)
+            else:
+                self.drivers.spawn(run_replay, ctx, persona, self.group)
+        try:
+            while ctx.now_s() < ctx.end_s and not ctx.stopping:
+                gevent.sleep(min(0.25, max(0.0, ctx.end_s - ctx.now_s())))
+            ctx.stopping = True
+            self.drivers.kill(block=True, timeout=2)
+            # drain: in-flight work may finish until the hard stop
+            while len(self.group) and ctx.now_s() < ctx.hard_stop_s:
+                gevent.sleep(0.1)
+            if ctx.stop_reason is None:
+                ctx.stop_reason = "completed"
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Cancel everything still running: attempts are recorded ``cancelled=True``."""
+        self.ctx.stopping = True
+        self.drivers.kill(block=False)
+        self.group.kill(exception=Cancelled, block=True, timeout=CANCEL_GRACE_S)
+
+    def close(self) -> None:
+        """Stop the sampler and close the shard (idempotent)."""
+        self.cancel()
+        if self.health is not None:
+            self.health.kill(block=False)
+        self.ctx.writer.close()
+
+
+def wait_until(ctx: WorkerContext, t_s: float) -> None:
+    sleep_until(ctx, t_s)

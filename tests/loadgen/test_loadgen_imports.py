@@ -1,0 +1,21 @@
+"""The parent-side and pure modules never load locust/gevent (locust monkey-patches on import) or numpy/pandas."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+PURE = ["loadgen.runner", "loadgen.tiers", "loadgen.wire.http", "loadgen.wire.sse", "loadgen.wire.stream",
+        "loadgen.wire.dialects", "loadgen.prompts", "loadgen.schedule", "loadgen.traces", "loadgen.live",
+        "loadgen.testbed_proc", "loadgen.record"]
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_no_patching_imports(module: str) -> None:
+    code = f"import importlib, sys, json; importlib.import_module({module!r}); print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = {m.split(".")[0] for m in json.loads(out.stdout)}
+    assert not loaded & {"locust", "gevent", "numpy", "pandas"}
