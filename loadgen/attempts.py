@@ -1,8 +1,8 @@
 """One logical request, attempt by attempt: budget → breaker → send → record → retry/fallback decision.
 
 Every attempt is its own ``RequestRecord`` (same ``logical_id``, its own ``request_id``), so the audit
-sees retries and fallback switches with their reasons. The resilience, breaker and budget helpers are
-optional modules: when one is missing, its step is skipped.
+sees retries and fallback switches with their reasons. Retry policy: the tier's own ``retries`` if set,
+else the scenario's ``resilience.retries``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from loadgen.wire.client import Cancelled, ConnectionPool, perform
 from loadgen.wire.dialects import build_body
 from loadgen.wire.http import build_request
 
-try:  # hook: retries and fallback (loadgen/resilience.py)
-    from loadgen import resilience as _resilience
-except ImportError:  # pragma: no cover - the helper module is optional
-    _resilience = None  # type: ignore[assignment]
+from loadgen import resilience
 
 
 @dataclass(slots=True)
@@ -64,27 +61,25 @@ class Pools:
 
 def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
     """Send ``req`` until served or given up; returns the last attempt's record."""
-    policy = ctx.scenario.resilience.retries
+    policy = ctx.scenario.tier(req.tier).retries or ctx.scenario.resilience.retries
     rng = ctx.rng("retry", req.logical_id, rng_seed)
     route_index = 0
     attempt_on_route = 0
     attempt = 0
     retry_reason: str | None = None
-    first_sent: float | None = None
+    started = time.monotonic()  # the total-time budget counts the first attempt too
     while True:
         attempt += 1
         attempt_on_route += 1
         route = ctx.routes[route_index]
         record = _attempt(ctx, pools, req, route, attempt, retry_reason)
-        if first_sent is None:
-            first_sent = time.monotonic()
-        if _resilience is None or record.cancelled or record.not_sent:
+        if record.cancelled or (record.not_sent and record.reason == "budget"):
             return record
-        decision = _resilience.next_step(
+        decision = resilience.next_step(
             policy,
             record,
             attempt_on_route,
-            time.monotonic() - first_sent,
+            time.monotonic() - started,
             rng,
             len(ctx.routes) - 1 - route_index,
             route_index=route_index,
@@ -125,24 +120,20 @@ def _attempt(
         intended_ns=req.intended_ns,
     )
     expected_prompt = req.prompt.tokens
-    # hook: cost guard (loadgen/budget.py) — refuse before sending, never after
-    if ctx.budget is not None and not ctx.budget.try_acquire(req.tier, expected_prompt, req.max_tokens):
-        record.not_sent = True
-        record.reason = "budget"
-        record.sent_ns = ctx.now_ns()
-        _budget_reached(ctx, req.tier)
-        _finish(ctx, record)
-        return record
-    # hook: circuit breaker per route (loadgen/breaker.py)
+    # circuit breaker per route: fail fast while open (checked before the budget: nothing is sent)
     breaker = ctx.breakers.get(route.name)
     if breaker is not None and not breaker.allow():
         record.reason = "breaker_open"
         record.error = f"circuit breaker open on route {route.name}"
         record.sent_ns = record.done_ns = ctx.now_ns()
-        if ctx.budget is not None:
-            ctx.budget.settle(
-                req.tier, 0, 0, expected_prompt_tokens=expected_prompt, expected_output_tokens=req.max_tokens
-            )
+        _finish(ctx, record)
+        return record
+    # cost guard: refuse before sending, never after
+    if ctx.budget is not None and not ctx.budget.try_acquire(req.tier, expected_prompt, req.max_tokens):
+        record.not_sent = True
+        record.reason = "budget"
+        record.sent_ns = ctx.now_ns()
+        _budget_reached(ctx, req.tier)
         _finish(ctx, record)
         return record
     path, body = build_body(

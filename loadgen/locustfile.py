@@ -145,20 +145,14 @@ def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
 
 
 def _attach_guards(ctx: WorkerContext) -> None:
-    """Budget guard and circuit breakers, when the scenario asks and the helper modules exist."""
+    """Budget guard and circuit breakers, when the scenario asks for them."""
     scenario = ctx.scenario
-    if scenario.budget is not None:
-        try:
-            from loadgen.budget import BudgetGuard
+    from loadgen.breaker import RouteBreaker
+    from loadgen.budget import BudgetGuard
 
-            ctx.budget = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index)
-        except ImportError:  # pragma: no cover
-            log.warning("loadgen.budget is missing: the scenario's budget is not enforced")
+    if scenario.budget is not None:
+        ctx.budget = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index)
     if scenario.resilience.breaker is not None:
-        try:
-            from loadgen.breaker import RouteBreaker
-        except ImportError:  # pragma: no cover
-            return
         cfg = scenario.resilience.breaker
 
         def on_change(route: str, old: str, new: str, cause: str | None) -> None:

@@ -37,6 +37,11 @@ def parse_duration(value: Any) -> float:
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _spec(data: dict[str, Any]) -> Any:
+    """A distribution default written as YAML would write it (validated like user input)."""
+    return data
 Dist = Annotated[Distribution, BeforeValidator(as_dist_input)]
 
 
@@ -126,6 +131,19 @@ class Target(Strict):
         return value.rstrip("/")
 
 
+class RetryPolicy(Strict):
+    on: list[str] = Field(
+        default_factory=lambda: ["429", "503", "529"],
+        description="statuses, or 'timeout', 'transport', 'in_band'",
+    )
+    max_attempts: int = Field(default=1, ge=1, description="1 = no retries")
+    backoff: Literal["retry_after", "fixed", "exponential"] = "retry_after"
+    base_s: Seconds = 0.5
+    max_backoff_s: Seconds = 30.0
+    max_total_s: Seconds = 120.0
+    honour_retry_after: bool = True
+
+
 class Tier(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     priority: int = Field(default=0, description="higher = more urgent (rushhour's polarity; mapped per stack)")
@@ -136,6 +154,7 @@ class Tier(Strict):
     service_tier: str | None = None
     tenants: int | list[str] = Field(default=1, description="count, or explicit fairness ids")
     slo: SLO = Field(default_factory=SLO)
+    retries: RetryPolicy | None = Field(default=None, description="this tier's retry policy (default: resilience.retries)")
 
     @field_validator("credential")
     @classmethod
@@ -172,18 +191,18 @@ class ChatPersona(Strict):
     arrival: Arrival
     max_concurrent_sessions: int = Field(default=200, ge=1, description="slots; overflow is recorded not_sent")
     turns: Dist = Field(
-        default_factory=lambda: {"dist": "geometric", "mean": 1.0, "offset": 1},
+        default_factory=lambda: _spec({"dist": "geometric", "mean": 1.0, "offset": 1}),
         description="turns per session: 1 + geometric, mean 2 (LMSYS ~2; 73 % multi-turn)",
     )
     think_time_s: Dist = Field(
-        default_factory=lambda: {"dist": "lognormal", "median": 30.0, "sigma": 1.0, "max": 600.0}
+        default_factory=lambda: _spec({"dist": "lognormal", "median": 30.0, "sigma": 1.0, "max": 600.0})
     )
     system_prompt_tokens: int = Field(default=512, ge=0)
     prompt_tokens: Dist = Field(
-        default_factory=lambda: {"dist": "lognormal", "mu": 6.63, "sigma": 0.99, "min": 2, "max": 16000}
+        default_factory=lambda: _spec({"dist": "lognormal", "mu": 6.63, "sigma": 0.99, "min": 2, "max": 16000})
     )
     output_tokens: Dist = Field(
-        default_factory=lambda: {"dist": "lognormal", "mu": 5.02, "sigma": 0.86, "min": 1, "max": 1000}
+        default_factory=lambda: _spec({"dist": "lognormal", "mu": 5.02, "sigma": 0.86, "min": 1, "max": 1000})
     )
 
 
@@ -198,43 +217,47 @@ class AgentSwarmPersona(Strict):
     task_rate: float | None = Field(default=None, gt=0, description="tasks/s when start = arrivals")
     ramp_s: Seconds = Field(default=5.0, description="population start spread (stampede = all at t0)")
     steps: Dist = Field(
-        default_factory=lambda: {"dist": "geometric", "mean": 6.8, "offset": 1, "max": 100},
+        default_factory=lambda: _spec({"dist": "geometric", "mean": 6.8, "offset": 1, "max": 100}),
         description="LLM steps per task (Copilot 7.83 calls/turn)",
     )
     fanout: Dist = Field(
-        default_factory=lambda: {
+        default_factory=lambda: _spec({
             "dist": "mixture",
             "parts": [
                 {"weight": 0.85, "dist": 1},
                 {"weight": 0.15, "dist": {"dist": "poisson", "mean": 1.0, "offset": 1, "max": 5}},
             ],
-        },
+        }),
         description="parallel calls per step (Copilot 1.12/batch; Anthropic 3-5 subagents)",
     )
     tool_time_s: Dist = Field(
-        default_factory=lambda: {
+        default_factory=lambda: _spec({
             "dist": "mixture",
             "parts": [
                 {"weight": 0.96, "dist": {"dist": "lognormal", "median": 0.3, "sigma": 2.5, "max": 60}},
                 {"weight": 0.04, "dist": {"dist": "uniform", "low": 60, "high": 600}},
             ],
-        },
+        }),
         description="TraceLab: p50 0.3 s, p90 13.6 s, 4 % over a minute",
     )
     shared_context_tokens: int = Field(default=12000, ge=0, description="swarm-wide system prompt + tools")
-    task_context_tokens: Dist = Field(default_factory=lambda: {"dist": "uniform", "low": 2000, "high": 10000})
+    task_context_tokens: Dist = Field(default_factory=lambda: _spec({"dist": "uniform", "low": 2000, "high": 10000}))
     append_tokens: Dist = Field(
-        default_factory=lambda: {"dist": "lognormal", "median": 875, "sigma": 1.2, "max": 20000},
+        default_factory=lambda: _spec({"dist": "lognormal", "median": 875, "sigma": 1.2, "max": 20000}),
         description="tool result appended per step (TraceLab median 875)",
     )
     output_tokens: Dist = Field(
-        default_factory=lambda: {"dist": "lognormal", "median": 214, "sigma": 1.0, "min": 16, "max": 4000}
+        default_factory=lambda: _spec({"dist": "lognormal", "median": 214, "sigma": 1.0, "min": 16, "max": 4000})
     )
     context_cap_tokens: int = Field(default=128000, gt=0)
     compact_to: float = Field(default=0.2, gt=0, le=1)
     deadline_s: Seconds | None = Field(default=None, description="task deadline; default factor x ideal")
     deadline_factor: float = Field(default=3.0, gt=0)
-    idle_between_tasks_s: Dist = Field(default_factory=lambda: {"dist": "constant", "value": 0.0})
+    idle_between_tasks_s: Dist = Field(default_factory=lambda: _spec({"dist": "constant", "value": 0.0}))
+    after_failure_s: Dist = Field(
+        default_factory=lambda: _spec({"dist": "exponential", "mean": 2.0, "max": 30.0}),
+        description="pause after a failed task before the next (harnesses back off; assumed)",
+    )
 
 
 class TraceReplayPersona(Strict):
@@ -272,19 +295,6 @@ class Timeouts(Strict):
     total_s: Seconds = Field(default=600.0, description="deadline for the whole response")
 
 
-class RetryPolicy(Strict):
-    on: list[str] = Field(
-        default_factory=lambda: ["429", "503", "529"],
-        description="statuses, or 'timeout', 'transport', 'in_band'",
-    )
-    max_attempts: int = Field(default=1, ge=1, description="1 = no retries")
-    backoff: Literal["retry_after", "fixed", "exponential"] = "retry_after"
-    base_s: Seconds = 0.5
-    max_backoff_s: Seconds = 30.0
-    max_total_s: Seconds = 120.0
-    honour_retry_after: bool = True
-
-
 class Breaker(Strict):
     fail_max: int = Field(default=5, ge=1)
     reset_timeout_s: Seconds = 10.0
@@ -314,6 +324,12 @@ class Budget(Strict):
     price_per_mtok_in: float | None = None
     price_per_mtok_out: float | None = None
     per_tier: dict[str, Budget] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cost_needs_prices(self) -> Budget:
+        if self.max_cost_usd is not None and self.price_per_mtok_in is None and self.price_per_mtok_out is None:
+            raise ValueError("max_cost_usd needs a price table: price_per_mtok_in and/or price_per_mtok_out")
+        return self
 
 
 class Calibration(Strict):

@@ -54,6 +54,20 @@ PRESETS: dict[str, Preset] = {
         per_kv_token_s=4.0e-8,  # 80 KiB per GPU per token / 2.0 TB/s (derived)
         prefill_per_token_s=2.2e-4,  # 140 GFLOP/token at ~50% of 4*312 TFLOPS -> ~4.5k tok/s (assumed MFU)
     ),
+    # Llama-3.1-8B BF16 on one NVIDIA L4 24GB: a small inference GPU that saturates at laptop-sized
+    # load, so the demo shows queues and drops without needing thousands of client streams.
+    "l4-llama8b": Preset(
+        name="l4-llama8b",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        max_num_seqs=16,  # small batch for a 24 GB card (assumed)
+        # KV/token 128 KiB; 24 GB - 16 GB weights - ~2 GB activations/overheads = ~6 GB -> ~48k (derived)
+        kv_capacity_tokens=48_000,
+        max_num_batched_tokens=2048,  # (assumed)
+        base_s=0.055,  # 16 GB weights / 300 GB/s GDDR6 = 53 ms per decode step (derived)
+        per_seq_s=0.0002,  # (assumed)
+        per_kv_token_s=4.4e-7,  # 128 KiB per cached token / 300 GB/s (derived)
+        prefill_per_token_s=3.3e-4,  # 16 GFLOP/token at ~40% of 121 TFLOPS FP16 -> ~3k tok/s (assumed MFU)
+    ),
     # Tiny replica for fast tests: few slots, little KV, millisecond steps (all assumed).
     "tiny": Preset(
         name="tiny",

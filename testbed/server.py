@@ -271,6 +271,10 @@ class Server:
         except asyncio.CancelledError:
             self._client_gone(ex)
             raise
+        except ConnectionError:
+            # the client went away while the response head or body was being written
+            self._client_gone(ex)
+            return web.Response(status=499)  # never reaches anyone; aiohttp drops it quietly
         except Exception:
             log.exception("request %s failed", rid)
             rec.reason = "internal_error"
@@ -283,7 +287,9 @@ class Server:
         rec = ex.rec
         if ex.finalized:
             return
-        why = ex.done.result() if ex.done.done() else None
+        # the handler was cancelled while awaiting `done`, which cancels that future too: a cancelled
+        # future's result() raises, and the record would keep its default outcome
+        why = ex.done.result() if ex.done.done() and not ex.done.cancelled() else None
         if why in (CUT, REPLICA_DOWN):
             # we closed the connection ourselves; aiohttp then cancels the handler
             rec.outcome, rec.reason = "failed", "stream_cut" if why == CUT else REPLICA_DOWN

@@ -99,7 +99,7 @@ def _agent_loop(ctx: WorkerContext, persona: AgentSwarmPersona, agent: int, star
                 gevent.sleep(0.25)  # this agent is parked in the current phase
                 continue
             task_no += 1
-            _task(
+            outcome = _task(
                 ctx,
                 persona,
                 pools,
@@ -109,6 +109,8 @@ def _agent_loop(ctx: WorkerContext, persona: AgentSwarmPersona, agent: int, star
                 ctx.now_ns(),
             )
             idle = persona.idle_between_tasks_s.sample(rng)
+            if outcome == "failed":
+                idle += persona.after_failure_s.sample(rng)  # harnesses back off; no hot retry loop
             if idle > 0:
                 sleep_until(ctx, ctx.now_s() + idle)
     finally:

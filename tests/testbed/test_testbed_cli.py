@@ -57,6 +57,45 @@ def test_cli_port_file_sigterm_and_ledger(tmp_path: Path) -> None:
     assert recs["inflight"]["outcome"] == "cancelled" and recs["inflight"]["status"] == 200
 
 
+@pytest.mark.e2e
+def test_client_disconnects_are_cancelled_not_failed(tmp_path: Path) -> None:
+    """A client that hangs up mid-stream or before the head is `cancelled` in the ledger, never `failed`."""
+    import socket
+
+    port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
+         "--preset", "tiny", "--replicas", "1", "--speed", "0.2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if port_file.exists():
+                break
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        body = json.dumps({"model": "testbed", "messages": [{"role": "user", "content": "x" * 6000}],
+                           "max_tokens": 500, "stream": True}).encode()
+        for rid, read_head in (("after-head", True), ("before-head", False)):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: %b\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                      % (rid.encode(), len(body), body))
+            if read_head:
+                assert s.recv(100).startswith(b"HTTP/1.1 200")
+            s.close()
+        deadline = time.monotonic() + 15
+        recs: dict[str, dict[str, object]] = {}
+        while time.monotonic() < deadline and len(recs) < 2:
+            time.sleep(0.1)
+            recs = {r["request_id"]: r for r in map(json.loads, ledger.read_text().splitlines())}
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert recs["after-head"]["outcome"] == "cancelled"
+    assert recs["before-head"]["outcome"] == "cancelled"
+    assert "Traceback" not in err
+
+
 def test_bad_config_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "tb.yaml"
     bad.write_text("replicas: 0\n")
