@@ -97,6 +97,21 @@ class Floor(_Model):
     share: float | None
     minimum: float | None
     passed: bool | None
+    rate: Rate | None = Field(
+        default=None, description="the share as k/n (goodput requests in saturation) with its Wilson interval"
+    )
+
+
+class PersonaSummary(_Model):
+    """One persona's requests inside a tier (added in audit v1; absent lists mean 'not computed')."""
+
+    persona: str
+    requests: int
+    served: int
+    dropped: int
+    drop_rate: Rate
+    goodput_per_s: float
+    ttft_p99_ms: float | None
 
 
 class TaskStats(_Model):
@@ -151,6 +166,7 @@ class TierSummary(_Model):
     tasks: TaskStats | None
     sessions: TaskStats | None
     preempted_after_first_token: int
+    personas: list[PersonaSummary] = Field(default_factory=list, description="the tier's requests per persona")
     ttft_cdf_ms: dict[str, list[float]] = Field(
         default_factory=dict,
         description="'from_send' / 'from_intended' -> TTFT at quantiles 0.00, 0.01, …, 1.00 (101 points)",
@@ -211,6 +227,9 @@ class Validity(_Model):
     schedule_lag_p99_ms: float | None
     skipped_lines: int
     truncated_shards: int
+    thresholds: dict[str, float] = Field(
+        default_factory=dict, description="the limits the generator was checked against (audit.validity)"
+    )
 
 
 class RouteSummary(_Model):

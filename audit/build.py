@@ -1,0 +1,510 @@
+"""Compose the audit: load → classify → fold → per-tier figures → timeline → checks → ``Summary``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from audit import calibration, fairness, tasks, timeline
+from audit.classify import classify_frame, normalise_profile
+from audit.crosscheck import crosscheck
+from audit.errors import AuditError
+from audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
+from audit.gates import exit_code, tier_verdicts
+from audit.load import RunData, load_run
+from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
+from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file
+from audit.stats import cdf_points, percentiles, wilson
+from audit.summary import (
+    DROPPED_CLASSES,
+    OUTCOME_CLASSES,
+    Evidence,
+    Fairness,
+    Finding,
+    Inflation,
+    Latency,
+    PersonaSummary,
+    Rate,
+    RouteSummary,
+    RunInfo,
+    SaturationSlice,
+    Summary,
+    TenantSummary,
+    TierSummary,
+    Timeline,
+    Verdict,
+    Window,
+)
+from audit.validity import check_validity
+from scenarios.model import SLO
+
+SUMMARY_FILE = "summary.json"
+EVIDENCE_PER_TIER = 20
+STARVATION_FINDING_S = 10.0
+
+
+@dataclass
+class Context:
+    """What every per-tier computation shares."""
+
+    duration_s: float
+    grid: timeline.Grid
+    windows: list[tuple[float, float]]
+    base: calibration.Baseline
+    scenario: RunScenario
+
+
+def _class_counts(cls: pd.Series) -> dict[str, int]:
+    counts = cls.value_counts()
+    return {c: int(counts.get(c, 0)) for c in OUTCOME_CLASSES}
+
+
+def _value_counts(series: pd.Series) -> dict[str, int]:
+    """Counts of each value, keys as text (counted first, converted after: cheap on a million rows)."""
+    counts = series.value_counts(dropna=True)
+    out: dict[str, int] = {}
+    for key, count in counts.items():
+        if count:
+            name = str(int(key)) if isinstance(key, float | np.floating | np.integer) else str(key)
+            out[name] = out.get(name, 0) + int(count)
+    return out
+
+
+def _good_mask(logical: pd.DataFrame, slo: SLO) -> np.ndarray:
+    """Served within the tier's per-request latency ceilings (scenario.latency_bounds)."""
+    good = logical["served"].to_numpy().copy()
+    columns = {"ttft_ms": "ttft_ns", "ttft_from_intended_ms": "ttft_intended_ns", "tpot_ms": "tpot_ns",
+               "e2e_ms": "e2e_ns"}
+    for metric, bound in latency_bounds(slo).items():
+        values = logical[columns[metric]].to_numpy(dtype=np.float64) / NS_PER_MS
+        good &= ~(values > bound)  # a missing value (one-token answer has no TPOT) does not fail
+    return good
+
+
+def _ms(frame: pd.DataFrame, column: str, mask: np.ndarray) -> np.ndarray:
+    """One column's values (ms) where ``mask``: pulls a numpy column, never copies the frame."""
+    return frame[column].to_numpy(dtype=np.float64)[mask] / NS_PER_MS
+
+
+def _latency(logical: pd.DataFrame, attempts: pd.DataFrame) -> Latency:
+    served = logical["served"].to_numpy()
+    # schedule lag of first attempts: a retry's delay is its backoff, reported as retries instead
+    sent = ~attempts["not_sent"].to_numpy() & (attempts["attempt"].fillna(1).to_numpy() <= 1)
+    return Latency(
+        ttft_ms=percentiles(_ms(logical, "ttft_ns", served)),
+        ttft_from_intended_ms=percentiles(_ms(logical, "ttft_intended_ns", served)),
+        tpot_ms=percentiles(_ms(logical, "tpot_ns", served)),
+        itl_max_ms=percentiles(_ms(logical, "itl_max_ns", served)),
+        e2e_ms=percentiles(_ms(logical, "e2e_ns", served)),
+        schedule_lag_ms=percentiles(_ms(attempts, "schedule_lag_ns", sent)),
+    )
+
+
+def _inflation(logical: pd.DataFrame, base: calibration.Baseline) -> Inflation:
+    mask = logical["served"].to_numpy()
+    if not mask.any() or len(base.bins) == 0:
+        return Inflation(idle_ttft_ms=None, p50_x=None, p99_x=None, source=base.source)
+    ratio = calibration.inflation_ratio(logical, base)[mask]
+    idle = base.idle_for(logical["prompt_size"].to_numpy()[mask])
+    ratio = ratio[np.isfinite(ratio)]
+    idle = idle[np.isfinite(idle)]
+    return Inflation(
+        idle_ttft_ms=float(np.median(idle)) / NS_PER_MS if len(idle) else None,
+        p50_x=float(np.quantile(ratio, 0.5)) if len(ratio) else None,
+        p99_x=float(np.quantile(ratio, 0.99)) if len(ratio) else None,
+        source=base.source,
+    )
+
+
+@dataclass
+class GroupRow:
+    """One tenant's or persona's figures inside a tier."""
+
+    key: str
+    requests: int
+    served: int
+    dropped: int
+    judged: int
+    good: int
+    drop_rate: Rate
+    goodput_per_s: float
+    ttft_p99_ms: float | None
+
+
+def _group_rows(logical: pd.DataFrame, good: np.ndarray, key: str, duration_s: float) -> list[GroupRow]:
+    """Per tenant or persona: requests, served, dropped, drop rate, goodput/s, TTFT p99 (groupby, no loops per row)."""
+    if len(logical) == 0:
+        return []
+    column = logical[key]
+    if isinstance(column.dtype, pd.CategoricalDtype):  # group on codes: no string copies
+        codes = column.cat.codes.to_numpy()
+        names = np.append(np.asarray(column.cat.categories.astype(str), dtype=object), "")
+        keys = np.where(codes < 0, len(names) - 1, codes)
+    else:
+        keys, uniq = pd.factorize(column.fillna("").astype(str))
+        names = np.asarray(uniq, dtype=object)
+    frame = pd.DataFrame({
+        "key": keys,
+        "served": logical["served"].to_numpy().astype(np.int64),
+        "dropped": logical["dropped"].to_numpy().astype(np.int64),
+        "judged": judged(logical).to_numpy().astype(np.int64),
+        "good": good.astype(np.int64),
+        "ttft": np.where(logical["served"].to_numpy(), logical["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
+                         np.nan),
+    })
+    grouped = frame.groupby("key", sort=True)
+    sums = grouped[["served", "dropped", "judged", "good"]].sum()
+    sizes = grouped.size().to_numpy()
+    p99 = grouped["ttft"].quantile(0.99).to_numpy(dtype=np.float64)
+    cols = {c: sums[c].to_numpy(dtype=np.int64) for c in ("served", "dropped", "judged", "good")}
+    rows = []
+    for i, code in enumerate(sums.index):
+        dropped, n_judged, n_good = int(cols["dropped"][i]), int(cols["judged"][i]), int(cols["good"][i])
+        rows.append(GroupRow(
+            key=str(names[int(code)]), requests=int(sizes[i]), served=int(cols["served"][i]), dropped=dropped,
+            judged=n_judged, good=n_good, drop_rate=wilson(dropped, n_judged),
+            goodput_per_s=n_good / duration_s if duration_s > 0 else 0.0,
+            ttft_p99_ms=None if np.isnan(p99[i]) else float(p99[i]),
+        ))
+    return rows
+
+
+def _saturation_slice(logical: pd.DataFrame, ctx: Context) -> SaturationSlice | None:
+    if not ctx.windows:
+        return None
+    inside = timeline.in_windows(logical["first_intended_ns"], ctx.windows)
+    ok = judged(logical).to_numpy() & inside
+    served = logical["served"].to_numpy() & inside
+    return SaturationSlice(
+        requests=int(inside.sum()),
+        by_class=_class_counts(logical["cls"][inside]),
+        drop_rate=wilson(int((logical["dropped"].to_numpy() & ok).sum()), int(ok.sum())),
+        ttft_ms=percentiles(_ms(logical, "ttft_ns", served)),
+        ttft_from_intended_ms=percentiles(_ms(logical, "ttft_intended_ns", served)),
+    )
+
+
+def _tier_summary(
+    info: TierInfo, attempts: pd.DataFrame, logical: pd.DataFrame, task_lines: pd.DataFrame, ctx: Context,
+    sat_good_total: int,
+) -> TierSummary:
+    ok = judged(logical).to_numpy()
+    n_judged = int(ok.sum())
+    dropped = logical["dropped"].to_numpy()
+    good = _good_mask(logical, info.slo)
+    sent = ~attempts["not_sent"].to_numpy()
+    status = attempts["status"].to_numpy(dtype=np.float64)
+    served_mask = logical["served"].to_numpy()
+    in_sat_attempt = timeline.in_windows(attempts["sent_ns"], ctx.windows)
+    good_in_sat = int((good & timeline.in_windows(logical["first_token_ns"], ctx.windows)).sum())
+    floor, floor_rate = fairness.floor_share(good_in_sat, sat_good_total, info.slo.floor_share)
+    floor.rate = floor_rate if sat_good_total else None
+    tenants = _group_rows(logical, good, "tenant", ctx.duration_s)
+    tenant_ratio = [r.good / r.judged for r in tenants if r.judged]
+    personas = _group_rows(logical, good, "persona", ctx.duration_s)
+    agent_lines, session_lines = tasks.split_kinds(task_lines, ctx.scenario.persona_kinds)
+    return TierSummary(
+        name=info.name,
+        priority=info.priority,
+        attempts=len(attempts),
+        requests=len(logical),
+        by_class=_class_counts(logical["cls"]),
+        attempts_by_class=_class_counts(attempts["cls"]),
+        by_status=_value_counts(attempts["status"].fillna(0)),
+        by_reason=_value_counts(attempts["reason"]),
+        drop_rate=wilson(int(dropped[ok].sum()), n_judged),
+        drop_rate_by_class={c: wilson(int((eq(logical["cls"], c) & ok).sum()), n_judged) for c in DROPPED_CLASSES},
+        share_429=wilson(int((status[sent] == 429).sum()), int(sent.sum())),
+        share_503=wilson(int((status[sent] == 503).sum()), int(sent.sum())),
+        goodput=wilson(int(good[ok].sum()), n_judged),
+        goodput_per_s=float(good.sum()) / ctx.duration_s if ctx.duration_s > 0 else 0.0,
+        latency=_latency(logical, attempts),
+        inflation=_inflation(logical, ctx.base),
+        saturation=_saturation_slice(logical, ctx),
+        retry_amplification=len(attempts) / len(logical) if len(logical) else 0.0,
+        extra_attempts_in_saturation=int((in_sat_attempt & (attempts["attempt"].to_numpy(dtype=np.float64) > 1)).sum()),
+        routes=_value_counts(logical["route"]) if "route" in logical.columns else {},
+        fairness=Fairness(
+            jain_index=fairness.tenant_jain(tenant_ratio),
+            tenants=[TenantSummary(tenant=r.key, requests=r.requests, served=r.served, dropped=r.dropped,
+                                   drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
+                     for r in tenants],
+        ),
+        starvation_max_gap_s=fairness.starvation_gap_s(attempts),
+        floor=floor,
+        tasks=tasks.task_stats(agent_lines, logical),
+        sessions=tasks.task_stats(session_lines, logical),
+        preempted_after_first_token=int((eq(attempts["cls"], "preempted")
+                                         & attempts["first_token_ns"].notna().to_numpy()).sum()),
+        personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, dropped=r.dropped,
+                                 drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
+                  for r in personas],
+        ttft_cdf_ms={
+            "from_send": cdf_points(_ms(logical, "ttft_ns", served_mask)),
+            "from_intended": cdf_points(_ms(logical, "ttft_intended_ns", served_mask)),
+        },
+    )
+
+
+def _routes(attempts: pd.DataFrame, breakers: pd.DataFrame, end_ns: float) -> list[RouteSummary]:
+    if len(attempts) == 0:
+        return []
+    out = []
+    # Only logical requests with several attempts can have switched route: look at those alone.
+    codes = attempts["logical_code"].to_numpy()
+    multi = np.bincount(codes)[codes] > 1
+    ordered = attempts[multi].sort_values(["logical_code", "attempt"])
+    prev_route = ordered.groupby("logical_code", sort=False)["route"].shift(1).astype(object)
+    moved_route = prev_route.notna().to_numpy() & (prev_route.to_numpy() != ordered["route"].astype(object).to_numpy())
+    switched = ordered[moved_route]
+    for route, part in attempts.groupby(attempts["route"].astype(object).fillna("primary"), sort=True):
+        served = part[part["served"].to_numpy()]
+        ttft = served["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+        ttft = ttft[np.isfinite(ttft)]
+        moved = switched[switched["route"].astype(object) == route]
+        out.append(RouteSummary(
+            route=str(route), attempts=len(part), served=len(served), by_class=_class_counts(part["cls"]),
+            ttft_p50_ms=float(np.quantile(ttft, 0.5)) if len(ttft) else None,
+            ttft_p99_ms=float(np.quantile(ttft, 0.99)) if len(ttft) else None,
+            switch_reasons=_value_counts(moved["retry_reason"].astype(object).fillna("unknown")),
+            breaker_open_s=_breaker_open_s(breakers, str(route), end_ns),
+        ))
+    return out
+
+
+def _breaker_open_s(breakers: pd.DataFrame, route: str, end_ns: float) -> float:
+    """Seconds the route's breaker spent open (until its next change, or the end of the run)."""
+    if len(breakers) == 0:
+        return 0.0
+    part = breakers[breakers["route"].astype(object) == route].sort_values("ts_ns")
+    ts = part["ts_ns"].to_numpy(dtype=np.float64)
+    nxt = np.append(ts[1:], end_ns)
+    is_open = (part["state"].astype(object) == "open").to_numpy()
+    return float(np.clip(nxt - ts, 0, None)[is_open].sum() / NS_PER_S)
+
+
+def _none_if_na(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA else value
+
+
+def _evidence(attempts: pd.DataFrame, tier: str) -> list[Evidence]:
+    drops = attempts[attempts["dropped"].to_numpy()].sort_values("t_end_ns").head(EVIDENCE_PER_TIER)
+    out = []
+    for row in drops.to_dict("records"):
+        retry, reason, error = (_none_if_na(row.get(k)) for k in ("retry_after_s", "reason", "error"))
+        status = _none_if_na(row.get("status"))
+        out.append(Evidence(
+            tier=tier, request_id=str(row["request_id"]), t_s=float(row["t_end_ns"]) / NS_PER_S,
+            status=int(status) if status is not None else 0, outcome=str(row["cls"]),
+            reason=None if reason is None else str(reason),
+            retry_after_s=None if retry is None else float(retry),
+            error=None if error is None else str(error),
+        ))
+    return out
+
+
+def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, metrics: ServerMetrics
+             ) -> tuple[list[tuple[float, float]], list[Window]]:
+    out_mask = timeline.outcome_saturation_mask(attempts, ratio, grid)
+    met_mask, signals = metric_saturation(metrics, grid)
+    spans = timeline.windows_from_mask(out_mask | met_mask, grid)
+    windows = []
+    for start, end in spans:
+        a, b = round(start / grid.bucket_s), round(end / grid.bucket_s)
+        o, m = bool(out_mask[a:b].any()), bool(met_mask[a:b].any())
+        source = "both" if o and m else "metrics" if m else "outcomes"
+        detail = []
+        if o:
+            detail.append("drops or TTFT > 3x idle")
+        if m:
+            detail.append("server: " + ", ".join(signals))
+        windows.append(Window(start_s=start, end_s=end, source=source, detail="; ".join(detail)))  # type: ignore[arg-type]
+    return spans, windows
+
+
+def _run_info(data: RunData, sc: RunScenario, duration_s: float) -> RunInfo:
+    m = data.manifest
+    started = m.get("started_at")
+    if not started and isinstance(m.get("wall_anchor_ns"), int):
+        started = dt.datetime.fromtimestamp(m["wall_anchor_ns"] / 1e9, tz=dt.UTC).isoformat()
+    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
+    target = m.get("target")
+    target_url = target.get("url") if isinstance(target, dict) else target
+    target_url = m.get("resolved_target_url") or m.get("target_url") or target_url
+    command = m.get("command") or m.get("command_line") or ""
+    if isinstance(command, list):
+        command = " ".join(str(part) for part in command)
+    return RunInfo(
+        run_id=str(m.get("run_id") or data.run_dir.name),
+        scenario=sc.name or str(m.get("scenario_name", "")),
+        description=sc.description,
+        target=str(target_url or sc.target),
+        profile=str(m.get("profile") or sc.profile),
+        model=str(m.get("model") or sc.model),
+        seed=int(m.get("seed") or sc.seed or 0),
+        started_at=str(started or ""),
+        duration_s=duration_s,
+        processes=max(int(m.get("processes") or 0), data.processes),
+        versions={str(k): str(v) for k, v in (versions or {}).items()},
+        command=str(command),
+        phases=sc.phases,
+    )
+
+
+def _duration_s(data: RunData, attempts: pd.DataFrame, sc: RunScenario) -> float:
+    observed = float(np.nanmax(attempts["t_end_ns"].to_numpy(dtype=np.float64))) / NS_PER_S if len(attempts) else 0.0
+    if not np.isfinite(observed):
+        observed = 0.0
+    declared = data.manifest.get("duration_s")
+    if isinstance(declared, int | float) and declared > 0:
+        return max(float(declared), observed)
+    return max(observed, sc.duration_s or 0.0, 1e-3)
+
+
+def _tier_infos(sc: RunScenario, attempts: pd.DataFrame, slo_override: dict[str, SLO] | None) -> list[TierInfo]:
+    infos = {t.name: TierInfo(t.name, t.priority, t.slo) for t in sc.tiers}
+    for name in pd.unique(attempts["tier"].dropna()):
+        infos.setdefault(str(name), TierInfo(str(name)))
+    if slo_override:
+        unknown = sorted(set(slo_override) - set(infos))
+        if unknown:
+            raise AuditError(f"SLO file names unknown tier(s) {unknown} (tiers: {sorted(infos)})")
+        for name, slo in slo_override.items():
+            infos[name].slo = slo
+    return sorted(infos.values(), key=lambda t: (-t.priority, t.name))
+
+
+def _findings(tiers: list[TierSummary]) -> list[Finding]:
+    out = []
+    for tier in tiers:
+        if tier.preempted_after_first_token:
+            out.append(Finding(kind="preempted_in_progress", severity="warning", tier=tier.name,
+                               message=f"{tier.preempted_after_first_token} {tier.name} stream(s) were killed after "
+                                       "their first token (the user saw a partial answer)",
+                               data={"count": tier.preempted_after_first_token}))
+        gap = tier.starvation_max_gap_s
+        if gap is not None and gap >= STARVATION_FINDING_S:
+            out.append(Finding(kind="starvation", severity="warning", tier=tier.name,
+                               message=f"{tier.name} had demand but got no service for {gap:.1f} s",
+                               data={"max_gap_s": gap}))
+        if tier.floor.passed is False:
+            out.append(Finding(kind="floor", severity="error", tier=tier.name,
+                               message=f"{tier.name} got {tier.floor.share:.1%} of goodput during saturation, "
+                                       f"below its floor {tier.floor.minimum:.1%}",
+                               data={"share": tier.floor.share, "minimum": tier.floor.minimum}))
+        fallback_served = sum(v for k, v in tier.routes.items() if k != "primary")
+        if fallback_served and tier.by_class.get("served"):
+            out.append(Finding(kind="fallback", severity="info", tier=tier.name,
+                               message=f"{fallback_served} {tier.name} request(s) ended on a fallback route",
+                               data={"routes": tier.routes}))
+    return out
+
+
+def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
+    """Every attempt with its class (each route classified by its own stack profile) and derived times."""
+    req = data.requests
+    route_profile = {"primary": normalise_profile(sc.profile)}
+    route_profile.update({k: normalise_profile(v) for k, v in sc.route_profiles.items()})
+    if "route" in req.columns and isinstance(req["route"].dtype, pd.CategoricalDtype):
+        # map the few route names, not a million rows of text
+        names = req["route"].cat.categories
+        table = np.array([route_profile.get(str(n), route_profile["primary"]) for n in names] +
+                         [route_profile["primary"]], dtype=object)
+        codes = req["route"].cat.codes.to_numpy()
+        profiles = pd.Series(table[np.where(codes < 0, len(names), codes)], index=req.index)
+    else:
+        routes = req["route"].astype(object).fillna("primary") if "route" in req.columns else pd.Series(
+            "primary", index=req.index)
+        profiles = routes.map(route_profile).fillna(route_profile["primary"])
+    return prepare_attempts(req, classify_frame(req, profiles), inplace=True)
+
+
+def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None) -> Summary:
+    """Audit a run folder and return its Summary (does not write it)."""
+    if judge not in (None, "point", "bound"):
+        raise AuditError(f"judge must be 'point' or 'bound', not {judge!r}")
+    data = load_run(Path(run_dir))
+    sc = from_manifest(data.manifest)
+    slo_override = load_slo_file(slo_file) if slo_file else None
+    n_records = len(data.requests)
+    all_attempts = classified_attempts(data, sc)  # adds columns to data.requests in place
+    base = calibration.baseline(all_attempts)
+    probes = eq(all_attempts["persona"], CALIBRATION_PERSONA)
+    attempts = all_attempts[~probes].reset_index(drop=True) if probes.any() else all_attempts
+    del all_attempts
+    logical = fold_logical(attempts)
+    duration_s = _duration_s(data, attempts, sc)
+    grid = timeline.make_grid(duration_s)
+    anchor = data.mono_anchor_ns
+    wall = data.manifest.get("wall_anchor_ns")
+    metrics = load_metrics(data.run_dir, anchor, wall if isinstance(wall, int) else None)
+    ratio = calibration.inflation_ratio(attempts, base)
+    spans, windows = _windows(attempts, ratio, grid, metrics)
+    ctx = Context(duration_s, grid, spans, base, sc)
+    infos = _tier_infos(sc, attempts, slo_override)
+    priorities = {t.name: t.priority for t in infos}
+
+    good_all = np.zeros(len(logical), dtype=bool)
+    for info in infos:
+        sel = eq(logical["tier"], info.name)
+        good_all[sel] = _good_mask(logical[sel], info.slo)
+    sat_good_total = int((good_all & timeline.in_windows(logical["first_token_ns"], spans)).sum())
+
+    tier_summaries, series, evidence = [], {}, []
+    for info in infos:
+        att = attempts[eq(attempts["tier"], info.name)]
+        log = logical[eq(logical["tier"], info.name)]
+        lines = data.tasks[eq(data.tasks["tier"], info.name)] if len(data.tasks) else data.tasks
+        tier_summaries.append(_tier_summary(info, att, log, lines, ctx, sat_good_total))
+        series[info.name] = timeline.tier_series(att, grid)
+        evidence += _evidence(att, info.name)
+
+    inversions = fairness.find_inversions(attempts, priorities, spans, grid)
+    checks, cross_findings = crosscheck(attempts, priorities, metrics)
+    validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
+                              truncated_shards=data.truncated_shards)
+    verdicts: list[Verdict] = []
+    for info, tier in zip(infos, tier_summaries, strict=True):
+        verdicts += tier_verdicts(tier, info.slo, judge)
+    passed, code = exit_code(validity, verdicts)
+    findings = fairness.inversion_findings(inversions) + _findings(tier_summaries) + cross_findings
+    if not validity.valid:
+        findings.insert(0, Finding(kind="invalid", severity="error", tier=None,
+                                   message="run invalid for latency claims: " + "; ".join(validity.reasons),
+                                   data={"reasons": validity.reasons}))
+    breaker_rows = [
+        {"t_s": float(r["ts_ns"]) / NS_PER_S, "route": str(r["route"]), "state": str(r["state"]),
+         "previous": _none_if_na(r["previous"]), "cause": _none_if_na(r["cause"])}
+        for r in data.breakers.sort_values("ts_ns").to_dict("records")
+    ]
+    return Summary(
+        run=_run_info(data, sc, duration_s),
+        validity=validity,
+        tiers=tier_summaries,
+        windows=windows,
+        timeline=Timeline(bucket_s=grid.bucket_s, t=grid.starts(), tiers=series,
+                          server=server_series(metrics, grid), breaker=breaker_rows),
+        findings=findings,
+        verdicts=verdicts,
+        passed=passed,
+        exit_code=code,
+        routes=_routes(attempts, data.breakers, duration_s * NS_PER_S),
+        crosscheck=checks,
+        evidence=evidence,
+        records=n_records,
+        tasks=len(data.tasks),
+    )
+
+
+def write_summary(summary: Summary, run_dir: Path) -> Path:
+    """Write ``summary.json`` atomically."""
+    path = Path(run_dir) / SUMMARY_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(summary.model_dump_json(by_alias=True, indent=1))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,88 @@
+"""SLO verdicts per tier, judged on the point estimate or on the pessimistic 95 % bound."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
+from scenarios.model import SLO
+
+Judge = Literal["point", "bound"]
+EXIT_PASS, EXIT_FAIL, EXIT_INVALID = 0, 1, 2
+
+
+def _verdict(tier: str, check: str, threshold: float, observed: float | None, bound: float | None,
+             judge: Judge, upper: bool) -> Verdict:
+    """``upper``: the SLO is a ceiling (latency, drop rate); else a floor (goodput, floor share)."""
+    value = bound if judge == "bound" else observed
+    if value is None:
+        return Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=bound, judge=judge,
+                       passed=False, message=f"{tier} {check}: no samples to judge (limit {threshold:g})")
+    passed = value <= threshold if upper else value >= threshold
+    op = "≤" if upper else "≥"
+    used = "bound" if judge == "bound" else "observed"
+    message = (f"{tier} {check}: {used} {value:.4g} {op} {threshold:g}" if passed
+               else f"{tier} {check}: {used} {value:.4g} not {op} {threshold:g}")
+    return Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=bound, judge=judge,
+                   passed=passed, message=message)
+
+
+def _latency(tier: str, metric: str, pct: Percentiles, slo_spec: object, judge: Judge) -> list[Verdict]:
+    out = []
+    for key, threshold in slo_spec.items():  # type: ignore[attr-defined]
+        observed = getattr(pct, key)
+        ci = pct.ci.get(key)
+        # max has no interval: the worst observed value is its own pessimistic bound
+        bound = ci[1] if ci else observed
+        out.append(_verdict(tier, f"{metric}.{key}", threshold, observed, bound, judge, upper=True))
+    return out
+
+
+def _rate(tier: str, check: str, threshold: float, rate: Rate, judge: Judge, upper: bool) -> Verdict:
+    bound = rate.high if upper else rate.low
+    return _verdict(tier, check, threshold, rate.value, bound, judge, upper)
+
+
+def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> list[Verdict]:
+    """Every check the tier's SLO names."""
+    judge: Judge = "bound" if (judge_override or slo.judge) == "bound" else "point"
+    name = tier.name
+    out: list[Verdict] = []
+    for metric in ("ttft_ms", "ttft_from_intended_ms", "tpot_ms", "e2e_ms"):
+        spec = getattr(slo, metric)
+        if spec is not None:
+            out += _latency(name, metric, getattr(tier.latency, metric), spec, judge)
+    if slo.max_drop_rate is not None:
+        out.append(_rate(name, "max_drop_rate", slo.max_drop_rate, tier.drop_rate, judge, upper=True))
+    for cls, limit in slo.max_drop_rate_by_class.items():
+        rate = tier.drop_rate_by_class.get(cls) or Rate(k=0, n=tier.drop_rate.n, value=None, low=None, high=None)
+        out.append(_rate(name, f"max_drop_rate_by_class.{cls}", limit, rate, judge, upper=True))
+    if slo.max_429_share is not None:
+        out.append(_rate(name, "max_429_share", slo.max_429_share, tier.share_429, judge, upper=True))
+    if slo.max_503_share is not None:
+        out.append(_rate(name, "max_503_share", slo.max_503_share, tier.share_503, judge, upper=True))
+    if slo.min_goodput is not None:
+        out.append(_rate(name, "min_goodput", slo.min_goodput, tier.goodput, judge, upper=False))
+    if slo.floor_share is not None:
+        share = tier.floor.share
+        low = tier.floor.rate.low if tier.floor.rate else None
+        if share is None:
+            out.append(Verdict(tier=name, check="floor_share", threshold=slo.floor_share, observed=None,
+                               bound=None, judge=judge, passed=True,
+                               message=f"{name} floor_share: no saturation window, nothing to judge"))
+        else:
+            out.append(_verdict(name, "floor_share", slo.floor_share, share, low, judge, upper=False))
+    if slo.max_deadline_miss_rate is not None:
+        for label, stats in (("tasks", tier.tasks), ("sessions", tier.sessions)):
+            if stats is not None:
+                out.append(_rate(name, f"{label}.max_deadline_miss_rate", slo.max_deadline_miss_rate,
+                                 stats.deadline_miss_rate, judge, upper=True))
+    return out
+
+
+def exit_code(validity: Validity, verdicts: list[Verdict]) -> tuple[bool, int]:
+    """(passed, exit code): 2 when the run is invalid for latency claims, else 0 pass / 1 fail."""
+    if not validity.valid:
+        return False, EXIT_INVALID
+    ok = all(v.passed for v in verdicts)
+    return ok, EXIT_PASS if ok else EXIT_FAIL

@@ -1,0 +1,220 @@
+"""Server metrics scraped during the run (``metrics.jsonl``): series, saturation signals, counters."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from audit.fold import NS_PER_S
+from audit.timeline import Grid
+
+METRICS_FILE = "metrics.jsonl"
+
+QUEUE_SIZE = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
+POOL_SATURATION = ("llm_d_epp_flow_control_pool_saturation", "inference_extension_flow_control_pool_saturation")
+WAITING = ("vllm:num_requests_waiting",)
+RUNNING = ("vllm:num_requests_running",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+FLOW_OUTCOMES = ("llm_d_epp_flow_control_requests_total",)
+GAIE_OUTCOMES = ("inference_extension_flow_control_request_queue_duration_seconds_count",)
+SMG_ADMIT = ("smg_scheduler_admit_total",)
+WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + FLOW_OUTCOMES
+                   + GAIE_OUTCOMES + SMG_ADMIT)
+SUSTAINED_SCRAPES = 2  # waiting > 0 in this many consecutive scrapes = sustained queueing
+
+
+@dataclass
+class ServerMetrics:
+    """Wanted samples as a long frame: ts_ns (from the run anchor), name, priority, outcome, stage, value."""
+
+    samples: pd.DataFrame
+    scrapes: int = 0
+    errors: int = 0
+    scrape_ts_ns: np.ndarray = field(default_factory=lambda: np.array([]))
+
+    @property
+    def empty(self) -> bool:
+        return len(self.samples) == 0
+
+
+def _rebase(ts: np.ndarray, mono_anchor_ns: int | None, wall_anchor_ns: int | None) -> np.ndarray:
+    """Scrape times may be anchor-relative, raw CLOCK_MONOTONIC or wall-clock ns; bring them to the anchor."""
+    if len(ts) == 0:
+        return ts
+    median = float(np.median(ts))
+    if wall_anchor_ns and median > 1e18:
+        return ts - wall_anchor_ns
+    if mono_anchor_ns and median > mono_anchor_ns / 2:
+        return ts - mono_anchor_ns
+    return ts
+
+
+def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int | None = None) -> ServerMetrics:
+    """Read ``metrics.jsonl`` (one scrape a line); bad lines and error scrapes are counted, not fatal."""
+    path = Path(run_dir) / METRICS_FILE
+    columns = ["ts_ns", "name", "priority", "outcome", "stage", "labels", "value"]
+    if not path.exists():
+        return ServerMetrics(pd.DataFrame(columns=columns))
+    rows: list[tuple[float, str, str | None, str | None, str | None, str, float]] = []
+    scrape_ts: list[float] = []
+    scrapes = errors = 0
+    # Scrapes are few (one per second or so): a plain loop, keeping only the families the audit reads.
+    for line in path.read_bytes().splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            errors += 1
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("ts_ns"), int | float):
+            errors += 1
+            continue
+        if obj.get("error") or not isinstance(obj.get("samples"), list):
+            errors += 1
+            continue
+        scrapes += 1
+        ts = float(obj["ts_ns"])
+        scrape_ts.append(ts)
+        for sample in obj["samples"]:
+            if not isinstance(sample, dict) or sample.get("name") not in WANTED:
+                continue
+            labels = sample.get("labels") or {}
+            try:
+                value = float(sample.get("value"))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            rows.append((ts, sample["name"], labels.get("priority"), labels.get("outcome"),
+                         labels.get("stage"), key, value))
+    frame = pd.DataFrame(rows, columns=columns)
+    stamps = _rebase(np.asarray(scrape_ts, dtype=np.float64), mono_anchor_ns, wall_anchor_ns)
+    if len(frame):
+        frame["ts_ns"] = _rebase(frame["ts_ns"].to_numpy(dtype=np.float64), mono_anchor_ns, wall_anchor_ns)
+    return ServerMetrics(frame, scrapes, errors, np.sort(stamps))
+
+
+def _family(samples: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    for name in names:
+        part = samples[samples["name"] == name]
+        if len(part):
+            return part
+    return samples.iloc[0:0]
+
+
+def _gauge_by(part: pd.DataFrame, label: str | None, how: str) -> pd.DataFrame:
+    """Per scrape, the family aggregated over every label but ``label`` → columns ts_ns, key, value."""
+    key = part[label].fillna("all").astype(str) if label else pd.Series("all", index=part.index)
+    frame = pd.DataFrame({"ts_ns": part["ts_ns"], "key": key, "value": part["value"]})
+    grouped = frame.groupby(["ts_ns", "key"])["value"]
+    agg = grouped.sum() if how == "sum" else grouped.mean() if how == "mean" else grouped.max()
+    return agg.reset_index()
+
+
+def _bucket_mean(per_scrape: pd.DataFrame, grid: Grid) -> dict[str, list[float | None]]:
+    out: dict[str, list[float | None]] = {}
+    idx = grid.index(per_scrape["ts_ns"].to_numpy())
+    frame = per_scrape.assign(b=idx)
+    frame = frame[frame["b"] >= 0]
+    for key, part in frame.groupby("key"):
+        means = part.groupby("b")["value"].mean()
+        series: list[float | None] = [None] * grid.count
+        for b, v in means.items():
+            series[int(b)] = float(v)  # type: ignore[call-overload]
+        out[str(key)] = series
+    return out
+
+
+def _bucket_increase(per_scrape: pd.DataFrame, grid: Grid) -> dict[str, list[float | None]]:
+    """Counter increase per bucket (resets treated as restarts from zero)."""
+    out: dict[str, list[float | None]] = {}
+    for key, part in per_scrape.groupby("key"):
+        part = part.sort_values("ts_ns")
+        values = part["value"].to_numpy()
+        inc = np.diff(values, prepend=values[0])
+        inc = np.where(inc < 0, values, inc)
+        idx = grid.index(part["ts_ns"].to_numpy())
+        ok = idx >= 0
+        sums = np.bincount(idx[ok], weights=inc[ok], minlength=grid.count)[: grid.count]
+        out[str(key)] = [float(v) for v in sums]
+    return out
+
+
+def server_series(metrics: ServerMetrics, grid: Grid) -> dict[str, dict[str, list[float | None]]]:
+    """``timeline.server``: queue size per priority, waiting/running, KV usage, preemptions, saturation."""
+    if metrics.empty:
+        return {}
+    s = metrics.samples
+    out: dict[str, dict[str, list[float | None]]] = {}
+    specs: list[tuple[str, tuple[str, ...], str | None, str, bool]] = [
+        ("queue_size", QUEUE_SIZE, "priority", "sum", False),
+        ("pool_saturation", POOL_SATURATION, "stage", "max", False),
+        ("num_requests_waiting", WAITING, None, "sum", False),
+        ("num_requests_running", RUNNING, None, "sum", False),
+        ("kv_cache_usage", KV_USAGE, None, "mean", False),
+        ("preemptions", PREEMPTIONS, None, "sum", True),
+    ]
+    for label, names, by, how, counter in specs:
+        part = _family(s, names)
+        if len(part) == 0:
+            continue
+        per_scrape = _gauge_by(part, by, how)
+        out[label] = _bucket_increase(per_scrape, grid) if counter else _bucket_mean(per_scrape, grid)
+    return out
+
+
+def metric_saturation(metrics: ServerMetrics, grid: Grid) -> tuple[np.ndarray, list[str]]:
+    """Buckets where the server said it was saturated, and which signals said so."""
+    mask = np.zeros(grid.count, dtype=bool)
+    signals: list[str] = []
+    if metrics.empty:
+        return mask, signals
+    s = metrics.samples
+
+    def mark(per_scrape: pd.Series, label: str) -> None:
+        hot = per_scrape[per_scrape > 0] if label != "pool_saturation>=1" else per_scrape[per_scrape >= 1]
+        if len(hot):
+            idx = grid.index(hot.index.to_numpy(dtype=np.float64))
+            mask[idx[idx >= 0]] = True
+            signals.append(label)
+
+    waiting = _family(s, WAITING)
+    if len(waiting):
+        total = waiting.groupby("ts_ns")["value"].sum().sort_index()
+        positive = (total > 0).to_numpy()
+        streak = np.cumsum(~positive)  # one id per run of positive scrapes
+        lengths = pd.Series(positive.astype(int)).groupby(streak).transform("sum").to_numpy()
+        mark(total[positive & (lengths >= SUSTAINED_SCRAPES)], "vllm:num_requests_waiting>0")
+    queue = _family(s, QUEUE_SIZE)
+    if len(queue):
+        mark(queue.groupby("ts_ns")["value"].sum(), "queue_size>0")
+    sat = _family(s, POOL_SATURATION)
+    if len(sat):
+        if sat["stage"].notna().any() and (sat["stage"] == "effective").any():
+            sat = sat[sat["stage"] == "effective"]
+        mark(sat.groupby("ts_ns")["value"].max(), "pool_saturation>=1")
+    return mask, signals
+
+
+def last_counters(metrics: ServerMetrics, names: tuple[str, ...], first_request_ns: float | None
+                  ) -> tuple[pd.DataFrame, float | None]:
+    """Counter values per (priority, outcome) at the last scrape, minus a pre-run baseline.
+
+    The first scrape is a baseline only when it was taken before the first request was sent;
+    otherwise the counters are taken as starting from zero with the run (a fresh testbed).
+    """
+    part = _family(metrics.samples, names)
+    if len(part) == 0:
+        return pd.DataFrame(columns=["priority", "outcome", "value"]), None
+    last_ts = float(part["ts_ns"].max())
+    first_ts = float(part["ts_ns"].min())
+    agg = part.groupby(["ts_ns", "priority", "outcome"], dropna=False)["value"].sum()
+    last = agg.xs(last_ts, level="ts_ns")
+    if first_request_ns is not None and first_ts < first_request_ns and first_ts != last_ts:
+        base = agg.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
+        last = last - base
+    out = last.reset_index().rename(columns={0: "value"})
+    return out, last_ts / NS_PER_S

@@ -1,0 +1,145 @@
+"""Pure statistics: Wilson intervals, percentiles with exact bootstrap intervals, Jain's index, gaps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from audit.summary import Percentiles, Rate
+
+Z95 = 1.959963984540054
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 20240611
+
+
+def wilson(k: int, n: int, z: float = Z95) -> Rate:
+    """k/n with its Wilson score interval (well-behaved at 0, 1 and small n)."""
+    k, n = int(k), int(n)
+    if n <= 0:
+        return Rate(k=k, n=n, value=None, low=None, high=None)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if k == 0 else max(0.0, centre - half)  # exact ends: float noise must not show as 7e-18
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return Rate(k=k, n=n, value=p, low=low, high=high)
+
+
+def quantile_sorted(values: np.ndarray, q: float) -> float:
+    """Linear-interpolated quantile of already sorted values (numpy's default definition)."""
+    return float(np.quantile(values, q)) if len(values) else math.nan
+
+
+def bootstrap_quantile_ci(
+    sorted_values: np.ndarray, q: float, *, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the q-quantile, in O(replicates) whatever the sample size.
+
+    Resampling n values with replacement from the empirical distribution and taking the k-th smallest
+    is the same as taking ``x[floor(n · U_(k))]`` where ``U_(k) ~ Beta(k, n + 1 − k)`` is the k-th
+    order statistic of n uniforms. So each replicate is one Beta draw and one index: the exact
+    bootstrap distribution of the order statistic, seeded, vectorised, without materialising resamples.
+    """
+    n = len(sorted_values)
+    if n == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    k = min(n, max(1, round(q * (n - 1)) + 1))  # 1-based order statistic nearest the quantile
+    u = rng.beta(k, n + 1 - k, size=replicates)
+    idx = np.minimum((u * n).astype(np.int64), n - 1)
+    draws = sorted_values[idx]
+    alpha = (1 - level) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha])
+    return (float(low), float(high))
+
+
+def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: bool = True) -> Percentiles:
+    """p50/p90/p95/p99/max/mean of the finite values (times ``scale``), with bootstrap intervals."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if len(arr) == 0:
+        return Percentiles(n=0)
+    arr = np.sort(arr) * scale
+    qs = np.quantile(arr, list(QUANTILES.values()))
+    fields = {name: float(v) for name, v in zip(QUANTILES, qs, strict=True)}
+    intervals: dict[str, tuple[float, float]] = {}
+    if ci:
+        for name, q in QUANTILES.items():
+            intervals[name] = bootstrap_quantile_ci(arr, q)
+    return Percentiles(n=len(arr), mean=float(arr.mean()), max=float(arr[-1]), ci=intervals, **fields)
+
+
+def cdf_points(values: np.ndarray, *, scale: float = 1.0, points: int = 101) -> list[float]:
+    """The values at quantiles 0, 1/(points-1), …, 1 (empty when there are none)."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if len(arr) == 0:
+        return []
+    return [float(v) for v in np.quantile(arr * scale, np.linspace(0.0, 1.0, points))]
+
+
+def jain_index(values: np.ndarray | list[float]) -> float | None:
+    """Jain's fairness index (Σx)² / (n·Σx²): 1 = equal shares, 1/n = one takes all."""
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if len(arr) == 0:
+        return None
+    squares = float((arr * arr).sum())
+    if squares == 0:
+        return 1.0  # nobody got anything: equal, if bleak
+    return float(arr.sum() ** 2 / (len(arr) * squares))
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of closed intervals [start, end], as sorted disjoint intervals (vectorised)."""
+    if len(starts) == 0:
+        return np.array([], dtype=np.float64), np.array([], dtype=np.float64)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.float64)[order]
+    e = np.maximum(np.asarray(ends, dtype=np.float64)[order], s)
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    group = np.cumsum(new) - 1
+    out_s = s[new]
+    out_e = np.zeros(len(out_s))
+    np.maximum.at(out_e, group, reach)
+    out_e = np.maximum(out_e, out_s)
+    return out_s, out_e
+
+
+def longest_gap(demand_starts: np.ndarray, demand_ends: np.ndarray, served_at: np.ndarray) -> float | None:
+    """Longest stretch with demand present and no service: max gap between service events inside demand.
+
+    Demand intervals are merged; inside each, the boundaries and the service instants that fall in it
+    cut it into pieces, and the longest piece is the starvation gap. None when there was no demand.
+    """
+    s, e = merge_intervals(np.asarray(demand_starts), np.asarray(demand_ends))
+    if len(s) == 0:
+        return None
+    served = np.sort(np.asarray(served_at, dtype=np.float64))
+    served = served[np.isfinite(served)]
+    which = np.searchsorted(s, served, side="right") - 1
+    inside = (which >= 0) & (served <= e[np.clip(which, 0, None)]) if len(served) else np.zeros(0, dtype=bool)
+    points = np.concatenate([s, e, served[inside]])
+    group = np.concatenate([np.arange(len(s)), np.arange(len(s)), which[inside]])
+    order = np.lexsort((points, group))
+    points, group = points[order], group[order]
+    diffs = np.diff(points)
+    same = group[1:] == group[:-1]
+    return float(diffs[same].max()) if same.any() else 0.0
+
+
+def merge_bucket_mask(mask: np.ndarray, max_gap: int = 1) -> list[tuple[int, int]]:
+    """Runs of True buckets as [first, last] index pairs, joining runs separated by ≤ ``max_gap`` buckets."""
+    idx = np.flatnonzero(np.asarray(mask, dtype=bool))
+    if len(idx) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(idx) > max_gap + 1)
+    firsts = np.concatenate(([idx[0]], idx[breaks + 1]))
+    lasts = np.concatenate((idx[breaks], [idx[-1]]))
+    return [(int(a), int(b)) for a, b in zip(firsts, lasts, strict=True)]

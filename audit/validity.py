@@ -1,0 +1,74 @@
+"""Was the generator fit to judge latency? A saturated generator makes every tail claim suspect."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from audit.fold import NS_PER_MS, eq
+from audit.summary import Validity
+
+LOOP_LAG_P99_MS = 50.0
+CPU_BUSY_PERCENT = 90.0  # of one core (psutil's per-process percent)
+CPU_BUSY_SHARE = 0.10  # of health samples
+SCHEDULE_LAG_P99_MS = 100.0
+BUDGET_REASON = "budget"  # loadgen/attempts.py: refused by the cost guard, recorded not_sent
+
+
+def _p99(values: np.ndarray) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(np.quantile(values, 0.99)) if len(values) else None
+
+
+def check_validity(
+    attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int
+) -> Validity:
+    """Mark the run invalid for latency claims when the generator lagged, was busy, or could not send."""
+    reasons: list[str] = []
+    if len(health):
+        # before the anchor no request is scheduled: start-up lag there judges nothing
+        health = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)]
+    lag = _p99(health["loop_lag_ns"].to_numpy(dtype=np.float64) / NS_PER_MS) if len(health) else None
+    cpu = health["cpu_percent"].to_numpy(dtype=np.float64) if len(health) else np.array([])
+    cpu = cpu[np.isfinite(cpu)]
+    cpu_max = float(cpu.max()) if len(cpu) else None
+    busy_share = float((cpu > CPU_BUSY_PERCENT).mean()) if len(cpu) else 0.0
+    not_sent_records = 0
+    if len(attempts):
+        # a budget refusal is the user's cost guard working, not the generator falling behind
+        budget = eq(attempts["reason"], BUDGET_REASON)
+        not_sent_records = int((attempts["not_sent"].to_numpy() & ~budget).sum())
+    not_sent_health = 0
+    if len(health) and "not_sent_total" in health.columns and not_sent_records:
+        # each process reports its own running total; the largest per process is its final count
+        not_sent_health = int(np.nan_to_num(health["not_sent_total"].to_numpy(dtype=np.float64)).max())
+    not_sent = max(not_sent_records, not_sent_health)
+    # First attempts only: a retry's wait is the retry policy's backoff, not the generator's lag.
+    first = attempts["attempt"].fillna(1).to_numpy() <= 1 if len(attempts) else np.zeros(0, dtype=bool)
+    sent = ~attempts["not_sent"].to_numpy() & first if len(attempts) else first
+    lags = attempts["schedule_lag_ns"].to_numpy(dtype=np.float64)[sent] if len(attempts) else np.array([])
+    sched = _p99(lags / NS_PER_MS) if len(lags) else None
+    if lag is not None and lag > LOOP_LAG_P99_MS:
+        reasons.append(f"generator loop lag p99 {lag:.0f} ms > {LOOP_LAG_P99_MS:.0f} ms")
+    if busy_share > CPU_BUSY_SHARE:
+        reasons.append(f"generator CPU > {CPU_BUSY_PERCENT:.0f} % of a core in {busy_share:.0%} of samples "
+                       f"(limit {CPU_BUSY_SHARE:.0%})")
+    if not_sent:
+        reasons.append(f"{not_sent} request(s) not sent on schedule (generator out of slots)")
+    if sched is not None and sched > SCHEDULE_LAG_P99_MS:
+        reasons.append(f"schedule lag p99 {sched:.0f} ms > {SCHEDULE_LAG_P99_MS:.0f} ms")
+    if len(attempts) == 0:
+        reasons.append("no request records")
+    return Validity(
+        valid=not reasons,
+        reasons=reasons,
+        loop_lag_p99_ms=lag,
+        cpu_max_percent=cpu_max,
+        not_sent=not_sent,
+        schedule_lag_p99_ms=sched,
+        skipped_lines=skipped_lines,
+        truncated_shards=truncated_shards,
+        thresholds={"loop_lag_p99_ms": LOOP_LAG_P99_MS, "cpu_busy_percent": CPU_BUSY_PERCENT,
+                    "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_p99_ms": SCHEDULE_LAG_P99_MS,
+                    "not_sent": 0},
+    )
