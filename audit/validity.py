@@ -28,7 +28,12 @@ def check_validity(
     if len(health):
         # before the anchor no request is scheduled: start-up lag there judges nothing
         health = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)]
-    lag = _p99(health["loop_lag_ns"].to_numpy(dtype=np.float64) / NS_PER_MS) if len(health) else None
+    # Loop lag distorts timings only while a request is in flight: a lagging second with nothing in
+    # flight (a worker still starting up, an idle gap) cannot make any recorded time wrong.
+    busy = health
+    if len(health) and "in_flight" in health.columns:
+        busy = health[np.nan_to_num(health["in_flight"].to_numpy(dtype=np.float64)) > 0]
+    lag = _p99(busy["loop_lag_ns"].to_numpy(dtype=np.float64) / NS_PER_MS) if len(busy) else None
     cpu = health["cpu_percent"].to_numpy(dtype=np.float64) if len(health) else np.array([])
     cpu = cpu[np.isfinite(cpu)]
     cpu_max = float(cpu.max()) if len(cpu) else None

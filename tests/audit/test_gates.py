@@ -30,7 +30,7 @@ def make_run(root: Path, *, tiers: list[dict[str, Any]] = TIERS_ONE, drops: int 
                   complete=False, headers_ns=None, first_token_ns=None, last_token_ns=None, done_ns=None,
                   intended_ns=50 * S)
     for t in range(100):
-        b.health(t * S, lag_ms * MS, 10.0)
+        b.health(t * S, lag_ms * MS, 10.0, in_flight=3)
     return b.close()
 
 
@@ -127,3 +127,16 @@ def test_budget_refusals_do_not_invalidate(tmp_path: Path) -> None:
     s = run_audit(b.close())
     assert s.validity.valid and s.validity.not_sent == 0
     assert s.tier("gold").by_class["not_sent"] == 1 and s.tier("gold").drop_rate.n == 1
+
+
+
+def test_lag_with_nothing_in_flight_does_not_invalidate(tmp_path: Path) -> None:
+    """A worker's start-up lag, before any request is in flight, distorts no recorded time."""
+    b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
+    for i in range(20):
+        b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S, first_token_ns=i * S + 100 * MS)
+    b.health(0, 300 * MS, 50.0, in_flight=0)  # start-up: imports, spawning
+    for t in range(1, 20):
+        b.health(t * S, 2 * MS, 10.0, in_flight=1)
+    s = run_audit(b.close())
+    assert s.validity.valid and s.validity.loop_lag_p99_ms == pytest.approx(2.0)
