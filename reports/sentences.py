@@ -117,10 +117,13 @@ def task_line(tier: TierSummary, stats: TaskStats, what: str) -> str:
     """'batch agent tasks: 150 of 210 completed (71 %), 42 missed their deadline; makespan p50 38 s'."""
     if stats.n == 0:
         return f"{tier.name} had no {what}."
+    ended = stats.n - stats.cancelled  # the rate leaves out those still running when the run stopped
     text = (
-        f"{tier.name} {what}: {fmt.count(stats.completed)} of {fmt.count(stats.n)} completed "
+        f"{tier.name} {what}: {fmt.count(stats.completed)} of {fmt.count(ended)} completed "
         f"({fmt.pct(stats.completion_rate.value)})"
     )
+    if stats.cancelled:
+        text += f" ({fmt.count(stats.cancelled)} more still running at the end, not counted)"
     if stats.deadline_missed:
         text += f", {fmt.count(stats.deadline_missed)} missed their deadline"
     if stats.failed:

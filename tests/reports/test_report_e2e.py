@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -167,14 +166,3 @@ def test_render_from_real_summary(tmp_path: Path) -> None:
     _check_reports(summary, run_dir)
     rows = (run_dir / "drops.csv").read_text().splitlines()
     assert len(rows) - 1 == summary.tier("batch").by_status["429"] + summary.tier("standard").by_status.get("429", 0)
-
-
-def test_render_user_supplied_summary(tmp_path: Path) -> None:
-    """``RUSHHOUR_SUMMARY=path/to/summary.json`` renders a real run's summary (no-op when unset)."""
-    from audit.summary import Summary
-
-    path = os.environ.get("RUSHHOUR_SUMMARY")
-    if not path:
-        return
-    summary = Summary.model_validate_json(Path(path).read_text())
-    _check_reports(summary, tmp_path)
