@@ -307,3 +307,33 @@ def fmt_duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{math.floor(seconds / 60)} min {seconds % 60:.0f} s"
+
+
+_CELL_NAME = re.compile(r"-k(\d+)-([a-z]+)-([a-z]+)-(.+)$")
+
+
+def existing_study(root: Path) -> Plan:
+    """A finished study folder as a plan (steps with their run folders), to re-analyse without running."""
+    from scenarios import load_scenario
+
+    root = Path(root)
+    steps: list[PlannedStep] = []
+    for folder in sorted(root.glob("step-*")):
+        path = folder / "scenario.yaml"
+        if not path.exists():
+            continue
+        sc = load_scenario(path)
+        match = _CELL_NAME.search(sc.name)
+        if not match:
+            raise SweepError(f"{path}: not a study cell (name {sc.name!r})")
+        runs = sorted(p for p in folder.iterdir() if (p / "run.json").exists())
+        step = PlannedStep(int(folder.name.split("-")[1]), LOAD_LEVELS.get(match.group(3), 1.0),
+                           sc.target.testbed.replicas, folder, path, sc.duration_s,
+                           meta={"k": int(match.group(1)), "mix": match.group(2), "load": match.group(3),
+                                 "policy": match.group(4)})
+        step.run_dir = runs[-1] if runs else None
+        step.error = None if runs else "no run folder"
+        steps.append(step)
+    if not steps:
+        raise SweepError(f"{root}: no study steps found")
+    return Plan(root.name, root, "multitier-study", steps, {})

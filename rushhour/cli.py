@@ -19,6 +19,18 @@ app = typer.Typer(
 scenario_app = typer.Typer(help="Validate scenarios and print their JSON Schema.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 
+
+def _register_capacity() -> None:
+    """Capacity planning verbs: ladders of load, the multi-tier study, run-vs-run comparison."""
+    from rushhour import capacity
+
+    app.command("sweep")(capacity.sweep)
+    app.command("study")(capacity.study)
+    app.command("compare")(capacity.compare)
+
+
+_register_capacity()
+
 console = Console(stderr=True)
 out = Console()
 

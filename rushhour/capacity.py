@@ -1,0 +1,234 @@
+"""Capacity commands: ``sweep``, ``study`` and ``compare`` (registered by ``rushhour.cli``; imports stay lazy)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from loadgen.sweep import Plan, PlannedStep
+
+console = Console(stderr=True)
+out = Console()
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _runner(processes: int, quiet: bool = True) -> Any:
+    """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report."""
+    from audit import run_audit
+    from loadgen.runner import RunOptions, run_scenario
+
+    def run_step(step: PlannedStep) -> Path | None:
+        options = RunOptions(out_dir=step.dir, processes=processes, live=False)
+        result = run_scenario(str(step.scenario_path), options, console=None if quiet else console)
+        if result.stop_reason == "interrupted":
+            raise KeyboardInterrupt  # Ctrl-C / SIGTERM stops the whole ladder, not just this step
+        if result.run_dir is None:
+            return None
+        run_audit(result.run_dir)
+        return result.run_dir
+
+    return run_step
+
+
+def _progress(total: int, started: float) -> Any:
+    import time
+
+    def on_done(step: PlannedStep) -> None:
+        elapsed = time.monotonic() - started
+        where = f"{step.replicas} replica{'s' if step.replicas != 1 else ''}, " if step.replicas else ""
+        label = ", ".join(f"{k}={v}" for k, v in step.meta.items()) or f"{where}{step.scale:g}×"
+        state = f"[red]failed: {step.error}[/]" if step.error else str(step.run_dir)
+        console.print(f"  step {step.index + 1}/{total} ({label}) in {elapsed:.0f} s: {state}", highlight=False)
+
+    return on_done
+
+
+def _summaries(plan: Plan) -> list[tuple[PlannedStep, Any]]:
+    from audit import load_or_audit
+
+    done = []
+    for step in plan.steps:
+        if step.run_dir is not None and step.error is None:
+            try:
+                done.append((step, load_or_audit(step.run_dir)))
+            except Exception as exc:  # an unreadable step is reported, the others still count
+                step.error = f"audit failed: {exc}"
+    return done
+
+
+def sweep(
+    scenario: Annotated[str, typer.Argument(help="scenario file or built-in name")],
+    scale: Annotated[str, typer.Option(help="multipliers of today's peak: LOW..HIGH or a list 0.5,1,2")] = "0.25..3",
+    steps: Annotated[int, typer.Option(help="number of steps for a LOW..HIGH range")] = 8,
+    replicas: Annotated[str | None, typer.Option(help="testbed replica counts to sweep, e.g. 1,2,4")] = None,
+    step_duration: Annotated[str, typer.Option(help="steady time per step, e.g. 30s")] = "30s",
+    warmup: Annotated[str, typer.Option(help="warm-up at the step's load before it, e.g. 10s (0 = none)")] = "10s",
+    mode: Annotated[str, typer.Option(help="steady: one steady phase per step; scale: scale every phase")] = "steady",
+    target_scale: Annotated[float, typer.Option(help="with --replicas: the load (× today's peak) to size for")] = 2.0,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every step)")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    processes: Annotated[int, typer.Option(help="Locust processes per step")] = 1,
+) -> None:
+    """Run a ladder of load levels (and replica counts); report every tier's knee and a plain answer."""
+    import time
+
+    from audit.knee import analyse_sweep, step_from_summary
+    from loadgen.sweep import SweepError, fmt_duration, parse_replicas, parse_scales, plan_sweep, run_plan
+    from reports.sweep import write_sweep_reports
+    from scenarios import ScenarioError, load_scenario
+    from scenarios.model import parse_duration
+
+    if mode not in ("steady", "scale"):
+        raise _fail(f"--mode {mode!r}: use steady or scale")
+    try:
+        base = load_scenario(scenario)
+        plan = plan_sweep(base, parse_scales(scale, steps), out_dir=out_dir, replicas=parse_replicas(replicas),
+                          mode=mode, step_duration_s=parse_duration(step_duration),  # type: ignore[arg-type]
+                          warmup_s=parse_duration(warmup), seed=seed)
+    except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    from loadgen.sweep import estimate_s
+
+    console.print(f"sweep {plan.id}: {len(plan.steps)} steps, about {fmt_duration(estimate_s(plan))}", highlight=False)
+    run_plan(plan, _runner(processes), _progress(len(plan.steps), time.monotonic()))
+    done = _summaries(plan)
+    if not done:
+        raise _fail("no step produced an audited run", EXIT_USAGE)
+    rows = [step_from_summary(s, st.index, st.scale, st.replicas, str(st.run_dir), st.duration_s) for st, s in done]
+    result = analyse_sweep(
+        rows, sweep_id=plan.id, scenario=base.name, mode=mode, created_at=_now(),
+        target_scale=target_scale if replicas else None, description=base.description,
+        step_duration_s=plan.meta["step_duration_s"], warmup_s=plan.meta["warmup_s"],
+    )
+    result.notes += [f"step {st.index} ({st.scale:g}×) failed: {st.error}" for st in plan.steps if st.error]
+    paths = write_sweep_reports(result, plan.root)
+    for line in result.answers:
+        out.print(f"• {line}", highlight=False)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    raise typer.Exit(EXIT_OK if all(s.error is None for s in plan.steps) else EXIT_USAGE)
+
+
+def study(
+    grid: Annotated[str, typer.Option(help="quick (tests, ~1 min), default (~10 min) or full (hours)")] = "default",
+    scenario: Annotated[str, typer.Option(help="the study's base scenario")] = "multitier-study",
+    duration: Annotated[str | None, typer.Option(help="override the run time per cell, e.g. 12s")] = None,
+    k: Annotated[str | None, typer.Option(help="override the tier counts, e.g. 1,2,4,6,10")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the seed (same for every cell)")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    quick: Annotated[bool, typer.Option("--quick", help="shorthand for --grid quick")] = False,
+    from_dir: Annotated[Path | None, typer.Option("--from", help="re-analyse a study folder, run nothing")] = None,
+) -> None:
+    """Reproduce the multi-tier study: K tiers × mixes × loads × fifo / llm-d / headroom, against its claims."""
+    import dataclasses
+    import time
+
+    from audit.knee import analyse_study, study_cell
+    from loadgen.sweep import GRIDS, SweepError, estimate_s, existing_study, fmt_duration, plan_study, run_plan
+    from reports.sweep import write_study_reports
+    from scenarios import ScenarioError, load_scenario
+    from scenarios.model import parse_duration
+
+    name = "quick" if quick else grid
+    if name not in GRIDS:
+        raise _fail(f"--grid {grid!r}: use one of {', '.join(GRIDS)}")
+    chosen = GRIDS[name]
+    try:
+        if duration:
+            chosen = dataclasses.replace(chosen, duration_s=parse_duration(duration))
+        if k:
+            chosen = dataclasses.replace(chosen, k=tuple(sorted({int(x) for x in k.split(",")})))
+        base = load_scenario(scenario)
+        plan = existing_study(from_dir) if from_dir else plan_study(base, chosen, out_dir=out_dir, seed=seed)
+    except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if from_dir:
+        chosen = dataclasses.replace(
+            chosen, k=tuple(sorted({s.meta["k"] for s in plan.steps})),
+            mixes=tuple(dict.fromkeys(s.meta["mix"] for s in plan.steps)),
+            loads=tuple(dict.fromkeys(s.meta["load"] for s in plan.steps)),
+            policies=tuple(dict.fromkeys(s.meta["policy"] for s in plan.steps)),
+            duration_s=plan.steps[0].duration_s if plan.steps else chosen.duration_s)
+        name = f"from {from_dir}"
+    else:
+        console.print(f"study {plan.id}: {len(plan.steps)} runs ({name} grid), "
+                      f"about {fmt_duration(estimate_s(plan))}", highlight=False)
+        run_plan(plan, _runner(1), _progress(len(plan.steps), time.monotonic()))
+    cells = [study_cell(s, replicas=st.replicas or 1, run_dir=str(st.run_dir), duration_s=st.duration_s,
+                        **st.meta) for st, s in _summaries(plan)]
+    if not cells:
+        raise _fail("no study run produced an audited run")
+    notes = [f"grid '{name}': {len(plan.steps)} runs of {chosen.duration_s:g} s; K ∈ {list(chosen.k)}, "
+             f"mixes {list(chosen.mixes)}, loads {list(chosen.loads)}, policies {list(chosen.policies)}; "
+             f"{base.target.testbed.replicas} '{base.target.testbed.preset}' replicas; seed {seed or base.seed}"]
+    notes += [f"run {st.index} ({st.meta}) failed: {st.error}" for st in plan.steps if st.error]
+    result = analyse_study(cells, study_id=plan.id, created_at=_now(), grid=chosen.as_dict(), notes=notes)
+    paths = write_study_reports(result, plan.root)
+    for claim in result.claims:
+        out.print(f"• [{claim.agrees}] {claim.claim} — ours: {claim.ours}", highlight=False, markup=False)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    raise typer.Exit(EXIT_OK if all(s.error is None for s in plan.steps) else EXIT_USAGE)
+
+
+def compare(
+    runs: Annotated[list[Path], typer.Argument(help="baseline run folder, then one or more candidate run folders")],
+    fail_on_regression: Annotated[bool, typer.Option(help="exit 1 when a candidate regresses")] = False,
+    alpha: Annotated[float, typer.Option(help="significance level (Holm-corrected over all gated tests)")] = 0.05,
+    latency_threshold: Annotated[float, typer.Option(help="practical threshold: p99 relative increase")] = 0.10,
+    drop_threshold: Annotated[float, typer.Option(help="practical threshold: drop-rate increase (0.01 = 1 pt)")] = 0.01,
+    correction: Annotated[str, typer.Option(help="holm or none")] = "holm",
+    allow_invalid: Annotated[bool, typer.Option(help="judge runs the audit marked invalid (warn, not exit 2)")] = False,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    html: Annotated[Path | None, typer.Option(help="write the HTML comparison here")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="write (append) the Markdown comparison here")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write compare.json here")] = None,
+) -> None:
+    """Compare runs side by side per tier with significance tests: exit 0 ok, 1 regression, 2 invalid."""
+    from audit.compare import RegressionRule, compare_runs
+    from audit.errors import AuditError
+    from reports.compare import render_compare_html, render_compare_markdown
+
+    if len(runs) < 2:
+        raise _fail("compare needs a baseline and at least one candidate run folder")
+    missing = [str(r) for r in runs if not (r / "run.json").exists() and not (r / "summary.json").exists()]
+    if missing:
+        raise _fail(f"not a run folder: {', '.join(missing)}")
+    if correction not in ("holm", "none"):
+        raise _fail("--correction: holm or none")
+    rule = RegressionRule(alpha=alpha, latency_rel=latency_threshold, drop_abs=drop_threshold,
+                          correction=correction, allow_invalid=allow_invalid)  # type: ignore[arg-type]
+    try:
+        result = compare_runs(runs, rule, seed=seed)
+    except (AuditError, ValueError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    text = render_compare_markdown(result)
+    out.print(text, highlight=False, markup=False)
+    if markdown:
+        with markdown.open("a") as handle:
+            handle.write(text)
+    if html:
+        html.write_text(render_compare_html(result), encoding="utf-8")
+        out.print(f"HTML      {html.resolve()}", highlight=False)
+    if json_out:
+        json_out.write_text(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2))
+    code = result.exit_code
+    if code == 1 and not fail_on_regression:
+        code = 0
+    raise typer.Exit(code)
