@@ -11,18 +11,26 @@ Judge = Literal["point", "bound"]
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID = 0, 1, 2
 
 
+def _show(check: str, value: float) -> str:
+    """A value in the unit a person reads for this check: ms/s for latencies, % for shares."""
+    if "_ms" in check:
+        return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
+    return f"{value * 100:.2f} %"
+
+
 def _verdict(tier: str, check: str, threshold: float, observed: float | None, bound: float | None,
              judge: Judge, upper: bool) -> Verdict:
     """``upper``: the SLO is a ceiling (latency, drop rate); else a floor (goodput, floor share)."""
     value = bound if judge == "bound" else observed
     if value is None:
         return Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=bound, judge=judge,
-                       passed=False, message=f"{tier} {check}: no samples to judge (limit {threshold:g})")
+                       passed=False, message=f"{tier} {check}: no samples to judge (limit {_show(check, threshold)})")
     passed = value <= threshold if upper else value >= threshold
     op = "≤" if upper else "≥"
     used = "bound" if judge == "bound" else "observed"
-    message = (f"{tier} {check}: {used} {value:.4g} {op} {threshold:g}" if passed
-               else f"{tier} {check}: {used} {value:.4g} not {op} {threshold:g}")
+    shown, limit = _show(check, value), _show(check, threshold)
+    message = (f"{tier} {check}: {used} {shown} {op} {limit}" if passed
+               else f"{tier} {check}: {used} {shown} not {op} {limit}")
     return Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=bound, judge=judge,
                    passed=passed, message=message)
 
