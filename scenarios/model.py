@@ -187,7 +187,6 @@ class ChatPersona(Strict):
     kind: Literal["chat"]
     name: str
     tier: str
-    weight_tenants: bool = False
     arrival: Arrival
     max_concurrent_sessions: int = Field(default=200, ge=1, description="slots; overflow is recorded not_sent")
     turns: Dist = Field(
