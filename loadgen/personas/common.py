@@ -10,7 +10,7 @@ import gevent
 from loadgen.attempts import Logical
 from loadgen.context import WorkerContext
 from loadgen.record import RequestRecord, TaskRecord
-from loadgen.resilience_facts import is_ok
+from loadgen.resilience import is_served
 
 
 def sleep_until(ctx: WorkerContext, t_s: float) -> None:
@@ -43,7 +43,7 @@ def close_task(ctx: WorkerContext, task: TaskRecord, outcome: str) -> None:
 def count_call(task: TaskRecord, record: RequestRecord) -> bool:
     """Book one logical call on a task; True when it was served."""
     task.calls += 1
-    ok = is_ok(record)
+    ok = is_served(record)
     if not ok:
         task.calls_failed += 1
         if task.first_failure is None:
