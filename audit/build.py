@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from audit.summary import (
     SaturationSlice,
     Summary,
     TenantSummary,
+    TierRoute,
     TierSummary,
     Timeline,
     Verdict,
@@ -57,6 +59,7 @@ class Context:
     windows: list[tuple[float, float]]
     base: calibration.Baseline
     scenario: RunScenario
+    breakers: pd.DataFrame | None = None  # breaker state changes (per route), for the tier route table
 
 
 def _class_counts(cls: pd.Series) -> dict[str, int]:
@@ -72,6 +75,18 @@ def _value_counts(series: pd.Series) -> dict[str, int]:
         if count:
             name = str(int(key)) if isinstance(key, float | np.floating | np.integer) else str(key)
             out[name] = out.get(name, 0) + int(count)
+    return out
+
+
+def _status_by_class(attempts: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Raw HTTP status of attempts within each class ("queue_full" -> {"429": 27}): what the wire said."""
+    if not len(attempts):
+        return {}
+    pairs = attempts.groupby([attempts["cls"], attempts["status"].fillna(0)], observed=True).size()
+    out: dict[str, dict[str, int]] = {}
+    for (cls, status), count in pairs.items():
+        if count:
+            out.setdefault(str(cls), {})[str(int(status))] = int(count)
     return out
 
 
@@ -217,6 +232,7 @@ def _tier_summary(
         attempts_by_class=_class_counts(attempts["cls"]),
         by_status=_value_counts(attempts["status"].fillna(0)),
         by_reason=_value_counts(attempts["reason"]),
+        status_by_class=_status_by_class(attempts),
         drop_rate=wilson(int(dropped[ok].sum()), n_judged),
         drop_rate_by_class={c: wilson(int((eq(logical["cls"], c) & ok).sum()), n_judged) for c in DROPPED_CLASSES},
         share_429=wilson(int((status[sent] == 429).sum()), int(sent.sum())),
@@ -244,6 +260,9 @@ def _tier_summary(
         personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, dropped=r.dropped,
                                  drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
                   for r in personas],
+        route_detail=(_tier_routes(attempts, logical, ctx.breakers if ctx.breakers is not None else pd.DataFrame(),
+                                   ctx.duration_s * NS_PER_S)
+                      if _has_fallback(attempts) else []),
         ttft_cdf_ms={
             "from_send": cdf_points(_ms(logical, "ttft_ns", served_mask)),
             "from_intended": cdf_points(_ms(logical, "ttft_intended_ns", served_mask)),
@@ -256,12 +275,7 @@ def _routes(attempts: pd.DataFrame, breakers: pd.DataFrame, end_ns: float) -> li
         return []
     out = []
     # Only logical requests with several attempts can have switched route: look at those alone.
-    codes = attempts["logical_code"].to_numpy()
-    multi = np.bincount(codes)[codes] > 1
-    ordered = attempts[multi].sort_values(["logical_code", "attempt"])
-    prev_route = ordered.groupby("logical_code", sort=False)["route"].shift(1).astype(object)
-    moved_route = prev_route.notna().to_numpy() & (prev_route.to_numpy() != ordered["route"].astype(object).to_numpy())
-    switched = ordered[moved_route]
+    _, switched = _switched(attempts)
     for route, part in attempts.groupby(attempts["route"].astype(object).fillna("primary"), sort=True):
         served = part[part["served"].to_numpy()]
         ttft = served["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
@@ -273,19 +287,113 @@ def _routes(attempts: pd.DataFrame, breakers: pd.DataFrame, end_ns: float) -> li
             ttft_p99_ms=float(np.quantile(ttft, 0.99)) if len(ttft) else None,
             switch_reasons=_value_counts(moved["retry_reason"].astype(object).fillna("unknown")),
             breaker_open_s=_breaker_open_s(breakers, str(route), end_ns),
+            breaker_half_open_s=_breaker_open_s(breakers, str(route), end_ns, state="half_open"),
+            moved_because=_moved_because(moved, breakers),
+            down_s=_down_s(part),
         ))
     return out
 
 
-def _breaker_open_s(breakers: pd.DataFrame, route: str, end_ns: float) -> float:
-    """Seconds the route's breaker spent open (until its next change, or the end of the run)."""
+def _switched(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(attempts of multi-attempt logical requests in order, those that moved to another route)."""
+    codes = attempts["logical_code"].to_numpy()
+    multi = np.bincount(codes)[codes] > 1 if len(codes) else np.zeros(0, dtype=bool)
+    ordered = attempts[multi].sort_values(["logical_code", "attempt"])
+    prev_route = ordered.groupby("logical_code", sort=False)["route"].shift(1).astype(object)
+    moved_route = prev_route.notna().to_numpy() & (prev_route.to_numpy() != ordered["route"].astype(object).to_numpy())
+    switched = ordered[moved_route].assign(prev_route=prev_route[moved_route].to_numpy())
+    return ordered, switched
+
+
+# why traffic moved, coarse: the outcome key that starts ``retry_reason`` (loadgen/resilience.py)
+_MOVE_CAUSE = {"transport": "connection", "incomplete": "stream_cut", "in_band": "in_band_error"}
+_BREAKER_CAUSE = re.compile(r"(?:last|probe_failed):\s*([^\s,;]+)")
+
+
+def _moved_because(moved: pd.DataFrame, breakers: pd.DataFrame) -> dict[str, int]:
+    """Attempts that moved to a route, by cause; a breaker refusal names what opened that breaker."""
+    if len(moved) == 0:
+        return {}
+    keys = moved["retry_reason"].astype(object).fillna("unknown").astype(str).str.split().str[0]
+    causes = keys.map(lambda k: _MOVE_CAUSE.get(k, k)).to_numpy(dtype=object)
+    is_breaker = causes == "breaker_open"
+    if is_breaker.any() and len(breakers):
+        opened = breakers[(breakers["state"].astype(object) == "open").to_numpy()].sort_values("ts_ns")
+        sent = moved["sent_ns"].to_numpy(dtype=np.float64)
+        prev = moved["prev_route"].astype(object).to_numpy()
+        for i in np.flatnonzero(is_breaker):
+            rows = opened[(opened["route"].astype(object) == prev[i]).to_numpy()]
+            ts = rows["ts_ns"].to_numpy(dtype=np.float64)
+            j = int(np.searchsorted(ts, sent[i], side="right")) - 1
+            if j >= 0:
+                found = _BREAKER_CAUSE.search(str(rows["cause"].astype(object).to_numpy()[j] or ""))
+                if found:
+                    key = found.group(1)
+                    causes[i] = f"breaker_open ({_MOVE_CAUSE.get(key, key)})"
+    return _value_counts(pd.Series(causes))
+
+
+def _down_s(part: pd.DataFrame) -> float:
+    """Seconds (1 s buckets by send time) in which a route got attempts and served none of them."""
+    sent = ~part["not_sent"].to_numpy(dtype=bool) & ~eq(part["cls"], "cancelled")
+    if not sent.any():
+        return 0.0
+    bucket = np.floor(part["sent_ns"].to_numpy(dtype=np.float64)[sent] / NS_PER_S)
+    ok = bucket == bucket  # drop NaN send times
+    bucket, served = bucket[ok].astype(np.int64), part["served"].to_numpy(dtype=bool)[sent][ok]
+    if len(bucket) == 0:
+        return 0.0
+    frame = pd.DataFrame({"b": bucket, "served": served}).groupby("b")["served"].any()
+    return float((~frame).sum())
+
+
+def _breaker_open_s(breakers: pd.DataFrame, route: str, end_ns: float, state: str = "open") -> float:
+    """Seconds the route's breaker spent in ``state`` (until its next change, or the end of the run)."""
     if len(breakers) == 0:
         return 0.0
     part = breakers[breakers["route"].astype(object) == route].sort_values("ts_ns")
     ts = part["ts_ns"].to_numpy(dtype=np.float64)
     nxt = np.append(ts[1:], end_ns)
-    is_open = (part["state"].astype(object) == "open").to_numpy()
+    is_open = (part["state"].astype(object) == state).to_numpy()
     return float(np.clip(nxt - ts, 0, None)[is_open].sum() / NS_PER_S)
+
+
+def _tier_routes(attempts: pd.DataFrame, logical: pd.DataFrame, breakers: pd.DataFrame,
+                 end_ns: float) -> list[TierRoute]:
+    """The tier per route: requests ended and served there, share of the tier's served, why traffic
+    moved there, TTFT and its cost against the tier's primary, breaker open time of the route."""
+    if len(attempts) == 0 or "route" not in attempts.columns:
+        return []
+    _, switched = _switched(attempts)
+    ended = logical["route"].astype(object).fillna("primary").to_numpy()
+    served_l = logical["served"].to_numpy(dtype=bool)
+    total_served = int(served_l.sum())
+    att_route = attempts["route"].astype(object).fillna("primary").to_numpy()
+    names = sorted(set(att_route) | set(ended), key=lambda n: (n != "primary", n))
+    rows: list[TierRoute] = []
+    primary: tuple[float | None, float | None] = (None, None)
+    for name in names:
+        part = attempts[att_route == name]
+        ttft = part["ttft_ns"].to_numpy(dtype=np.float64)[part["served"].to_numpy(dtype=bool)] / NS_PER_MS
+        ttft = ttft[np.isfinite(ttft)]
+        p50 = float(np.quantile(ttft, 0.5)) if len(ttft) else None
+        p99 = float(np.quantile(ttft, 0.99)) if len(ttft) else None
+        if name == "primary":
+            primary = (p50, p99)
+        moved = switched[(switched["route"].astype(object) == name).to_numpy()]
+        here = ended == name
+        served = int((here & served_l).sum())
+        rows.append(TierRoute(
+            route=str(name), requests=int(here.sum()), served=served,
+            served_share=served / total_served if total_served else None,
+            attempts=len(part), moved_here=len(moved),
+            moved_because=_moved_because(moved, breakers),
+            ttft_p50_ms=p50, ttft_p99_ms=p99,
+            ttft_p50_cost_ms=None if name == "primary" or p50 is None or primary[0] is None else p50 - primary[0],
+            ttft_p99_cost_ms=None if name == "primary" or p99 is None or primary[1] is None else p99 - primary[1],
+            breaker_open_s=_breaker_open_s(breakers, str(name), end_ns),
+        ))
+    return rows
 
 
 def _none_if_na(value: Any) -> Any:
@@ -379,6 +487,42 @@ def _tier_infos(sc: RunScenario, attempts: pd.DataFrame, slo_override: dict[str,
     return sorted(infos.values(), key=lambda t: (-t.priority, t.name))
 
 
+def _has_fallback(attempts: pd.DataFrame) -> bool:
+    return "route" in attempts.columns and bool((attempts["route"].astype(object).fillna("primary") != "primary").any())
+
+
+MASKED_DOWN_SHARE = 0.5  # the primary was down for at least this share of the run …
+MASKED_DROP_RATE = 0.05  # … yet the tier's drop rate stayed at most this: the fallback hid the outage
+
+
+def _masked_findings(tiers: list[TierSummary], routes: list[RouteSummary], duration_s: float) -> list[Finding]:
+    """A warning per tier when the primary was down most of the run and fallbacks kept the tier looking fine."""
+    primary = next((r for r in routes if r.route == "primary"), None)
+    if primary is None or duration_s <= 0:
+        return []
+    down_s = max(primary.down_s, primary.breaker_open_s + primary.breaker_half_open_s)
+    share = down_s / duration_s
+    if share < MASKED_DOWN_SHARE:
+        return []
+    out = []
+    for tier in tiers:
+        fallback = [r for r in tier.route_detail if r.route != "primary"]
+        fb_served = sum(r.served for r in fallback)
+        served = sum(r.served for r in tier.route_detail)
+        drop = tier.drop_rate.value or 0.0
+        if not fb_served or drop > MASKED_DROP_RATE:
+            continue
+        out.append(Finding(
+            kind="fallback_hid_outage", severity="warning", tier=tier.name,
+            message=f"the primary route was down {down_s:.0f} s of {duration_s:.0f} s ({share:.0%}); fallback "
+                    f"route(s) served {fb_served} of {served} {tier.name} requests, so the tier's drop rate "
+                    f"({drop:.1%}) hides the outage",
+            data={"primary_down_s": down_s, "duration_s": duration_s, "down_share": share,
+                  "fallback_served": fb_served, "served": served,
+                  "breaker_open_s": primary.breaker_open_s, "routes": {r.route: r.served for r in tier.route_detail}}))
+    return out
+
+
 def _findings(tiers: list[TierSummary]) -> list[Finding]:
     out = []
     for tier in tiers:
@@ -445,7 +589,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     metrics = load_metrics(data.run_dir, anchor, wall if isinstance(wall, int) else None)
     ratio = calibration.inflation_ratio(attempts, base)
     spans, windows = _windows(attempts, ratio, grid, metrics)
-    ctx = Context(duration_s, grid, spans, base, sc)
+    ctx = Context(duration_s, grid, spans, base, sc, data.breakers)
     infos = _tier_infos(sc, attempts, slo_override)
     priorities = {t.name: t.priority for t in infos}
 
@@ -477,6 +621,8 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         findings.insert(0, Finding(kind="invalid", severity="error", tier=None,
                                    message="run invalid for latency claims: " + "; ".join(validity.reasons),
                                    data={"reasons": validity.reasons}))
+    route_summaries = _routes(attempts, data.breakers, duration_s * NS_PER_S)
+    findings += _masked_findings(tier_summaries, route_summaries, duration_s)
     breaker_rows = [
         {"t_s": float(r["ts_ns"]) / NS_PER_S, "route": str(r["route"]), "state": str(r["state"]),
          "previous": _none_if_na(r["previous"]), "cause": _none_if_na(r["cause"])}
@@ -493,7 +639,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         verdicts=verdicts,
         passed=passed,
         exit_code=code,
-        routes=_routes(attempts, data.breakers, duration_s * NS_PER_S),
+        routes=route_summaries,
         crosscheck=checks,
         evidence=evidence,
         records=n_records,

@@ -139,6 +139,23 @@ class SaturationSlice(_Model):
     ttft_from_intended_ms: Percentiles
 
 
+class TierRoute(_Model):
+    """One tier on one route: who served it, why traffic came here, and what it cost."""
+
+    route: str
+    requests: int = Field(description="logical requests of the tier that ended on this route")
+    served: int = Field(description="of which served")
+    served_share: float | None = Field(description="served here / served on any route")
+    attempts: int
+    moved_here: int = Field(description="attempts that switched to this route from another")
+    moved_because: dict[str, int]
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    ttft_p50_cost_ms: float | None = Field(description="TTFT p50 here minus the tier's p50 on the primary")
+    ttft_p99_cost_ms: float | None
+    breaker_open_s: float
+
+
 class TierSummary(_Model):
     name: str
     priority: int
@@ -148,6 +165,9 @@ class TierSummary(_Model):
     attempts_by_class: dict[str, int]
     by_status: dict[str, int]  # raw HTTP status of attempts ("0" = no response)
     by_reason: dict[str, int]  # raw reason header / error code of attempts
+    status_by_class: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="attempts' raw HTTP status within each class, e.g. queue_full -> {429: 27}"
+    )
     drop_rate: Rate
     drop_rate_by_class: dict[str, Rate]
     share_429: Rate
@@ -167,6 +187,7 @@ class TierSummary(_Model):
     sessions: TaskStats | None
     preempted_after_first_token: int
     personas: list[PersonaSummary] = Field(default_factory=list, description="the tier's requests per persona")
+    route_detail: list[TierRoute] = Field(default_factory=list, description="the tier per route (fallbacks)")
     ttft_cdf_ms: dict[str, list[float]] = Field(
         default_factory=dict,
         description="'from_send' / 'from_intended' -> TTFT at quantiles 0.00, 0.01, …, 1.00 (101 points)",
@@ -241,6 +262,17 @@ class RouteSummary(_Model):
     ttft_p99_ms: float | None
     switch_reasons: dict[str, int]  # why traffic moved to this route
     breaker_open_s: float
+    breaker_half_open_s: float = Field(
+        default=0.0, description="seconds half-open (one probe allowed, the rest refused)"
+    )
+    moved_because: dict[str, int] = Field(
+        default_factory=dict,
+        description="attempts that moved here, by cause: timeout, 429, 503, connection, stream_cut, "
+        "'breaker_open (<what opened it>)', …",
+    )
+    down_s: float = Field(
+        default=0.0, description="seconds (1 s buckets) in which this route got attempts and served none of them"
+    )
 
 
 class CrossCheck(_Model):

@@ -53,13 +53,18 @@ def saturation_line(summary: Summary) -> str:
     )
 
 
-def _breakdown(by_class: dict[str, int], n: int) -> str:
-    """'27 % rejected (queue full), 4 % timed out in the queue'."""
+def _breakdown(by_class: dict[str, int], n: int, statuses: dict[str, dict[str, int]] | None = None) -> str:
+    """'27 % rejected 429 (queue full), 4 % timed out in the queue (503)': classes with their wire status."""
     parts = []
     for cls in DROPPED_CLASSES:
         k = by_class.get(cls, 0)
         if k and n:
-            parts.append(f"{fmt.pct(k / n)} {_DROP_WORDS.get(cls, cls)}")
+            seen = sorted((statuses or {}).get(cls, {}).items(), key=lambda kv: -kv[1])
+            codes = "/".join(code for code, _ in seen if code != "0")
+            words = _DROP_WORDS.get(cls, cls)
+            if codes:
+                words = f"{words[:-1]}, {codes})" if words.endswith(")") else f"{words} ({codes})"
+            parts.append(f"{fmt.pct(k / n)} {words}")
     return ", ".join(parts)
 
 
@@ -79,7 +84,7 @@ def tier_line(summary: Summary, tier: TierSummary) -> str:
     if dropped == 0:
         text = f"{when} {wait} and was never dropped."
     else:
-        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n)}."
+        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n, tier.status_by_class)}."
     statuses = [f"{fmt.count(v)} × {k}" for k, v in sorted(tier.by_status.items()) if k != "200" and v]
     if statuses:
         text += f" Raw non-200 responses: {', '.join(statuses)}."

@@ -140,3 +140,8 @@ def test_lag_with_nothing_in_flight_does_not_invalidate(tmp_path: Path) -> None:
         b.health(t * S, 2 * MS, 10.0, in_flight=1)
     s = run_audit(b.close())
     assert s.validity.valid and s.validity.loop_lag_p99_ms == pytest.approx(2.0)
+
+
+def test_status_by_class_keeps_the_wire_status(tmp_path: Path) -> None:
+    s = run_audit(make_run(tmp_path, drops=3))
+    assert s.tier("gold").status_by_class == {"served": {"200": 97}, "queue_full": {"429": 3}}

@@ -104,3 +104,11 @@ def test_terminal_tolerates_markup_in_text(summary: Summary, edge: Summary) -> N
     print_terminal(edge, console)
     print_verdicts(edge, console)
     assert "invalid: generator loop lag" in console.export_text()
+
+
+def test_breakdown_names_the_wire_status() -> None:
+    from reports.sentences import _breakdown
+
+    statuses = {"queue_full": {"429": 27}, "queue_timeout": {"503": 3, "429": 1}}
+    text = _breakdown({"queue_full": 27, "queue_timeout": 4}, 100, statuses)
+    assert text == "27 % rejected (queue full, 429), 4.0 % timed out in the queue (503/429)"
