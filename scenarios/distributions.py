@@ -232,7 +232,10 @@ def _trace_column(trace: str, column: str) -> list[float]:
     return values
 
 
-TRACE_SEARCH_DIRS = [Path.cwd(), Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"]
+# Real public traces ship with rushhour (scenarios/traces/, licences in its README), so a trace is
+# found by its bare name from any working directory.
+BUNDLED_TRACES = Path(__file__).resolve().parent / "traces"
+TRACE_SEARCH_DIRS = [Path.cwd(), BUNDLED_TRACES]
 
 
 def resolve_trace_path(trace: str) -> Path:

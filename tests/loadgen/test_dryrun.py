@@ -115,9 +115,9 @@ def test_cost_from_budget_prices_and_warnings() -> None:
 
 
 def test_trace_replay_counts_rows_in_window(no_network: None) -> None:
-    trace = Path("/work/shared/data/traces/AzureLLMInferenceTrace_conv.csv")
-    if not trace.exists():
-        pytest.skip("shared traces not present")
+    from scenarios.distributions import BUNDLED_TRACES
+
+    trace = BUNDLED_TRACES / "AzureLLMInferenceTrace_conv.csv"
     sc = scenario(
         personas=[
             {
