@@ -45,6 +45,7 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path) 
     import gevent
     from locust.env import Environment
 
+    import loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
     from loadgen.record import RequestRecord
     from loadgen.wire.client import ConnectionPool, Timeouts, perform
     from loadgen.wire.http import Endpoint, build_request
@@ -136,8 +137,21 @@ def _dump(
     out: Path, results: list[tuple[str, int | None, int]], cpu0: Any, wall: float, streams: int, **extra: Any
 ) -> None:
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    out.write_text(json.dumps({"results": results, "cpu_s": cpu, "wall_s": wall, "streams": streams, **extra}))
+    user = cpu1.ru_utime - cpu0.ru_utime
+    system = cpu1.ru_stime - cpu0.ru_stime
+    out.write_text(
+        json.dumps(
+            {
+                "results": results,
+                "cpu_s": user + system,
+                "cpu_user_s": user,
+                "cpu_sys_s": system,
+                "wall_s": wall,
+                "streams": streams,
+                **extra,
+            }
+        )
+    )
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -146,6 +160,34 @@ def _dump(
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))] if values else float("nan")
+
+
+def _burst_positions(
+    results: list[tuple[str, int | None, int]], ledger: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """TTFT error grouped by the position of a request's first token in the testbed's burst.
+
+    The testbed emits one token for every running stream of a replica in the same engine step, so
+    first tokens come in bursts; a burst here is a run of ledger first-token times less than 1 ms
+    apart, and a request's position is its rank in that run (the order the testbed wrote them). A
+    client that keeps up shows a flat error across positions; one that parses the burst serially
+    shows an error that grows with the position.
+    """
+    rows = sorted(
+        (ledger[rid]["first_token_ns"], (first - ledger[rid]["first_token_ns"]) / 1e6)
+        for rid, first, _ in results
+        if first is not None and rid in ledger and ledger[rid].get("first_token_ns")
+    )
+    buckets: dict[str, list[float]] = {"0-15": [], "16-63": [], "64-255": [], "256+": []}
+    position, previous = 0, None
+    for ledger_ns, err in rows:
+        position = position + 1 if previous is not None and ledger_ns - previous < 1_000_000 else 0
+        previous = ledger_ns
+        key = "0-15" if position < 16 else "16-63" if position < 64 else "64-255" if position < 256 else "256+"
+        buckets[key].append(err)
+    return [
+        {"positions": k, "n": len(v), "p50_ms": _pct(v, 0.5), "p99_ms": _pct(v, 0.99)} for k, v in buckets.items() if v
+    ]
 
 
 def _start_testbed(tmp: Path, cores: set[int]) -> tuple[subprocess.Popen[bytes], str, Path]:
@@ -232,7 +274,7 @@ def orchestrate(args: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        for kind in ("gevent", "aiohttp"):
+        for kind in args.clients.split(","):
             (tmp / kind).mkdir()
             tb, url, ledger_path = _start_testbed(tmp / kind, server_cores)
             try:
@@ -247,6 +289,7 @@ def orchestrate(args: argparse.Namespace) -> None:
                 if first is not None and rid in ledger and ledger[rid].get("first_token_ns")
             ]
             events = sum(n for _, _, n in data["results"])
+            bursts = _burst_positions(data["results"], ledger)
             label = "rushhour gevent + Locust stats" if kind == "gevent" else f"aiohttp + {data.get('loop')}"
             rows.append(
                 {
@@ -259,6 +302,9 @@ def orchestrate(args: argparse.Namespace) -> None:
                     "ttft_err_p50_ms": _pct(errors, 0.5),
                     "ttft_err_p99_ms": _pct(errors, 0.99),
                     "ttft_err_max_ms": max(errors) if errors else float("nan"),
+                    "cpu_user_s": data.get("cpu_user_s"),
+                    "cpu_sys_s": data.get("cpu_sys_s"),
+                    "ttft_err_by_burst_position": bursts,
                 }
             )
     print(
@@ -277,6 +323,13 @@ def orchestrate(args: argparse.Namespace) -> None:
             f"{r['cpu_util'] * 100:>7.0f}{r['ttft_err_p50_ms']:>12.2f}ms{r['ttft_err_p99_ms']:>6.2f}ms"
             f"{r['ttft_err_max_ms']:>6.1f}ms"
         )
+    print("\nTTFT error (ms) by a request's position in its first-token burst (ledger first tokens < 1 ms apart):")
+    for r in rows:
+        cells = "  ".join(
+            f"{b['positions']}: n={b['n']} p50={b['p50_ms']:.2f} p99={b['p99_ms']:.2f}"
+            for b in r["ttft_err_by_burst_position"]
+        )
+        print(f"  {r['client']:<32}{cells}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 
@@ -287,6 +340,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
+    ap.add_argument("--clients", default="gevent,aiohttp", help="which clients, in this order (comma list)")
     ap.add_argument("--client", choices=("gevent", "aiohttp"), default=None, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)

@@ -85,7 +85,16 @@ def _close(sock: gsocket.socket) -> None:
 class _Attempt:
     """Callbacks from the HTTP parser for one attempt; fills the record as bytes arrive."""
 
-    __slots__ = ("_record_token_times", "body", "dialect", "head", "headers_ns", "interp", "stream_wanted")
+    __slots__ = (
+        "_record_token_times",
+        "body",
+        "dialect",
+        "head",
+        "headers_ns",
+        "interp",
+        "parser",
+        "stream_wanted",
+    )
 
     def __init__(self, dialect: str, stream_wanted: bool, record_token_times: bool) -> None:
         self.dialect = dialect
@@ -95,21 +104,46 @@ class _Attempt:
         self.interp: StreamInterpreter | None = None
         self.body = bytearray()
         self._record_token_times = record_token_times
+        self.parser: ResponseParser | None = None  # when set, stream bytes go straight to the interpreter
 
     def on_headers(self, head: ResponseHead, now_ns: int) -> None:
         self.head = head
         self.headers_ns = now_ns
         ctype = head.content_type
         if 200 <= head.status < 300 and self.stream_wanted and ctype != "application/json":
-            self.interp = StreamInterpreter(self.dialect, self._record_token_times)
+            interp = self.interp = StreamInterpreter(self.dialect, self._record_token_times)
+            interp.head = self.body  # it keeps the body's start (HEAD_BYTES) in our buffer
+            if self.parser is not None:
+                self.parser.body_cb = interp.feed  # one call layer less per chunk
 
     def on_body(self, chunk: bytes, now_ns: int) -> None:
         if self.interp is not None:
-            self.interp.feed(chunk, now_ns)
-            if len(self.body) < 512:  # keep the start: names an HTML page or garbage in the record
-                self.body += chunk[: 512 - len(self.body)]
+            self.interp.feed(chunk, now_ns)  # keeps the start: names an HTML page or garbage
         elif len(self.body) < MAX_ERROR_BODY:
             self.body += chunk[: MAX_ERROR_BODY - len(self.body)]
+
+
+class _Deadline(Exception):
+    """The attempt's own timer (TTFT, total, or the grace after the end marker) expired."""
+
+
+def _deadline_ns(attempt: _Attempt, ttft_deadline: int, total_deadline: int, now: int) -> int:
+    interp = attempt.interp
+    waiting_first = (interp is None and attempt.head is None) or (interp is not None and interp.first_token_ns is None)
+    deadline = min(ttft_deadline, total_deadline) if waiting_first else total_deadline
+    if interp is not None and interp.complete:
+        deadline = min(deadline, (interp.last_token_ns or now) + COMPLETE_GRACE_NS)
+    return deadline
+
+
+def _phase(attempt: _Attempt) -> int:
+    """Which deadline applies: 0 first token, 1 streaming, 2 / 3 after the end marker (with / without tokens)."""
+    interp = attempt.interp
+    if interp is None:
+        return 0 if attempt.head is None else 1
+    if interp.complete:
+        return 2 if interp.first_token_ns is not None else 3
+    return 0 if interp.first_token_ns is None else 1
 
 
 def perform(
@@ -126,6 +160,7 @@ def perform(
     """Send one attempt and fill ``record`` with what happened; raises ``Cancelled`` after filling it."""
     attempt = _Attempt(dialect, stream, record_token_times)
     parser = ResponseParser(attempt.on_headers, attempt.on_body)
+    attempt.parser = parser
     sock: gsocket.socket | None = None
     keep = False
     start = time.monotonic_ns()
@@ -134,6 +169,7 @@ def perform(
     total_deadline = start + int(timeouts.total_s * 1e9)
     end_ns: int | None = None
     cancelled: Cancelled | None = None
+    timer: gevent.Timeout | None = None
     try:
         for try_no in (0, 1):
             sock, reused = pool.acquire(timeouts.connect_s)
@@ -146,21 +182,41 @@ def perform(
                 if not reused or try_no == 1:
                     raise  # a fresh connection that fails to send is a real transport error
         assert sock is not None
+        # Deadlines: one timer per phase (first token, streaming, after the end marker), re-armed
+        # only when the phase changes, and no timeout on the socket, so waiting for bytes allocates
+        # no timer. A plain socket is read by waiting for readability, then one recv on the real
+        # socket (gevent's recv tries first, and that fails with EAGAIN, an exception, on nearly
+        # every streamed token); TLS sockets go through gevent's recv.
+        sock.settimeout(None)
+        plain = type(sock) is gsocket.socket
+        raw_recv = sock._sock.recv if plain else sock.recv
+        read_event = sock._read_event if plain else None
+        wait = sock._wait
+        phase_now = -1
         eof = False
+        ready = False  # the last read filled the buffer: more is probably waiting
         while not parser.done:
-            now = time.monotonic_ns()
-            interp = attempt.interp
-            waiting_first = (interp is None and attempt.head is None) or (
-                interp is not None and interp.first_token_ns is None
-            )
-            deadline = min(ttft_deadline, total_deadline) if waiting_first else total_deadline
-            if interp is not None and interp.complete:
-                deadline = min(deadline, (interp.last_token_ns or now) + COMPLETE_GRACE_NS)
-            remaining = deadline - now
-            if remaining <= 0:
-                raise TimeoutError
-            sock.settimeout(remaining / 1e9)
-            data = sock.recv(RECV_BYTES)
+            if _phase(attempt) != phase_now:
+                phase_now = _phase(attempt)
+                now = time.monotonic_ns()
+                remaining = _deadline_ns(attempt, ttft_deadline, total_deadline, now) - now
+                if remaining <= 0:
+                    raise TimeoutError
+                if timer is not None:
+                    timer.close()
+                timer = gevent.Timeout(remaining / 1e9, _Deadline)
+                timer.start()
+            if plain:
+                if not ready:
+                    wait(read_event)
+                try:
+                    data = raw_recv(RECV_BYTES)
+                except BlockingIOError:
+                    ready = False
+                    continue
+                ready = len(data) == RECV_BYTES
+            else:
+                data = raw_recv(RECV_BYTES)
             now = time.monotonic_ns()
             if not data:
                 eof = True
@@ -180,7 +236,7 @@ def perform(
     except Cancelled as exc:
         cancelled = exc
         record.cancelled = True
-    except (TimeoutError, gsocket.timeout, gevent.Timeout):
+    except (TimeoutError, gsocket.timeout, gevent.Timeout, _Deadline):
         if attempt.interp is not None and attempt.interp.complete:
             pass  # the end marker came; only the HTTP framing never finished
         else:
@@ -199,6 +255,10 @@ def perform(
         name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
         record.error = short_text(f"{name}: {exc.strerror or exc}")
     finally:
+        parser.close()
+        attempt.parser = None
+        if timer is not None:
+            timer.close()
         if end_ns is None:
             end_ns = time.monotonic_ns()
         if sock is not None:
@@ -220,7 +280,7 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
     record.headers_ns = (attempt.headers_ns or end_ns) - anchor_ns
     headers = head.headers
     record.retry_after_s = parse_retry_after(headers)
-    reason = headers.get("x-llm-d-request-dropped-reason")
+    reason = _header_reason(headers)
     interp = attempt.interp
     if interp is not None:
         _fill_stream(record, interp, anchor_ns, bytes(attempt.body))
@@ -242,7 +302,25 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
         text_reason, text = _error_body(body)
         reason = reason or text_reason
         record.error = record.error or text
-    record.reason = reason or record.reason or headers.get("x-smg-error-code")
+    record.reason = reason or record.reason
+
+
+def _header_reason(headers: dict[str, str]) -> str | None:
+    """The drop facts a gateway puts in headers (they win over body texts).
+
+    llm-d: ``x-llm-d-request-dropped-reason``. SMG: ``X-SMG-Error-Code`` (``scheduler_queue_full``,
+    ``scheduler_queue_timeout``) and ``X-SMG-Preempted: true`` (a 503 preempted before the first
+    byte), written ``preempted`` (joined to the error code when both are present), so the audit's
+    SMG rules classify by header whatever the body says.
+    """
+    reason = headers.get("x-llm-d-request-dropped-reason")
+    if reason:
+        return str(reason)
+    code = headers.get("x-smg-error-code")
+    preempted = str(headers.get("x-smg-preempted") or "").strip().lower() in ("true", "1", "yes")
+    if preempted:
+        return f"preempted {code}" if code else "preempted"
+    return str(code) if code else None
 
 
 def _fill_stream(record: RequestRecord, interp: StreamInterpreter, anchor_ns: int, head_bytes: bytes) -> None:

@@ -21,6 +21,14 @@ _TEXT_DELTA = re.compile(rb'"text"\s*:\s*"(?!")')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _ERROR = re.compile(rb'"error"\s*:')
 _TIER = re.compile(rb'"service_tier"\s*:\s*"([^"]{1,40})"')
+_TYPE = re.compile(rb'"type"\s*:\s*"([a-z_]+)"')
+# The compact form of the content key (what servers send): found with ``bytes.find``; a miss, or an
+# empty string after it, falls back to the regular expression (spaces, reasoning fields).
+_CHAT_KEY = b'"content":"'
+_TEXT_KEY = b'"text":"'
+_DELTA_EVENT = b"event: content_block_delta\ndata: "
+_DELTA_EVENT_LEN = len(_DELTA_EVENT)
+HEAD_BYTES = 512  # the start of a stream body kept for the record when it turns out not to be SSE
 
 
 def error_summary(obj: Any) -> tuple[str | None, str | None]:
@@ -49,13 +57,16 @@ class StreamInterpreter:
     """Feeds body bytes of a streamed response; keeps the timing and outcome facts of the stream."""
 
     __slots__ = (
+        "_delta",
         "_itl_sum",
+        "_key",
         "_sse",
         "cached_tokens",
         "complete",
         "dialect",
         "events",
         "first_token_ns",
+        "head",
         "in_band_error",
         "itl_max_ns",
         "last_token_ns",
@@ -88,17 +99,93 @@ class StreamInterpreter:
         self.events = 0
         self.unparsable = 0  # data payloads that were not JSON (malformed SSE)
         self.malformed_text: str | None = None  # the first of them, short
+        self.head = bytearray()  # the first HEAD_BYTES of the body (the client may share its own)
+        completions = dialect == OPENAI_COMPLETIONS
+        self._key = _TEXT_KEY if completions else _CHAT_KEY
+        self._delta = _TEXT_DELTA if completions else _CHAT_DELTA
 
     # ------------------------------------------------------------------ feeding
 
     def feed(self, chunk: bytes, now_ns: int) -> None:
-        """Body bytes that arrived at ``now_ns``."""
-        for name, data in self._sse.feed(chunk):
-            self.events += 1
-            if self.dialect == ANTHROPIC:
-                self._anthropic(name, data, now_ns)
+        """Body bytes that arrived at ``now_ns``.
+
+        The hot path is one loop over the blank-line-separated events in the buffer. An OpenAI
+        ``data: {…}`` chunk costs no slice, no call and no JSON: byte searches inside the buffer
+        decide "a token" (the content key followed by a non-empty string), "maybe usage or an
+        error" (only then is it decoded) and ``service_tier``; an Anthropic ``content_block_delta``
+        is a token by its name. Everything else (CR/CRLF framing, comments, multi-line fields,
+        non-objects, ``[DONE]``, other named events) goes through ``SSESplitter`` and ``_event``,
+        the general path, which is also the reference the fast path is tested against. Tokens of
+        one read share its arrival time, so they are counted once per read, as running numbers.
+        """
+        if not self.events and len(self.head) < HEAD_BYTES:  # names an HTML page or garbage later
+            self.head += chunk[: HEAD_BYTES - len(self.head)]
+        sse = self._sse
+        pending = sse._buf
+        buf = pending + chunk if pending else chunk
+        if b"\r" in buf:  # CR / CRLF framing: the general splitter folds it
+            for name, data in sse.feed(chunk):
+                self.events += 1
+                self._event(name, data, now_ns)
+            return
+        find = buf.find
+        startswith = buf.startswith
+        openai = self.dialect != ANTHROPIC
+        key = self._key
+        klen = len(key)
+        start = 0
+        events = 0
+        tokens = 0
+        while True:
+            nl = find(b"\n", start)
+            if nl < 0:
+                break
+            s = start
+            if startswith(b"data: ", s) and buf[nl + 1 : nl + 2] == b"\n":  # a one-line data event
+                end = nl
+                start = end + 2
+                s += 6
+                events += 1
+                if not (openai and s < end and buf[s] == 123 and buf[end - 1] == 125):  # not {…}
+                    self._event(None, buf[s:end], now_ns)
+                    continue
+                k = find(key, s, end)
+                if (k >= 0 and buf[k + klen] != 34) or self._delta.search(buf, s, end) is not None:
+                    tokens += 1
+                u = find(b'"usage"', s, end)
+                e = find(b'"error"', s, end)
+                if (u >= 0 and _USAGE.search(buf, u, end) is not None) or (
+                    e >= 0 and _ERROR.search(buf, e, end) is not None
+                ):
+                    self._openai_object(buf[s:end])  # usage chunk or an error: worth a full decode
+                elif self.service_tier is None and find(b'"service_tier"', s, end) >= 0:
+                    match = _TIER.search(buf, s, end)
+                    if match:
+                        self.service_tier = match.group(1).decode("utf-8", "replace")
+                continue
+            end = find(b"\n\n", nl)
+            if end < 0:
+                break
+            start = end + 2
+            if not openai and startswith(_DELTA_EVENT, s) and find(b"\n", s + _DELTA_EVENT_LEN, end) < 0:
+                events += 1
+                tokens += 1
             else:
-                self._openai(name, data, now_ns)
+                event = sse._parse_block(buf[s:end])
+                if event is not None:
+                    events += 1
+                    self._event(event[0], event[1], now_ns)
+        sse._buf = buf[start:] if start else buf
+        self.events += events
+        if tokens:
+            self._tokens_at(tokens, now_ns)
+
+    def _event(self, name: bytes | None, data: bytes, now_ns: int) -> None:
+        """One complete event (the general path)."""
+        if self.dialect == ANTHROPIC:
+            self._anthropic(name, data, now_ns)
+        else:
+            self._openai(name, data, now_ns)
 
     @property
     def malformed(self) -> int:
@@ -117,17 +204,25 @@ class StreamInterpreter:
     # ------------------------------------------------------------------ helpers
 
     def _token(self, now_ns: int) -> None:
-        if self.first_token_ns is None:
-            self.first_token_ns = now_ns
-        else:
-            gap = now_ns - (self.last_token_ns or now_ns)
-            self._itl_sum += gap
-            if self.itl_max_ns is None or gap > self.itl_max_ns:
-                self.itl_max_ns = gap
-        self.last_token_ns = now_ns
-        self.tokens += 1
+        self._tokens_at(1, now_ns)
+
+    def _tokens_at(self, n: int, now_ns: int) -> None:
+        """``n`` tokens that arrived at ``now_ns``: as ``n`` single tokens, without a loop."""
         if self.token_ns is not None:
-            self.token_ns.append(now_ns)
+            self.token_ns.extend([now_ns] * n)
+        if self.first_token_ns is None:
+            self.first_token_ns = self.last_token_ns = now_ns
+            self.tokens += 1
+            n -= 1
+            if not n:
+                return
+        last = self.last_token_ns
+        gap = now_ns - last if last else 0  # the other n - 1 gaps are 0
+        self._itl_sum += gap
+        if self.itl_max_ns is None or gap > self.itl_max_ns:
+            self.itl_max_ns = gap
+        self.last_token_ns = now_ns
+        self.tokens += n
 
     def _decode(self, data: bytes) -> Any:
         try:
@@ -157,8 +252,7 @@ class StreamInterpreter:
         if data[:1] != b"{" or data[-1:] != b"}":
             self._decode(data)  # not a JSON object: decoding it records it as malformed
             return
-        delta = _TEXT_DELTA if self.dialect == OPENAI_COMPLETIONS else _CHAT_DELTA
-        if delta.search(data) is not None:
+        if self._delta.search(data) is not None:
             self._token(now_ns)
         if _USAGE.search(data) is None and _ERROR.search(data) is None:
             if self.service_tier is None and b"service_tier" in data:
@@ -166,7 +260,11 @@ class StreamInterpreter:
                 if match:
                     self.service_tier = match.group(1).decode("utf-8", "replace")
             return
-        obj = self._decode(data)  # rare: usage chunk or an error, worth a full decode
+        self._openai_object(data)
+
+    def _openai_object(self, data: bytes) -> None:
+        """A JSON object chunk that may hold usage or an error: decoded."""
+        obj = self._decode(data)
         if not isinstance(obj, dict):
             return
         if obj.get("error") is not None or obj.get("object") == "error":
@@ -192,7 +290,7 @@ class StreamInterpreter:
 
     def _anthropic(self, name: bytes | None, data: bytes, now_ns: int) -> None:
         if name is None:  # some proxies drop ``event:`` lines; the type is in the data too
-            match = re.search(rb'"type"\s*:\s*"([a-z_]+)"', data)
+            match = _TYPE.search(data)
             name = match.group(1) if match else b""
         if name == b"content_block_delta":
             self._token(now_ns)
