@@ -84,9 +84,10 @@ def _status_by_class(attempts: pd.DataFrame) -> dict[str, dict[str, int]]:
         return {}
     pairs = attempts.groupby([attempts["cls"], attempts["status"].fillna(0)], observed=True).size()
     out: dict[str, dict[str, int]] = {}
-    for (cls, status), count in pairs.items():
+    for key, count in pairs.items():
+        cls, status = key  # type: ignore[misc]  # a two-level group key
         if count:
-            out.setdefault(str(cls), {})[str(int(status))] = int(count)
+            out.setdefault(str(cls), {})[str(int(float(status)))] = int(count)  # type: ignore[has-type]
     return out
 
 

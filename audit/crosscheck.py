@@ -37,6 +37,8 @@ def crosscheck(
     if metrics.empty or len(attempts) == 0:
         return [], []
     sent = attempts[~attempts["not_sent"]]
+    if "route" in sent.columns:  # the scraped metrics are the primary's: fallback routes are other stacks
+        sent = sent[(sent["route"].astype(object).fillna("primary") == "primary").to_numpy()]
     first_ns = float(np.nanmin(sent["sent_ns"].to_numpy(dtype=np.float64))) if len(sent) else None
     counters, last_s = last_counters(metrics, FLOW_OUTCOMES, first_ns)
     metric_name = FLOW_OUTCOMES[0]

@@ -83,6 +83,15 @@ def _fold_equivalent(cls: str) -> str:
     return EQUIVALENT.get(cls, cls)
 
 
+def _run_ledgers(run_dir: Path) -> pd.DataFrame:
+    """The run's ledgers: the primary's and every fallback route's own (``testbed-ledger-<route>.jsonl``)."""
+    paths = [run_dir / LEDGER_FILE, *sorted(run_dir.glob("testbed-ledger-*.jsonl"))]
+    frames = [load_ledger(p) for p in paths if p.exists()]
+    if len(frames) <= 1:
+        return frames[0] if frames else load_ledger(run_dir / LEDGER_FILE)
+    return pd.concat(frames, ignore_index=True)
+
+
 def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | None = None) -> LedgerComparison:
     """Join the run's attempts to the ledger by request id and compare classes and TTFT per tier."""
     run_dir = Path(run_dir)
@@ -90,7 +99,7 @@ def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | Non
     sc = from_manifest(data.manifest)
     attempts = classified_attempts(data, sc)
     attempts = attempts[(attempts["persona"].astype(object) != CALIBRATION_PERSONA).to_numpy()]
-    ledger = load_ledger(ledger_path or run_dir / LEDGER_FILE)
+    ledger = load_ledger(ledger_path) if ledger_path else _run_ledgers(run_dir)
     anchor = float(data.mono_anchor_ns or 0)
     left = pd.DataFrame({"request_id": attempts["request_id"].astype(str).to_numpy(),
                          "tier": attempts["tier"].astype(str).to_numpy(),

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 
 import gevent
 
+from loadgen import resilience
 from loadgen.context import RouteWire, WorkerContext
 from loadgen.prompts import Conversation
 from loadgen.record import RequestRecord
 from loadgen.wire.client import Cancelled, ConnectionPool, perform
 from loadgen.wire.dialects import build_body
 from loadgen.wire.http import build_request
-
-from loadgen import resilience
 
 
 @dataclass(slots=True)
@@ -94,6 +93,11 @@ def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int =
             gevent.sleep(decision.delay_s)
         if ctx.stopping and ctx.now_s() >= ctx.hard_stop_s:
             return record
+
+
+def send_once(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire) -> RequestRecord:
+    """One attempt on ``route``, no retry or fallback (calibration probes); recorded like any other."""
+    return _attempt(ctx, pools, req, route, 1, None)
 
 
 def _attempt(

@@ -30,12 +30,23 @@ class RouteWire:
     tiers: dict[tuple[str, str], TierWire]
 
 
-def build_routes(scenario: Scenario, primary_url: str, testbed_url: str | None = None) -> list[RouteWire]:
-    """The primary route and the scenario's fallbacks, every tier mapped (errors before any send)."""
+def build_routes(
+    scenario: Scenario,
+    primary_url: str,
+    testbed_url: str | None = None,
+    route_urls: dict[str, str] | None = None,
+) -> list[RouteWire]:
+    """The primary route and the scenario's fallbacks, every tier mapped (errors before any send).
+
+    ``route_urls`` (route name → URL, from the runner) says where each route listens; a fallback
+    route with ``url: testbed`` gets its own testbed there. Without it, such a route falls back to
+    ``testbed_url`` (a Locust started by hand against one testbed).
+    """
     target = scenario.target
+    urls = route_urls or {}
     routes = [_route("primary", primary_url, target.profile, target.model, target.dialect, scenario, None)]
     for fb in scenario.resilience.fallback:
-        url = testbed_url if fb.url == "testbed" and testbed_url else fb.url
+        url = urls.get(fb.name) or (testbed_url if fb.url == "testbed" and testbed_url else fb.url)
         routes.append(
             _route(
                 fb.name,

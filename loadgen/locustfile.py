@@ -55,6 +55,12 @@ def _options(parser: Any) -> None:
         help="host whose monotonic clock the anchor belongs to",
     )
     group.add_argument("--rh-workers", env_var="RUSHHOUR_WORKERS", default="0", help="Locust processes in the run")
+    group.add_argument(
+        "--rh-route-urls",
+        env_var="RUSHHOUR_ROUTE_URLS",
+        default="",
+        help='JSON {route name: base URL}: where each route (its own testbed, for url: testbed) listens',
+    )
 
 
 @events.init.add_listener
@@ -136,8 +142,9 @@ def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
     anchor = _anchor(opts)
     run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
     writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
-    target = opts.rh_target or scenario.target.url
-    routes = build_routes(scenario, target, testbed_url=target)
+    route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
+    target = opts.rh_target or route_urls.get("primary") or scenario.target.url
+    routes = build_routes(scenario, target, testbed_url=target, route_urls=route_urls)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
     _attach_guards(ctx)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())

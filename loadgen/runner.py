@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import secrets
@@ -29,7 +30,7 @@ from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_r
 from loadgen.tiers import TierError, map_tier
 from scenarios import ScenarioError, load_scenario
 from scenarios.loader import Problem
-from scenarios.model import PROFILES, Scenario, parse_duration
+from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 STARTUP_LEAD_S = 3.0  # the schedule starts this long after the anchor is taken: Locust needs to start
@@ -165,18 +166,25 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         "drain_s": scenario.drain_s,
         "started_at": _iso(),
     }
-    testbed: TestbedProcess | None = None
+    testbeds: dict[str, TestbedProcess] = {}  # route name -> its own testbed (primary first)
     target_url = scenario.target.url
+    route_urls: dict[str, str] = {}
     try:
+        starts: list[tuple[str, Route | None]] = []
         if scenario.target.is_testbed:
-            _say(console, "starting the testbed …")
+            starts.append(("primary", None))
+        starts += [(r.name, r) for r in scenario.resilience.fallback if r.url == "testbed"]
+        for name, route in starts:
+            _say(console, "starting the testbed …" if route is None else f"starting the testbed of route {name} …")
             try:
-                testbed = TestbedProcess.start(scenario, run_dir)
+                testbeds[name] = TestbedProcess.start(scenario, run_dir, route=route)
             except TestbedError as exc:
                 manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
                 write_manifest(run_dir, manifest)
                 _say(console, f"[bold red]error:[/] {exc}")
                 return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+        if "primary" in testbeds:
+            testbed = testbeds["primary"]
             target_url = testbed.url
             manifest.update(
                 testbed_port=testbed.port,
@@ -185,9 +193,36 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
                 testbed_config=str(testbed.config_path),
                 testbed_pid=testbed.proc.pid,
             )
+        route_urls = {"primary": target_url}
+        for fb in scenario.resilience.fallback:
+            route_urls[fb.name] = testbeds[fb.name].url if fb.name in testbeds else fb.url
+        manifest["route_urls"] = route_urls
+        manifest["testbeds"] = {
+            name: {
+                "url": tb.url,
+                "port": tb.port,
+                "pid": tb.proc.pid,
+                "ledger": str(tb.ledger),
+                "config": str(tb.config_path),
+                "log": str(tb.log_path),
+            }
+            for name, tb in testbeds.items()
+        }
+        write_manifest(run_dir, manifest)
+        if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
+            _say(console, "calibration: idle probes before the load …")
+            manifest["calibration"] = _calibrate(run_dir, run_id, target_url, console)
         now = Anchor.now()
         lead = int(STARTUP_LEAD_S * 1e9)
         anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
+        try:  # faults count from the run's t = 0, not from each testbed's start
+            for name, tb in testbeds.items():
+                manifest["testbeds"][name]["faults"] = tb.schedule_faults(anchor.mono_ns)
+        except TestbedError as exc:
+            manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
+            write_manifest(run_dir, manifest)
+            _say(console, f"[bold red]error:[/] {exc}")
+            return RunResult(run_dir, EXIT_STARTUP, "startup_error")
         manifest.update(
             mono_anchor_ns=anchor.mono_ns,
             wall_anchor_ns=anchor.wall_ns,
@@ -195,10 +230,52 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             schedule_starts_at=_iso(anchor.wall_ns),
         )
         write_manifest(run_dir, manifest)
-        return _drive(scenario, options, run_dir, run_id, anchor, target_url, manifest, console)
+        return _drive(scenario, options, run_dir, run_id, anchor, route_urls, manifest, console)
     finally:
-        if testbed is not None:
-            testbed.stop()
+        for tb in reversed(list(testbeds.values())):  # every testbed we started, by its PID
+            tb.stop()
+
+
+CALIBRATION_TIMEOUT_S = 600.0
+
+
+def _calibrate(run_dir: Path, run_id: str, target_url: str, console: Any) -> dict[str, Any]:
+    """Send the idle probes in a child process (gevent) *before* the run's anchor is taken.
+
+    The probes go to the primary route one after another and are recorded in their own shard
+    (``records/<host>-<pid>-calibration.jsonl``, persona ``calibration``, on that process's own
+    anchor; the audit re-bases it, so the probes sit before t = 0). The load's schedule therefore
+    never starts before the last probe has finished, however slow the target is.
+    """
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.calibrate",
+        "--run-dir",
+        str(run_dir),
+        "--run-id",
+        run_id,
+        "--scenario",
+        str(run_dir / "run.json"),
+        "--target",
+        target_url,
+    ]
+    started = time.monotonic()
+    log_path = run_dir / "calibration.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
+        )
+        try:
+            proc.wait(timeout=CALIBRATION_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            code = stop_pid(proc, 5.0)
+    took = time.monotonic() - started
+    if code != 0:
+        _say(console, f"[yellow]warning:[/] calibration exited {code}; see {log_path}")
+    return {"exit_code": code, "seconds": round(took, 3), "pid": proc.pid}
 
 
 def _dry_run(scenario: Scenario, console: Any) -> RunResult:
@@ -209,11 +286,24 @@ def _dry_run(scenario: Scenario, console: Any) -> RunResult:
         console.print(render_plan(result))
         for warning in result.budget_warnings:
             console.print(f"[yellow]warning:[/] {warning}")
+        cal = scenario.calibration
+        if cal.probes > 0 and cal.prompt_tokens:
+            sizes = ", ".join(str(n) for n in cal.prompt_tokens)
+            console.print(
+                f"calibration: {cal.probes * len(cal.prompt_tokens)} idle probes ({cal.probes} × prompt {sizes} "
+                "tokens, 16 output tokens) to the primary before the load; not counted by the budget"
+            )
     return RunResult(None, EXIT_OK, "dry_run")
 
 
 def locust_command(
-    options: RunOptions, run_dir: Path, run_id: str, anchor: Anchor, target_url: str, total_s: float
+    options: RunOptions,
+    run_dir: Path,
+    run_id: str,
+    anchor: Anchor,
+    target_url: str,
+    total_s: float,
+    route_urls: dict[str, str] | None = None,
 ) -> list[str]:
     """The Locust command line: one driver user per process, a run-time cap with margin."""
     n = options.processes
@@ -248,13 +338,27 @@ def locust_command(
         "--rh-workers",
         str(n),
     ]
+    if route_urls:
+        cmd += ["--rh-route-urls", json.dumps(route_urls, sort_keys=True)]
     if options.web:
         cmd += ["--autostart", "--autoquit", "60", "--web-host", "127.0.0.1"]
     else:
         cmd += ["--headless", "--only-summary"]
     if n > 1:
-        cmd += ["--processes", str(n)]
+        # Locust's master listens on 5557 by default: two runs at once (a sweep beside a CI gate, parallel
+        # tests) would collide, so each run gets its own free loopback port for master and forked workers.
+        port = str(_free_port())
+        cmd += ["--processes", str(n), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                "--master-host", "127.0.0.1", "--master-port", port]
     return cmd + list(options.locust_args)
+
+
+def _free_port() -> int:
+    """A loopback port nobody holds right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class _Signals:
@@ -284,12 +388,13 @@ def _drive(
     run_dir: Path,
     run_id: str,
     anchor: Anchor,
-    target_url: str,
+    route_urls: dict[str, str],
     manifest: dict[str, Any],
     console: Any,
 ) -> RunResult:
     total_s = scenario.duration_s + scenario.drain_s
-    cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s)
+    target_url = route_urls["primary"]
+    cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s, route_urls)
     manifest["locust_command"] = cmd
     write_manifest(run_dir, manifest)
     scraper = _start_scraper(scenario, target_url, run_dir, anchor)
@@ -344,7 +449,8 @@ def _drive(
         "generator_warning": tail.saturated(),
     }
     write_manifest(run_dir, manifest)
-    if not interrupted and not any(_has_requests(p) for p in shards) and proc.returncode not in (0, 1):
+    load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
+    if not interrupted and not any(_has_requests(p) for p in load_shards) and proc.returncode not in (0, 1):
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")

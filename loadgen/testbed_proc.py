@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from scenarios.model import Scenario
+from scenarios.model import Route, Scenario, TestbedOptions
 
 # scenario profile → testbed behaviour (the testbed imitates stacks; "testbed" means its default)
 _TESTBED_PROFILE = {"testbed": "llm-d", "smg": "llm-d"}
@@ -44,12 +46,21 @@ class TestbedError(RuntimeError):
     __test__ = False
 
 
-def testbed_config(scenario: Scenario) -> dict[str, Any]:
-    """The testbed YAML for a scenario: preset, replicas, speed, models, tier objectives, faults, extras."""
-    tb = scenario.target.testbed
-    profile = _TESTBED_PROFILE.get(scenario.target.profile, scenario.target.profile)
-    models = [scenario.target.model]
-    models += [r.model for r in scenario.resilience.fallback if r.model and r.model not in models]
+def testbed_config(scenario: Scenario, route: Route | None = None, with_faults: bool = True) -> dict[str, Any]:
+    """The testbed YAML for a scenario (or for one of its fallback routes with ``url: testbed``).
+
+    Preset, replicas, speed, models, tier objectives, faults, extras: from ``target.testbed`` for the
+    primary, from the route's own ``testbed:`` options (defaults when absent) for a fallback route.
+    """
+    if route is None:
+        tb = scenario.target.testbed
+        profile = _TESTBED_PROFILE.get(scenario.target.profile, scenario.target.profile)
+        models = [scenario.target.model]
+        models += [r.model for r in scenario.resilience.fallback if r.model and r.model not in models]
+    else:
+        tb = route.testbed or TestbedOptions()
+        profile = _TESTBED_PROFILE.get(route.profile, route.profile)
+        models = [route.model or scenario.target.model]
     objectives = {(t.objective or t.name): t.priority for t in scenario.tiers}
     ranked = sorted(objectives, key=lambda name: -objectives[name])
     ranks: dict[str, int] = {}
@@ -75,7 +86,7 @@ def testbed_config(scenario: Scenario) -> dict[str, Any]:
         else:
             extra[key] = value
     _merge(cfg, extra)
-    if tb.faults:
+    if tb.faults and with_faults:
         cfg["faults"] = list(tb.faults)
     return cfg
 
@@ -97,6 +108,8 @@ class TestbedProcess:
     ledger: Path
     config_path: Path
     log_path: Path
+    faults: list[dict[str, Any]] = field(default_factory=list)  # scheduled on the run's clock, not in the config
+    speed: float = 1.0
 
     __test__ = False
 
@@ -105,12 +118,21 @@ class TestbedProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, scenario: Scenario, run_dir: Path, timeout_s: float = 30.0) -> TestbedProcess:
-        config_path = run_dir / "testbed.yaml"
-        config_path.write_text(yaml.safe_dump(testbed_config(scenario), sort_keys=False))
-        port_file = run_dir / "testbed.port"
-        ledger = run_dir / "testbed-ledger.jsonl"
-        log_path = run_dir / "testbed.log"
+    def start(
+        cls, scenario: Scenario, run_dir: Path, timeout_s: float = 30.0, route: Route | None = None
+    ) -> TestbedProcess:
+        """Start the primary's testbed, or (``route``) a fallback route's own testbed on its own port.
+
+        Files: ``testbed.yaml``, ``testbed-ledger.jsonl``, ``testbed.log`` for the primary;
+        ``testbed-<route>.yaml``, ``testbed-ledger-<route>.jsonl``, ``testbed-<route>.log`` for a route.
+        """
+        suffix = "" if route is None else "-" + route_file_name(route.name)
+        config_path = run_dir / f"testbed{suffix}.yaml"
+        config_path.write_text(yaml.safe_dump(testbed_config(scenario, route, with_faults=False), sort_keys=False))
+        options = scenario.target.testbed if route is None else (route.testbed or TestbedOptions())
+        port_file = run_dir / f"testbed{suffix}.port"
+        ledger = run_dir / f"testbed-ledger{suffix}.jsonl"
+        log_path = run_dir / f"testbed{suffix}.log"
         cmd = [
             sys.executable,
             "-m",
@@ -143,13 +165,51 @@ class TestbedProcess:
                 port = int(text) if text.isdigit() else 0
             if port and _healthy(port):
                 port_file.unlink(missing_ok=True)
-                return cls(proc, port, ledger, config_path, log_path)
+                return cls(proc, port, ledger, config_path, log_path, list(options.faults), options.speed)
             time.sleep(0.05)
         stop_pid(proc)
         raise TestbedError(f"testbed not healthy after {timeout_s:.0f} s: {_tail(log_path)}")
 
     def stop(self, grace_s: float = 5.0) -> int | None:
         return stop_pid(self.proc, grace_s)
+
+    def schedule_faults(self, anchor_mono_ns: int) -> list[dict[str, Any]]:
+        """Schedule the scenario's faults so that ``at_s`` counts from the run's t = 0 (the anchor).
+
+        The faults go through the testbed's ``POST /admin/faults`` (``at_s`` relative to the moment
+        it arrives, in simulated seconds) shifted by the time left until the anchor. Returns each
+        fault with its window in run seconds (``start_s``/``end_s``), for ``run.json``.
+        """
+        if not self.faults:
+            return []
+        lead_s = (anchor_mono_ns - time.monotonic_ns()) / 1e9
+        shifted = [dict(f, at_s=float(f.get("at_s", 0.0)) + lead_s * self.speed) for f in self.faults]
+        req = urllib.request.Request(
+            f"{self.url}/admin/faults",
+            data=json.dumps(shifted).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5.0) as resp:
+                listed = json.loads(resp.read())["faults"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise TestbedError(f"scheduling faults on {self.url} failed: {exc}") from None
+        out = []
+        for item in listed[-len(shifted):]:
+            end = item.get("end_ns")
+            out.append({
+                "kind": item.get("kind"),
+                "name": item.get("name"),
+                "start_s": round((int(item["start_ns"]) - anchor_mono_ns) / 1e9, 6),
+                "end_s": None if end is None else round((int(end) - anchor_mono_ns) / 1e9, 6),
+            })
+        return out
+
+
+def route_file_name(name: str) -> str:
+    """A route name made safe for a file name (``testbed-ledger-<route>.jsonl``)."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "route"
 
 
 def _healthy(port: int) -> bool:

@@ -100,7 +100,6 @@ def run(
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from loadgen.runner import RunOptions, run_scenario
-
     from scenarios import ScenarioError
 
     options = RunOptions(

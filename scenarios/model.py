@@ -154,7 +154,9 @@ class Tier(Strict):
     service_tier: str | None = None
     tenants: int | list[str] = Field(default=1, description="count, or explicit fairness ids")
     slo: SLO = Field(default_factory=SLO)
-    retries: RetryPolicy | None = Field(default=None, description="this tier's retry policy (default: resilience.retries)")
+    retries: RetryPolicy | None = Field(
+        default=None, description="this tier's retry policy (default: resilience.retries)"
+    )
 
     @field_validator("credential")
     @classmethod
