@@ -39,7 +39,7 @@ class TieredChatUser(User):
     def chat(self) -> None:
         self.turn += 1
         prompt = Conversation(text("system", 256), [("user", text(f"{id(self)}:{self.turn}", 300))])
-        path, body = build_body("openai-chat", "testbed-model", prompt, max_tokens=64, stream=True)
+        path, body = build_body("openai-chat", "testbed", prompt, max_tokens=64, stream=True)
         rid = uuid.uuid4().hex
         headers = {
             "x-request-id": rid,
