@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
@@ -38,12 +39,44 @@ def write_port_file(path: str, port: int) -> None:
     os.replace(tmp, target)
 
 
+GC_FREEZE_S = 0.05  # survivors of young collections are frozen this often
+GC_YOUNG_THRESHOLD = 2000  # allocations between young collections (a ~1 ms sweep)
+
+
+async def gc_policy(in_flight: Callable[[], int]) -> None:
+    """Keep the cyclic collector's pauses short while streams are in flight.
+
+    Measured under churn (2,000 streams, ~1,300 requests/s): with the young threshold at 20,000 each
+    young collection swept ~60,000 objects (freed objects of older generations also lower the count)
+    and paused the loop 25-50 ms; with small thresholds the gen-1 sweeps paused 20-55 ms instead. Almost
+    nothing here is cyclic garbage (requests are freed by reference counting; a whole run collected a
+    few dozen objects), so the collector is kept to small young sweeps and every survivor is moved to
+    the permanent generation (gc.freeze, O(1)) every GC_FREEZE_S: no sweep ever sees more than one
+    interval's worth of objects. Frozen objects are still freed by reference counting; only cycles
+    that outlive a freeze wait, until the server is idle (no request in flight), when one full
+    collection runs over everything."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 1_000_000, 1_000_000)
+    swept_idle = True
+    while True:
+        await asyncio.sleep(GC_FREEZE_S)
+        if in_flight():
+            gc.freeze()
+            swept_idle = False
+        elif not swept_idle:
+            gc.unfreeze()
+            gc.collect()
+            gc.freeze()
+            swept_idle = True
+
+
 async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
     """Run until a stop signal."""
     from aiohttp import web
 
     from testbed.ledger import Ledger
-    from testbed.server import build_app
+    from testbed.server import SERVER_KEY, build_app
 
     app = build_app(cfg, Ledger(args.ledger))
     # handler_cancellation: a client that disconnects while queued cancels its handler
@@ -56,17 +89,14 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     if args.port_file:
         write_port_file(args.port_file, port)
-    # long-lived state is frozen out of the GC and young-generation sweeps made rarer: full collections
-    # over thousands of live streams otherwise stall every replica's step timer for milliseconds
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 50, 1000)
+    gc_task = asyncio.create_task(gc_policy(lambda: len(app[SERVER_KEY].live)))
     print(f"testbed listening on http://{args.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    gc_task.cancel()
     await runner.shutdown()  # on_shutdown ends in-flight requests in the ledger
     await runner.cleanup()
 

@@ -44,7 +44,8 @@ class FlowControlConfig:
     queue_depth_threshold: float = 5.0  # utilization-detector default
     kv_cache_util_threshold: float = 0.8  # utilization-detector default
     saturation_ceiling: float = 1.0  # static-usage-limit-policy default
-    enable_eviction: bool = False  # evict running priority<0 requests for blocked higher bands
+    enable_eviction: bool = False  # evict in-flight priority<0 requests for blocked higher bands
+    enabled: bool = True  # the flowControl feature gate; false = legacy admission (no EPP queue)
 
 
 @dataclass
@@ -62,6 +63,8 @@ class SglangConfig:
     waiting_timeout_s: float | None = None  # SGLANG_REQ_WAITING_TIMEOUT
     priority_scheduling: bool = True  # --enable-priority-scheduling
     low_priority_values_first: bool = False  # --schedule-low-priority-values-first
+    priority_scheduling_preemption_threshold: int = 10  # preempt a running request if the gap is > this
+    disable_priority_preemption: bool = False  # --disable-priority-preemption
 
 
 @dataclass
@@ -78,6 +81,7 @@ class AnthropicConfig:
     """Anthropic-like hosted API behaviour."""
 
     overload_saturation: float = 1.5  # 529 overloaded_error at or above this pool saturation
+    rpm_limit: int | None = None  # per API key (x-api-key / Authorization); None = no limit
 
 
 @dataclass
@@ -104,6 +108,7 @@ class FaultSpec:
     after_tokens: int = 1  # stream_cut: close the connection after k tokens
     rate: float = 1.0  # stream_cut/error: fraction of arrivals affected
     status: int = 503  # error: injected HTTP status
+    retry_after_s: float | None = None  # error: send `Retry-After: <seconds>` (wire value, not scaled by speed)
     name: str | None = None  # recorded in the ledger's `fault`; default = kind
 
 

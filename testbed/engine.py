@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from testbed.clock import Clock
 from testbed.job import DONE, REPLICA_DOWN, RUNNING, WAITING, Job
@@ -21,6 +22,11 @@ from testbed.policies import (
     pool_saturation,
 )
 from testbed.prefix_cache import PrefixCache
+
+_KEY = attrgetter("key")  # Job.key, cached order_key() (set when the job enters a replica)
+TIMER_SLACK_S = 0.0005  # uvloop timers are whole milliseconds: a step due within this is fired now
+DRAIN_MAX_S = 0.02  # the token drain yields to the event loop after at most this much work
+MAX_CATCH_UP_S = 0.05  # a step fired later than this does not make the next one fire early
 
 
 @dataclass
@@ -55,16 +61,20 @@ class Replica:
         self.prefix_hits_total = 0
         self.prefix_queries_total = 0
         self.steps_total = 0
-        self._plan: list[tuple[Job, int]] = []
+        self.kv = 0  # KV tokens held by running requests: always sum(j.computed for j in running)
+        # SGLang priority preemption: a waiter that does not fit preempts running requests whose rank is
+        # worse by more than this (None = off)
+        self.priority_preemption: int | None = None
+        self._plan: dict[Job, int] = {}  # the planned step: job -> tokens to compute
 
     # ---- state views -------------------------------------------------------------------
     def kv_used(self) -> int:
-        """KV tokens held by running requests."""
-        return sum(j.computed for j in self.running)
+        """KV tokens held by running requests (kept incrementally, O(1))."""
+        return self.kv
 
     def kv_usage(self) -> float:
         """Fraction of KV capacity in use (vllm:kv_cache_usage_perc)."""
-        return self.kv_used() / self.p.kv_capacity_tokens
+        return self.kv / self.p.kv_capacity_tokens
 
     def busy(self) -> bool:
         """True if a step has work to do."""
@@ -80,7 +90,8 @@ class Replica:
         job.state = WAITING
         job.replica = self.index
         job.enqueue_ns = now
-        heapq.heappush(self.waiting, (job.order_key(), job))
+        job.key = job.order_key()
+        heapq.heappush(self.waiting, (job.key, job))
         self.n_waiting += 1
 
     def _peek_waiting(self) -> Job | None:
@@ -98,6 +109,7 @@ class Replica:
             self.n_waiting -= 1
         elif job.state == RUNNING and job in self.running:
             self.running.remove(job)
+            self.kv -= job.computed
         job.state = DONE
 
     def drain(self) -> list[Job]:
@@ -113,28 +125,64 @@ class Replica:
     def _preempt(self, victim: Job) -> None:
         # vLLM V1 recompute preemption: free the KV, back to waiting, keep what was streamed
         self.running.remove(victim)
+        self.kv -= victim.computed
         victim.computed = 0
         victim.preemptions += 1
         self.preemptions_total += 1
         victim.state = WAITING
-        heapq.heappush(self.waiting, (victim.order_key(), victim))
+        heapq.heappush(self.waiting, (victim.key, victim))
         self.n_waiting += 1
+
+    def _may_preempt_for(self, job: Job) -> bool:
+        """True if SGLang priority preemption could free a slot for `job` (a victim exists)."""
+        thr = self.priority_preemption
+        return thr is not None and any(r.state == RUNNING and r.rank - job.rank > thr for r in self.running)
+
+    def _priority_preempt(self, job: Job, need_kv: int, plan: dict[Job, int]) -> tuple[int, int] | None:
+        """SGLang `preempt_to_schedule`: free a slot and `need_kv` KV tokens for `job` by preempting running
+        requests whose priority is worse by more than the threshold (least urgent first, then the latest
+        to enter the queue); all or nothing. The victims go back to waiting (recompute), as SGLang
+        re-queues its preempt_list. Returns (KV tokens freed incl. planned chunks, budget freed)."""
+        thr = self.priority_preemption
+        assert thr is not None
+        chosen: list[Job] = []
+        free = 0
+        for r in sorted(self.running, key=lambda r: (-r.rank, -r.enqueue_ns)):
+            if r.state != RUNNING or r.rank - job.rank <= thr:
+                break
+            chosen.append(r)
+            free += r.computed + plan.get(r, 0)
+            if free >= need_kv:
+                break
+        if not chosen or free < need_kv:
+            return None
+        kv_freed = budget_freed = 0
+        for r in chosen:
+            c = plan.pop(r, 0)
+            kv_freed += r.computed + c
+            budget_freed += c
+            self._preempt(r)
+        return kv_freed, budget_freed
 
     def plan_step(self, now: int) -> float | None:
         """Choose this step's batch (preempting if KV runs out); returns its duration in s, or None."""
         p = self.p
+        cap = p.kv_capacity_tokens
         budget = p.max_num_batched_tokens
-        kv = self.kv_used()
+        kv = self.kv
         plan: dict[Job, int] = {}
         preempted = False
-        for job in sorted(self.running, key=Job.order_key):
+        running = self.running
+        for job in sorted(running, key=_KEY) if len(running) > 1 else list(running):
             if job.state != RUNNING:
                 continue
-            chunk = min(job.prompt_tokens + job.output - job.computed, budget)
+            chunk = job.prompt_tokens + job.output - job.computed
+            if chunk > budget:
+                chunk = budget
             if chunk <= 0:
                 continue
-            while kv + chunk > p.kv_capacity_tokens and job.state == RUNNING:
-                victim = pick_victim(self.running)
+            while kv + chunk > cap and job.state == RUNNING:
+                victim = pick_victim(running)
                 kv -= victim.computed
                 budget += plan.pop(victim, 0)
                 self._preempt(victim)
@@ -145,17 +193,27 @@ class Replica:
             kv += chunk
             budget -= chunk
         # vLLM admits no new request in a step that had to preempt
-        while not preempted and budget > 0 and len(self.running) < p.max_num_seqs:
+        while not preempted and budget > 0 and (len(running) < p.max_num_seqs
+                                                 or self.priority_preemption is not None):
             nxt = self._peek_waiting()
             if nxt is None:
                 break
             job = nxt
+            if len(running) >= p.max_num_seqs and not self._may_preempt_for(job):
+                break
             hit = self.cache.match(job.blocks) if p.prefix_cache else 0
             cached = min(hit * p.block_tokens, job.prompt_tokens - 1)
             need = job.prompt_tokens + job.output - cached
             chunk = min(need, budget)
-            if kv + cached + chunk > p.kv_capacity_tokens:
-                break
+            full = len(running) >= p.max_num_seqs
+            if full or kv + cached + chunk > cap:
+                freed = None
+                if self.priority_preemption is not None:
+                    freed = self._priority_preempt(job, max(0, kv + cached + chunk - cap), plan)
+                if freed is None:
+                    break
+                kv -= freed[0]
+                budget += freed[1]
             heapq.heappop(self.waiting)
             self.n_waiting -= 1
             if job.scheduled_ns is None:
@@ -165,45 +223,64 @@ class Replica:
                 self.prefix_hits_total += cached
             job.state = RUNNING
             job.computed = cached
-            self.running.append(job)
+            self.kv += cached
+            running.append(job)
             plan[job] = chunk
             kv += cached + chunk
             budget -= chunk
+        self._plan = plan
         if not plan:
-            self._plan = []
             return None
-        self._plan = list(plan.items())
-        decode = sum(1 for c in plan.values() if c == 1)
-        prefill = sum(c for c in plan.values() if c > 1)
+        decode = prefill = 0
+        for c in plan.values():
+            if c == 1:
+                decode += 1
+            else:
+                prefill += c
         dur = p.base_s + p.per_seq_s * decode + p.per_kv_token_s * kv + p.prefill_per_token_s * prefill
         return dur * self.slow_factor
 
-    def finish_step(self, now: int) -> None:
-        """Apply the planned step: advance KV, emit tokens, retire finished requests."""
+    def finish_step(self, now: int, out: list[Job] | None = None) -> None:
+        """Apply the planned step: advance KV, emit tokens, retire finished requests.
+
+        Each job that got a token is reported to its sink, or appended to `out` when given (the
+        engine's scheduler then notifies the sinks itself, after every due step has fired; a job that
+        finished has `end_ns` set and gets on_token then on_finish)."""
         self.steps_total += 1
+        plan = self._plan
+        self._plan = {}
+        idx = self.index
+        pc = self.p.prefix_cache
         free_blocks = None
-        for job, chunk in self._plan:
-            if job.state != RUNNING or job.replica != self.index:
+        running = self.running
+        for job, chunk in plan.items():
+            if job.state != RUNNING or job.replica != idx:
                 continue  # cancelled or preempted meanwhile
             before = job.computed
-            job.computed += chunk
-            if before < job.prompt_tokens <= job.computed and self.p.prefix_cache and job.blocks:
+            computed = before + chunk
+            job.computed = computed
+            self.kv += chunk
+            prompt = job.prompt_tokens
+            if before < prompt <= computed and pc and job.blocks:
                 if free_blocks is None:
-                    free_blocks = (self.p.kv_capacity_tokens - self.kv_used()) // self.p.block_tokens
+                    free_blocks = (self.p.kv_capacity_tokens - self.kv) // self.p.block_tokens
                 self.cache.insert(job.blocks, free_blocks + len(job.blocks))
-            if job.computed >= job.prompt_tokens + job.output:
-                job.output += 1
+            if computed >= prompt + job.output:
+                n = job.output + 1
+                job.output = n
                 if job.first_token_ns is None:
                     job.first_token_ns = now
-                if job.output >= job.max_tokens:
-                    self.running.remove(job)
+                if n >= job.max_tokens:
+                    running.remove(job)
+                    self.kv -= computed
                     job.state = DONE
                     job.end_ns = now
-                    job.sink.on_token(job)
-                    job.sink.on_finish(job)
+                if out is not None:
+                    out.append(job)
                 else:
                     job.sink.on_token(job)
-        self._plan = []
+                    if job.end_ns is not None:
+                        job.sink.on_finish(job)
 
 
 class Engine:
@@ -211,7 +288,8 @@ class Engine:
 
     def __init__(self, params: EngineParams, replicas: int, clock: Clock, speed: float = 1.0,
                  prefix_aware: bool = False, headroom: tuple[float, float] | None = None,
-                 queue_depth: float = 5.0, kv_threshold: float = 0.8) -> None:
+                 queue_depth: float = 5.0, kv_threshold: float = 0.8,
+                 priority_preemption: int | None = None) -> None:
         self.params = params
         self.clock = clock
         self.speed = speed
@@ -220,11 +298,26 @@ class Engine:
         self.queue_depth = queue_depth
         self.kv_threshold = kv_threshold
         self.replicas = [Replica(i, params, clock) for i in range(replicas)]
+        for r in self.replicas:
+            r.priority_preemption = priority_preemption
         self.on_step: Callable[[], None] = lambda: None  # flow control re-runs its dispatch cycle
         self._seq = itertools.count()
-        self._wake: list[asyncio.Event] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self.lag_s: deque[float] = deque(maxlen=20_000)  # step timer lateness, for the benchmark
+        # ---- the step scheduler: one timer for every replica (times are time.monotonic() seconds)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due: list[float | None] = [None] * replicas  # next step's due time; None = idle
+        self._heap: list[tuple[float, int]] = []  # (due, replica); stale entries skipped lazily
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._woken: set[int] = set()
+        self._wake_handle: asyncio.Handle | None = None
+        # tokens of fired steps not yet handed to their sinks: (due, jobs) per step, oldest first
+        self._pending: deque[tuple[float, list[Job]]] = deque()
+        self._pos = 0  # index into the oldest pending step's jobs
+        self._drain_handle: asyncio.Handle | None = None
+        # step lag: how late each step fired (scheduler fire time - due time), for /admin/stats
+        self.lag_s: deque[float] = deque(maxlen=20_000)
+        # write lag: due time -> the step's last token handed to its socket (sink notified)
+        self.write_lag_s: deque[float] = deque(maxlen=20_000)
 
     # ---- views -------------------------------------------------------------------------
     def up_replicas(self) -> list[Replica]:
@@ -239,6 +332,14 @@ class Engine:
     def saturation(self) -> float:
         """Pool saturation as llm-d's utilization detector computes it."""
         return pool_saturation(self.endpoint_scores())
+
+    def in_flight(self) -> list[Job]:
+        """Every job placed on an up replica (waiting there or running)."""
+        out: list[Job] = []
+        for r in self.replicas:
+            out.extend(j for j in r.running if j.state == RUNNING)
+            out.extend(r.waiting_jobs())
+        return out
 
     def place(self, job: Job) -> Replica | None:
         """Choose the replica for a job (None when every replica is down)."""
@@ -287,50 +388,145 @@ class Engine:
         return dropped
 
     def wake(self, index: int) -> None:
-        """Wake a replica's step loop if it sleeps idle."""
-        if index < len(self._wake):
-            self._wake[index].set()
+        """Plan an idle replica's next step (on the next loop iteration, so a burst of submits shares it)."""
+        if self._loop is None or self._due[index] is not None:
+            return
+        self._woken.add(index)
+        if self._wake_handle is None:
+            self._wake_handle = self._loop.call_soon(self._plan_woken)
 
-    # ---- async driver ---------------------------------------------------------------------
+    # ---- the scheduler ------------------------------------------------------------------------
+    # One timer drives every replica. When it fires, every step that is due fires in due order:
+    # finish_step applies the step to the simulated state (KV, token counts, retirements), flow
+    # control runs one dispatch cycle, then each fired replica plans its next step, whose due time is
+    # the previous due time + its duration (absolute targets, so lag never accumulates). Tokens are
+    # handed to the sinks (socket writes) afterwards by a drain that fires steps falling due meanwhile
+    # inline, so a burst of writes never holds back the next due step (see _drain).
     def start(self) -> None:
-        """Start one step loop per replica on the running event loop."""
-        self._wake = [asyncio.Event() for _ in self.replicas]
-        self._tasks = [asyncio.create_task(self._loop(r)) for r in self.replicas]
+        """Start the step scheduler on the running event loop."""
+        self._loop = asyncio.get_running_loop()
+        for r in self.replicas:
+            self.wake(r.index)
 
     async def stop(self) -> None:
-        """Cancel the step loops."""
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._tasks = []
+        """Stop the scheduler (pending timers and drains are dropped)."""
+        for h in (self._timer, self._wake_handle, self._drain_handle):
+            if h is not None:
+                h.cancel()
+        self._timer = self._wake_handle = self._drain_handle = None
+        self._timer_at = float("inf")
+        self._loop = None
+        self._pending.clear()
+        self._pos = 0
 
-    async def _loop(self, r: Replica) -> None:
-        # one timer per replica step (never per token); targets are absolute so lag never accumulates
-        loop = asyncio.get_running_loop()
-        wake = self._wake[r.index]
-        target = loop.time()
-        while True:
-            if not r.up or not r.busy():
-                wake.clear()
-                await wake.wait()
-                target = loop.time()
-                continue
+    def _plan_woken(self) -> None:
+        self._wake_handle = None
+        woken, self._woken = self._woken, set()
+        now = time.monotonic()
+        for i in sorted(woken):
+            if self._due[i] is None:
+                self._plan(self.replicas[i], now, now)
+        self._arm()
+
+    def _plan(self, r: Replica, base: float, now: float) -> None:
+        """Plan r's next step from `base` (its previous due time, or now when it was idle)."""
+        due = None
+        if r.up and r.busy():
             dur = r.plan_step(self.clock.now_ns())
-            if dur is None:
-                # work exists but none fits (waits on KV): idle until something changes
-                wake.clear()
-                await wake.wait()
-                target = loop.time()
-                continue
-            target = max(target, loop.time() - 0.05) + dur / self.speed
-            delay = target - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)
-            self.lag_s.append(max(0.0, loop.time() - target))
-            if r.up:
-                r.finish_step(self.clock.now_ns())
+            if dur is not None:  # None: work exists but none fits (waits on KV): idle until woken
+                due = max(base, now - MAX_CATCH_UP_S) + dur / self.speed
+                heapq.heappush(self._heap, (due, r.index))
+        self._due[r.index] = due
+
+    def _arm(self) -> None:
+        heap, due = self._heap, self._due
+        while heap and due[heap[0][1]] != heap[0][0]:
+            heapq.heappop(heap)  # stale entry
+        if not heap or self._loop is None:
+            return
+        at = heap[0][0]
+        if at < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = at
+            self._timer = self._loop.call_later(max(0.0, at - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        """The timer callback: fire due steps, then hand their tokens to the sinks."""
+        self._timer = None
+        self._timer_at = float("inf")
+        self._step_due()
+        if self._pending and self._drain_handle is None:
+            self._drain()
+
+    def _step_due(self) -> None:
+        """Fire every step that is due (in due order), run one dispatch cycle, plan the next steps."""
+        now = time.monotonic()
+        heap, due = self._heap, self._due
+        fired: list[tuple[Replica, float]] = []
+        while heap and heap[0][0] <= now + TIMER_SLACK_S:
+            at, i = heapq.heappop(heap)
+            if due[i] != at:
+                continue  # stale
+            due[i] = None
+            fired.append((self.replicas[i], at))
+        if fired:
+            now_ns = self.clock.now_ns()
+            lag = self.lag_s
+            mono = time.monotonic
+            for r, at in fired:
+                t = mono()  # this replica's own fire time (earlier ones in the batch count against it)
+                lag.append(t - at if t > at else 0.0)
+                if r.up:
+                    jobs: list[Job] = []
+                    r.finish_step(now_ns, jobs)
+                    if jobs:
+                        self._pending.append((at, jobs))
             self.on_step()
+            for r, at in fired:
+                if due[r.index] is None:
+                    self._plan(r, at, now)
+        self._arm()
+
+    def _drain(self) -> None:
+        """Notify sinks of fired steps' tokens, oldest step first.
+
+        Token delivery outranks everything but the steps themselves: a step that falls due meanwhile
+        is fired inline (checked every 32 writes), and the drain yields to the event loop (new
+        requests, disconnects) only once it has caught up or after DRAIN_MAX_S of work."""
+        self._drain_handle = None
+        pending, heap = self._pending, self._heap
+        clock = time.monotonic
+        stop_at = clock() + DRAIN_MAX_S
+        pos = self._pos
+        n = 0
+        while pending:
+            at, jobs = pending[0]
+            end = len(jobs)
+            while pos < end:
+                job = jobs[pos]
+                pos += 1
+                sink = job.sink
+                sink.on_token(job)
+                if job.end_ns is not None:
+                    sink.on_finish(job)
+                n += 1
+                if n & 31 == 0:
+                    now = clock()
+                    if heap and heap[0][0] <= now:  # checked every ~0.3 ms: no timer slack needed
+                        if self._timer is not None:
+                            self._timer.cancel()
+                            self._timer = None
+                            self._timer_at = float("inf")
+                        self._step_due()  # appends to `pending`; pending[0] and pos stay valid
+                    if now > stop_at:
+                        break
+            if pos >= end:
+                pending.popleft()
+                pos = 0
+                self.write_lag_s.append(max(0.0, clock() - at))
+            elif clock() > stop_at:
+                break
+        self._pos = pos
+        if pending and self._loop is not None:
+            self._drain_handle = self._loop.call_soon(self._drain)

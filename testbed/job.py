@@ -78,6 +78,7 @@ class Job:
     output: int = 0  # tokens generated
     preemptions: int = 0
     seq: int = 0  # tie-breaker for heaps
+    key: tuple[float, int, int] = (0.0, 0, 0)  # order_key(), cached when the job enters a replica
 
     def order_key(self) -> tuple[float, int, int]:
         """Engine queue order: most urgent first, then FCFS."""

@@ -236,10 +236,24 @@ class EppProfile(Profile):
             return self._text(503, "ServiceUnavailable", "client disconnected: context canceled",
                               "rejected-context-cancelled", "cancelled")
         if kind == EVICTED:
-            return self._text(429, "ResourceExhausted", "request evicted by flow control", "evicted", "preempted")
+            # requestcontrol: an ImmediateResponse 429 whose body is the bare text (no "inference error:")
+            headers = {DROPPED_REASON: "evicted"} if self.reason_header else {}
+            return Reply(429, b"request evicted by flow control", "text/plain; charset=utf-8", headers,
+                         "preempted", "evicted")
         # the model server died under an in-flight request: Envoy's reset text
         return Reply(503, b"upstream connect error or disconnect/reset before headers. "
                      b"reset reason: connection termination", "text/plain", {}, "failed", REPLICA_DOWN)
+
+
+    def sheddable_dropped(self) -> Reply:
+        """Legacy admission (flowControl gate off): priority < 0 at pool saturation >= 1 (no reason header)."""
+        return Reply(429, b"inference error: ResourceExhausted - system saturated, sheddable request dropped",
+                     "text/plain; charset=utf-8", {}, "shed", "sheddable-dropped")
+
+    def no_candidates(self) -> Reply:
+        """Legacy admission with an empty pool."""
+        return Reply(503, b"inference error: ServiceUnavailable - failed to find endpoint candidates for "
+                     b"serving the request", "text/plain; charset=utf-8", {}, "overloaded", "no-endpoints")
 
 
 class GaieV1Profile(EppProfile):
@@ -359,6 +373,16 @@ class AnthropicProfile(Profile):
     def not_ready(self, rid: str) -> Reply:
         """Anthropic answers 529 when it has no capacity at all."""
         return self.overloaded(rid)
+
+    def rate_limited(self, limit: int, retry_after_s: int, rid: str) -> Reply:
+        """Per-key requests-per-minute limit: 429 rate_limit_error with retry-after (seconds)."""
+        r = self.error(429, f"This request would exceed the rate limit for your organization of {limit} requests "
+                       "per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can "
+                       "see the response headers for current usage. Please try again later.", "rate_limit_error",
+                       rid=rid)
+        r.headers["retry-after"] = str(retry_after_s)
+        r.outcome = "rate_limited"
+        return r
 
 
 class HeadroomProfile(Profile):

@@ -14,7 +14,7 @@ from aiohttp.http import HttpVersion11
 
 from testbed.clock import Clock, MonotonicClock
 from testbed.config import FaultSpec, TestbedConfig, from_dict
-from testbed.job import REPLICA_DOWN, Job
+from testbed.job import EVICTED, REPLICA_DOWN, Job
 from testbed.ledger import Ledger, Record
 from testbed.metrics import render
 from testbed.profiles import AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
@@ -68,8 +68,11 @@ class Exchange:
         t = self.transport
         if t is None:
             return
-        if self.sent and self.cut_after is None and job.output - self.sent == 1 and not t.is_closing():
-            t.write(self.token_bytes)  # the hot path: one pre-framed chunk per decode step
+        # the hot path: one pre-framed chunk per decode step (the engine notifies sinks after the step
+        # fired, so a job dropped meanwhile, whose `done` is already set, writes nothing)
+        if (self.sent and self.cut_after is None and job.output - self.sent == 1 and not self.done.done()
+                and not t.is_closing()):
+            t.write(self.token_bytes)
             self.sent += 1
             return
         self._write_tokens(job.output - self.sent)
@@ -174,6 +177,8 @@ class Server:
         h = {"x-request-id": rec.request_id}
         if isinstance(self.profile, OpenAIProfile):
             h.update(self.stack.rate_headers(cl.tenant if cl else "anonymous"))
+        if isinstance(self.profile, AnthropicProfile):
+            h.update(self.stack.anthropic_rate_headers(cl.tenant if cl else "anonymous"))
         if isinstance(self.profile, AnthropicProfile) or rec.endpoint == "/v1/messages":
             h["request-id"] = rec.request_id
         return h
@@ -290,6 +295,9 @@ class Server:
         # the handler was cancelled while awaiting `done`, which cancels that future too: a cancelled
         # future's result() raises, and the record would keep its default outcome
         why = ex.done.result() if ex.done.done() and not ex.done.cancelled() else None
+        if why == EVICTED:
+            rec.outcome, rec.reason = "preempted", "evicted"
+            return
         if why in (CUT, REPLICA_DOWN):
             # we closed the connection ourselves; aiohttp then cancels the handler
             rec.outcome, rec.reason = "failed", "stream_cut" if why == CUT else REPLICA_DOWN
@@ -345,13 +353,16 @@ class Server:
         inj = self.stack.faults.error_for_arrival(now)
         if inj is not None:
             rec.fault = inj.name
-            return await self._send(request, ex, prof.injected(inj.spec.status, rid), cl)
+            injected = prof.injected(inj.spec.status, rid)
+            if inj.spec.retry_after_s is not None:
+                injected.headers["Retry-After"] = f"{inj.spec.retry_after_s:g}"
+            return await self._send(request, ex, injected, cl)
         if rec.stream and ex.cut_after is None:
             cut = self.stack.faults.cut_for_arrival(now)
             if cut is not None:
                 ex.cut_after, rec.fault = cut.spec.after_tokens, cut.name
         if now < self.stack.ready_ns:
-            return await self._send(request, ex, prof.not_ready(rid), cl)
+            return await self._send(request, ex, self.stack.not_ready(rid), cl)
         # ---- admission
         job = Job(rid=rid, arrival_ns=rec.arrival_ns, prompt_tokens=rec.prompt_tokens, max_tokens=rec.max_tokens,
                   blocks=block_hashes(prompt, self.stack.engine.params.block_tokens), body_bytes=len(raw),
@@ -409,6 +420,12 @@ class Server:
             transport.close()  # the model server died: the connection drops mid-stream
             rec.outcome, rec.reason = "failed", REPLICA_DOWN
             return resp
+        elif kind == EVICTED:
+            # llm-d enableEviction after the 200 went out: the EPP's ImmediateResponse can no longer
+            # replace the headers, so Envoy resets the stream (the client sees a truncated body)
+            transport.close()
+            rec.outcome, rec.reason = "preempted", "evicted"
+            return resp
         else:
             reply = self.profile.drop(kind, rec.request_id, True)
             ex.raw(wire.in_band_error(reply.body))
@@ -462,21 +479,30 @@ class Server:
         return web.json_response({"faults": out})
 
     async def admin_stats(self, request: web.Request) -> web.Response:
-        """GET /admin/stats: step-timer lag and live counts (used by the benchmark)."""
-        lags = sorted(self.stack.engine.lag_s)
+        """GET /admin/stats: step lag, write lag and live counts (used by the benchmark).
 
-        def pct(q: float) -> float:
-            return lags[int(q * (len(lags) - 1))] if lags else 0.0
+        Step lag = how late a replica step fired vs its due time; write lag = due time -> that step's
+        last token handed to its socket. Both over the most recent 20,000 steps, in seconds."""
+        eng = self.stack.engine
+        lags = sorted(eng.lag_s)
+        wlags = sorted(eng.write_lag_s)
+
+        def pct(xs: list[float], q: float) -> float:
+            return xs[int(q * (len(xs) - 1))] if xs else 0.0
 
         return web.json_response({
-            "in_flight": len(self.live), "steps": sum(r.steps_total for r in self.stack.engine.replicas),
-            "lag_p50_s": pct(0.5), "lag_p99_s": pct(0.99), "lag_max_s": lags[-1] if lags else 0.0,
+            "in_flight": len(self.live), "steps": sum(r.steps_total for r in eng.replicas),
+            "lag_samples": len(lags), "lag_p50_s": pct(lags, 0.5), "lag_p99_s": pct(lags, 0.99),
+            "lag_max_s": lags[-1] if lags else 0.0,
+            "write_lag_p50_s": pct(wlags, 0.5), "write_lag_p99_s": pct(wlags, 0.99),
+            "write_lag_max_s": wlags[-1] if wlags else 0.0,
             "ledger_lines": len(self.ledger.lines),
         })
 
     async def admin_reset_stats(self, request: web.Request) -> web.Response:
-        """POST /admin/stats/reset: forget step-lag samples."""
+        """POST /admin/stats/reset: forget step-lag and write-lag samples."""
         self.stack.engine.lag_s.clear()
+        self.stack.engine.write_lag_s.clear()
         return web.json_response({"ok": True})
 
     # ---- lifecycle ----------------------------------------------------------------------------

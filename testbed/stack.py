@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from testbed.clock import Clock
 from testbed.config import TestbedConfig
 from testbed.engine import Engine, EngineParams
 from testbed.faults import FaultSchedule
-from testbed.flow import FlowController
-from testbed.job import DISPLACED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
+from testbed.flow import EVICTED_OTHER, FlowController
+from testbed.job import DISPLACED, EVICTED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
 from testbed.presets import get_preset
-from testbed.profiles import AnthropicProfile, OpenAIProfile, Reply, make_profile
+from testbed.profiles import AnthropicProfile, EppProfile, OpenAIProfile, Reply, make_profile
 
+LEGACY_SATURATED = 1.0  # legacy admission sheds priority<0 at pool saturation >= 1.0 (stacks.md 1.4)
 TICK_S = 0.1  # housekeeping period (simulated seconds): faults, SGLang waiting timeout
 
 
@@ -44,9 +48,12 @@ class Stack:
             engine_params(cfg), cfg.replicas, clock, cfg.speed, prefix_aware=self.profile.prefix_aware,
             headroom=(hr.h_max, hr.lam) if cfg.profile == "headroom" else None,
             queue_depth=fc.queue_depth_threshold, kv_threshold=fc.kv_cache_util_threshold,
+            priority_preemption=self._sglang_preemption(cfg),
         )
         self.flow: FlowController | None = None
-        if self.profile.gateway:
+        # llm-d / GAIE with the flowControl feature gate off: legacy admission, no EPP queue
+        self.legacy = self.profile.gateway and not fc.enabled
+        if self.profile.gateway and fc.enabled:
             ttl = fc.ttl_s if fc.ttl_s is not None else (60.0 if cfg.profile == "llm-d" else None)
             self.flow = FlowController(fc, ttl / cfg.speed if ttl else None)
             if fc.no_endpoint_ttl_s:
@@ -61,6 +68,13 @@ class Stack:
         self._rpm: dict[str, deque[int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
+    @staticmethod
+    def _sglang_preemption(cfg: TestbedConfig) -> int | None:
+        sg = cfg.sglang
+        if cfg.profile != "sglang" or not sg.priority_scheduling or sg.disable_priority_preemption:
+            return None
+        return sg.priority_scheduling_preemption_threshold
+
     # ---- state ---------------------------------------------------------------------------
     def endpoints(self) -> int:
         """Replicas up (0 during warm-up)."""
@@ -71,6 +85,13 @@ class Stack:
     def ready(self) -> bool:
         """Warm-up done and at least one replica up."""
         return self.endpoints() > 0
+
+    def not_ready(self, rid: str) -> Reply:
+        """The answer while warming up or with every replica down."""
+        if self.legacy:
+            assert isinstance(self.profile, EppProfile)
+            return self.profile.no_candidates()
+        return self.profile.not_ready(rid)
 
     # ---- admission ----------------------------------------------------------------------------
     def admit(self, job: Job) -> Reply | None:
@@ -84,8 +105,15 @@ class Stack:
             self.dispatch()
             return None
         if not self.ready():
-            return prof.not_ready(job.rid)
+            return self.not_ready(job.rid)
         sat = self.engine.saturation()
+        if self.legacy and job.priority < 0 and sat >= LEGACY_SATURATED:
+            assert isinstance(prof, EppProfile)
+            return prof.sheddable_dropped()
+        if isinstance(prof, AnthropicProfile):
+            lim = self.cfg.anthropic.rpm_limit
+            if lim is not None and not self._rpm_take(job.tenant, lim, now):
+                return prof.rate_limited(lim, self.retry_after_s(job.tenant), job.rid)
         if isinstance(prof, OpenAIProfile):
             lim = self.cfg.openai.rpm_limit
             if lim is not None and not self._rpm_take(job.tenant, lim, now):
@@ -125,6 +153,31 @@ class Stack:
         q.append(now)
         return True
 
+    def retry_after_s(self, key: str) -> int:
+        """Whole seconds (wall clock) until the key's oldest request leaves the RPM window."""
+        q = self._rpm.get(key)
+        if not q:
+            return 0
+        left_ns = q[0] + int(60 / self.cfg.speed * 1e9) - self.clock.now_ns()
+        return max(1, -(-left_ns // 1_000_000_000))
+
+    def anthropic_rate_headers(self, key: str) -> dict[str, str]:
+        """anthropic-ratelimit-requests-{limit,remaining,reset}; reset = RFC 3339 time the key's
+        window is fully replenished (its newest request leaves the window)."""
+        lim = self.cfg.anthropic.rpm_limit or 10_000
+        q = self._rpm.get(key) or deque()
+        now = self.clock.now_ns()
+        window = int(60 / self.cfg.speed * 1e9)
+        while q and now - q[0] >= window:
+            q.popleft()
+        left_s = max(0.0, (q[-1] + window - now) / 1e9) if q else 0.0
+        reset = datetime.fromtimestamp(time.time() + left_s, tz=UTC).replace(microsecond=0)
+        return {
+            "anthropic-ratelimit-requests-limit": str(lim),
+            "anthropic-ratelimit-requests-remaining": str(max(0, lim - len(q))),
+            "anthropic-ratelimit-requests-reset": reset.isoformat().replace("+00:00", "Z"),
+        }
+
     def rate_headers(self, key: str) -> dict[str, str]:
         """OpenAI x-ratelimit-* headers for a key."""
         lim = self.cfg.openai.rpm_limit or 10_000
@@ -162,6 +215,32 @@ class Stack:
             eng.submit(job, r)
 
         self.flow.dispatch_cycle(eng.saturation, self.endpoints(), send)
+        if self.cfg.flow_control.enable_eviction and self.flow.count:
+            self._evict(send)
+
+    def _evict(self, send: Callable[[Job], None]) -> None:
+        """llm-d enableEviction: while a band is gated (saturation >= ceiling) with work queued, kill
+        in-flight priority<0 requests of a lower priority, one per queued request at most. Victim: the
+        lowest priority, then the most recently dispatched (the least work lost: assumed)."""
+        flow, eng = self.flow, self.engine
+        assert flow is not None
+        ceiling = self.cfg.flow_control.saturation_ceiling
+        top = max((p for p, b in flow.bands.items() if b.count), default=None)
+        if top is None or eng.saturation() < ceiling:
+            return
+        victims = sorted((j for j in eng.in_flight() if j.priority < 0 and j.priority < top),
+                         key=lambda j: (j.priority, -(j.dispatch_ns or 0), -j.seq))
+        evicted = 0
+        for victim in victims:
+            if eng.saturation() < ceiling:
+                break
+            if sum(b.count for p, b in flow.bands.items() if p > victim.priority) <= evicted:
+                continue
+            evicted += 1
+            eng.remove(victim)
+            flow.outcomes[victim.priority, EVICTED_OTHER] += 1
+            victim.sink.on_drop(victim, EVICTED)
+        flow.dispatch_cycle(eng.saturation, self.endpoints(), send)
 
     def sweep_ttl(self) -> None:
         """Expire queued requests past their TTL."""
