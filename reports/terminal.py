@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -31,11 +32,14 @@ def _banner(summary: Summary) -> Text:
 def tier_table(summary: Summary) -> Table:
     """Per-tier table: requests, served, dropped %, 429, 503, TTFT p50/p99, verdict."""
     colours = fmt.tier_colours(summary)
-    table = Table(title=f"rushhour · {summary.run.scenario} · {summary.run.run_id}", title_justify="left")
-    table.add_column("tier")
-    for name in ("requests", "served", "dropped", "429", "503", "TTFT p50", "TTFT p99"):
-        table.add_column(name, justify="right")
-    table.add_column("verdict")
+    table = Table(title=f"rushhour · {summary.run.scenario} · {summary.run.run_id} · TTFT p50/p99",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    # short headers and no_wrap: an 80-column CI log must still show whole tier names and numbers
+    longest = max((len(t.name) for t in summary.tiers), default=4)
+    table.add_column("tier", no_wrap=True, min_width=min(longest, 24))
+    for name in ("sent", "served", "dropped", "429", "503", "p50", "p99"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("SLO", no_wrap=True)
     for t in summary.tiers:
         dropped = fmt.dropped_count(t.by_class)
         table.add_row(
