@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 
@@ -37,6 +38,28 @@ class Logical:
     step: int = 0
     fanout_index: int = 0
     logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
+    """A fresh record for one attempt of ``req`` on ``route``: identity and route facts filled in."""
+    return ctx.new_request(
+        logical_id=req.logical_id,
+        tier=req.tier,
+        tenant=req.tenant,
+        persona=req.persona,
+        session_id=req.session_id,
+        task_id=req.task_id,
+        step=req.step,
+        fanout_index=req.fanout_index,
+        route=route.name,
+        endpoint=route.url,
+        model=route.model,
+        dialect=route.dialect,
+        stream=ctx.scenario.target.stream,
+        key_fingerprint=route.tiers[(req.tier, req.tenant)].key_fingerprint,
+        intended_ns=req.intended_ns,
+        **facts,
+    )
 
 
 class Pools:
@@ -104,25 +127,7 @@ def _attempt(
     ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, attempt: int, retry_reason: str | None
 ) -> RequestRecord:
     wire = route.tiers[(req.tier, req.tenant)]
-    record = ctx.new_request(
-        logical_id=req.logical_id,
-        tier=req.tier,
-        tenant=req.tenant,
-        persona=req.persona,
-        session_id=req.session_id,
-        task_id=req.task_id,
-        step=req.step,
-        fanout_index=req.fanout_index,
-        attempt=attempt,
-        retry_reason=retry_reason,
-        route=route.name,
-        endpoint=route.url,
-        model=route.model,
-        dialect=route.dialect,
-        stream=ctx.scenario.target.stream,
-        key_fingerprint=wire.key_fingerprint,
-        intended_ns=req.intended_ns,
-    )
+    record = new_attempt_record(ctx, req, route, attempt=attempt, retry_reason=retry_reason)
     expected_prompt = req.prompt.tokens
     # circuit breaker per route: fail fast while open (checked before the budget: nothing is sent)
     breaker = ctx.breakers.get(route.name)

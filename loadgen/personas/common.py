@@ -7,7 +7,7 @@ import uuid
 
 import gevent
 
-from loadgen.attempts import Logical
+from loadgen.attempts import Logical, new_attempt_record
 from loadgen.context import WorkerContext
 from loadgen.record import RequestRecord, TaskRecord
 from loadgen.resilience import is_served
@@ -67,23 +67,7 @@ def _describe(record: RequestRecord) -> str:
 
 def not_sent(ctx: WorkerContext, req: Logical) -> RequestRecord:
     """The schedule wanted a request sent but the generator had no free slot: record it, send nothing."""
-    route = ctx.routes[0]
-    record = ctx.new_request(
-        logical_id=req.logical_id,
-        tier=req.tier,
-        tenant=req.tenant,
-        persona=req.persona,
-        session_id=req.session_id,
-        task_id=req.task_id,
-        step=req.step,
-        route=route.name,
-        endpoint=route.url,
-        model=route.model,
-        dialect=route.dialect,
-        intended_ns=req.intended_ns,
-        not_sent=True,
-        key_fingerprint=route.tiers[(req.tier, req.tenant)].key_fingerprint,
-    )
+    record = new_attempt_record(ctx, req, ctx.routes[0], not_sent=True)
     record.sent_ns = None
     record.done_ns = ctx.now_ns()
     ctx.counters.not_sent += 1
