@@ -11,7 +11,8 @@ DONE = b"data: [DONE]\n\n"
 
 
 def frame(data: bytes) -> bytes:
-    """One HTTP/1.1 chunked-transfer chunk (we write SSE straight to the transport)."""
+    """One HTTP/1.1 chunked-transfer chunk. The server frames once, when it writes to the transport;
+    everything else in this module returns plain SSE bytes (framing twice breaks every real client)."""
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
@@ -38,11 +39,11 @@ class Wire:
         if endpoint == "messages":
             self.id = "msg_" + rid.replace("-", "")[:24]
             tok = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": WORD}}
-            self.token = frame(b"event: content_block_delta\ndata: " + _dumps(tok).encode() + b"\n\n")
+            self.token = b"event: content_block_delta\ndata: " + _dumps(tok).encode() + b"\n\n"
         else:
             chat = endpoint == "chat"
             self.id = ("chatcmpl-" if chat else "cmpl-") + rid
-            self.token = frame(_sse(self._chunk({"delta": {"content": WORD}} if chat else {"text": WORD})))
+            self.token = _sse(self._chunk({"delta": {"content": WORD}} if chat else {"text": WORD}))
 
     # ---- OpenAI chunks -----------------------------------------------------------------
     def _base(self, obj: str) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class Wire:
     def head(self, prompt: int, cached: int) -> bytes:
         """Bytes sent just before the first token."""
         if self.endpoint == "chat":
-            return frame(_sse(self._chunk({"delta": {"role": "assistant", "content": ""}})))
+            return _sse(self._chunk({"delta": {"role": "assistant", "content": ""}}))
         if self.endpoint == "messages":
             start = {"type": "message_start", "message": {
                 "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
@@ -77,9 +78,9 @@ class Wire:
                           "cache_creation_input_tokens": 0, "output_tokens": 1,
                           "service_tier": self.service_tier}}}
             block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-            return frame(b"event: message_start\ndata: " + _dumps(start).encode() + b"\n\n"
-                         + b"event: content_block_start\ndata: " + _dumps(block).encode() + b"\n\n"
-                         + b'event: ping\ndata: {"type":"ping"}\n\n')
+            return (b"event: message_start\ndata: " + _dumps(start).encode() + b"\n\n"
+                    + b"event: content_block_start\ndata: " + _dumps(block).encode() + b"\n\n"
+                    + b'event: ping\ndata: {"type":"ping"}\n\n')
         return b""
 
     def tail(self, prompt: int, output: int, cached: int) -> bytes:
@@ -87,9 +88,9 @@ class Wire:
         if self.endpoint == "messages":
             delta = {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
                      "usage": {"output_tokens": output}}
-            return frame(b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-                         + b"event: message_delta\ndata: " + _dumps(delta).encode() + b"\n\n"
-                         + b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+            return (b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+                    + b"event: message_delta\ndata: " + _dumps(delta).encode() + b"\n\n"
+                    + b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         chat = self.endpoint == "chat"
         out = _sse(self._chunk({"delta": {}} if chat else {"text": ""}, "length"))
         if self.include_usage:
@@ -97,13 +98,13 @@ class Wire:
             d["choices"] = []
             d["usage"] = self.usage(prompt, output, cached)
             out += _sse(d)
-        return frame(out + DONE)
+        return out + DONE
 
     def in_band_error(self, body: bytes) -> bytes:
         """An error after HTTP 200 (SGLang style `data: {"error":…}` then [DONE]; Anthropic `event: error`)."""
         if self.endpoint == "messages":
-            return frame(b"event: error\ndata: " + body + b"\n\n")
-        return frame(b"data: " + body + b"\n\n" + DONE)
+            return b"event: error\ndata: " + body + b"\n\n"
+        return b"data: " + body + b"\n\n" + DONE
 
     # ---- non-streaming ----------------------------------------------------------------------
     def body(self, prompt: int, output: int, cached: int) -> bytes:

@@ -102,6 +102,8 @@ def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
     assert len(records) > 80
     for r in records:
         row = ledger[r["request_id"]]
+        if row["outcome"] == "served":  # the client parsed every byte of a served stream as SSE
+            assert r["complete"] and r["error"] is None, r["error"]
         assert row["tenant"] == r["tenant"]
         assert row["objective"] == ("interactive" if r["tier"] == "interactive" else "batch-sheddable")
     # both processes sent load

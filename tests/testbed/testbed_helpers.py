@@ -79,7 +79,9 @@ class Result:
     broken: bool = False  # the connection dropped before the end of the body
 
     def events(self) -> list[str]:
-        """SSE data payloads."""
+        """SSE data payloads; any line that is not SSE (say, leaked chunk-size framing) fails the test."""
+        stray = [ln for ln in self.text.split("\n") if ln and not ln.startswith(("data: ", "event: ", ":"))]
+        assert not stray, f"not SSE: {stray[:3]}"
         return [ln[6:] for ln in self.text.split("\n") if ln.startswith("data: ")]
 
 
