@@ -47,6 +47,7 @@ from scenarios.model import SLO
 
 SUMMARY_FILE = "summary.json"
 EVIDENCE_PER_TIER = 20
+BREAKER_REFUSAL = "breaker_open"  # reason of an attempt the client's breaker refused: nothing was sent
 STARVATION_FINDING_S = 10.0
 
 
@@ -213,12 +214,14 @@ def _tier_summary(
     n_judged = int(ok.sum())
     dropped = logical["dropped"].to_numpy()
     good = _good_mask(logical, info.slo)
-    sent = ~attempts["not_sent"].to_numpy()
+    # sent: neither refused by the generator (not_sent) nor by the client's breaker (nothing went out)
+    sent = ~attempts["not_sent"].to_numpy() & ~eq(attempts["reason"], BREAKER_REFUSAL)
     status = attempts["status"].to_numpy(dtype=np.float64)
     served_mask = logical["served"].to_numpy()
     in_sat_attempt = timeline.in_windows(attempts["sent_ns"], ctx.windows)
-    good_in_sat = int((good & timeline.in_windows(logical["first_token_ns"], ctx.windows)).sum())
-    floor, floor_rate = fairness.floor_share(good_in_sat, sat_good_total, info.slo.floor_share)
+    good_in_sat = int((good & timeline.in_windows(logical["first_intended_ns"], ctx.windows)).sum())
+    floor, floor_rate = fairness.floor_share(good_in_sat, sat_good_total, info.slo.floor_share,
+                                             saturated=bool(ctx.windows))
     floor.rate = floor_rate if sat_good_total else None
     tenants = _group_rows(logical, good, "tenant", ctx.duration_s)
     tenant_ratio = [r.good / r.judged for r in tenants if r.judged]
@@ -538,9 +541,10 @@ def _findings(tiers: list[TierSummary]) -> list[Finding]:
                                message=f"{tier.name} had demand but got no service for {gap:.1f} s",
                                data={"max_gap_s": gap}))
         if tier.floor.passed is False:
+            got = (f"{tier.name} got no goodput during saturation (no tier did)" if tier.floor.rate is None
+                   else f"{tier.name} got {tier.floor.share or 0.0:.1%} of goodput during saturation")
             out.append(Finding(kind="floor", severity="error", tier=tier.name,
-                               message=f"{tier.name} got {tier.floor.share:.1%} of goodput during saturation, "
-                                       f"below its floor {tier.floor.minimum:.1%}",
+                               message=f"{got}, below its floor {tier.floor.minimum or 0.0:.1%}",
                                data={"share": tier.floor.share, "minimum": tier.floor.minimum}))
         fallback_served = sum(v for k, v in tier.routes.items() if k != "primary")
         if fallback_served and tier.by_class.get("served"):
@@ -587,7 +591,8 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     grid = timeline.make_grid(duration_s)
     anchor = data.mono_anchor_ns
     wall = data.manifest.get("wall_anchor_ns")
-    metrics = load_metrics(data.run_dir, anchor, wall if isinstance(wall, int) else None)
+    metrics = load_metrics(data.run_dir, anchor, wall if isinstance(wall, int) else None,
+                           horizon_ns=duration_s * NS_PER_S)
     ratio = calibration.inflation_ratio(attempts, base)
     spans, windows = _windows(attempts, ratio, grid, metrics)
     ctx = Context(duration_s, grid, spans, base, sc, data.breakers)
@@ -598,7 +603,8 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     for info in infos:
         sel = eq(logical["tier"], info.name)
         good_all[sel] = _good_mask(logical[sel], info.slo)
-    sat_good_total = int((good_all & timeline.in_windows(logical["first_token_ns"], spans)).sum())
+    # floor membership = the saturation slice's: the first intended send falls in a window
+    sat_good_total = int((good_all & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
 
     tier_summaries, series, evidence = [], {}, []
     for info in infos:

@@ -25,16 +25,30 @@ def tenant_jain(goodput_ratio: list[float]) -> float | None:
 def starvation_gap_s(attempts: pd.DataFrame) -> float | None:
     """Longest time (s) a tier had demand (requests arriving or waiting) and no request got service.
 
-    Demand of an attempt lasts from its intended send time until its first token (or its end); a
-    first token is service. So a 60 s queue wait during which the tier got nothing shows as 60 s.
+    A first token is service. Demand of an attempt lasts from its intended send time until its first
+    token; an attempt that got none (refused, timed out, not sent, cancelled) leaves its user wanting
+    service until the tier's next first token at or after the attempt's end (which is no later than
+    its logical request being served), or, when the tier got no more service, until the last thing
+    seen of the tier. So a 60 s queue wait during which the tier got nothing shows as 60 s, and so do
+    60 s of instant rejections.
     """
     if len(attempts) == 0:
         return None
     start = attempts["intended_ns"].to_numpy(dtype=np.float64)
     first = attempts["first_token_ns"].to_numpy(dtype=np.float64)
-    end = np.where(np.isfinite(first), first, attempts["t_end_ns"].to_numpy(dtype=np.float64))
+    t_end = attempts["t_end_ns"].to_numpy(dtype=np.float64)
+    got = np.isfinite(first)
+    service = np.sort(first[got])
+    seen = np.concatenate([t_end[np.isfinite(t_end)], service])
+    last_seen = float(seen.max()) if len(seen) else np.nan
+    later = np.fmax(t_end, last_seen)  # no more service: demand lasts until the tier was last seen
+    if len(service):
+        nxt = np.searchsorted(service, np.nan_to_num(t_end, nan=np.inf), side="left")
+        has_next = nxt < len(service)
+        later = np.where(has_next, service[np.minimum(nxt, len(service) - 1)], later)
+    end = np.where(got, first, np.where(np.isfinite(t_end), later, np.nan))
     ok = np.isfinite(start) & np.isfinite(end)
-    gap = longest_gap(start[ok], end[ok], first[np.isfinite(first)])
+    gap = longest_gap(start[ok], end[ok], service)
     return None if gap is None else gap / NS_PER_S
 
 
@@ -122,8 +136,14 @@ def inversion_findings(pairs: list[InversionPair]) -> list[Finding]:
     return findings
 
 
-def floor_share(tier_good: int, total_good: int, minimum: float | None) -> tuple[Floor, Rate]:
-    """A tier's share of all goodput during saturation, judged against ``minimum`` when set."""
+def floor_share(tier_good: int, total_good: int, minimum: float | None, *, saturated: bool = False
+                ) -> tuple[Floor, Rate]:
+    """A tier's share of all goodput during saturation, judged against ``minimum`` when set.
+
+    ``saturated``: whether the run had any saturation window. Without one the floor is not judged
+    (share None); with windows but no goodput in them at all, every tier's share is 0.
+    """
     rate = wilson(tier_good, total_good)
-    passed = None if minimum is None or rate.value is None else rate.value >= minimum
-    return Floor(share=rate.value, minimum=minimum, passed=passed), rate
+    share = rate.value if rate.value is not None or not saturated else 0.0
+    passed = None if minimum is None or share is None else share >= minimum
+    return Floor(share=share, minimum=minimum, passed=passed), rate

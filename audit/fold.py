@@ -83,7 +83,9 @@ def prepare_attempts(df: pd.DataFrame, classes: pd.Series, *, inplace: bool = Fa
 def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
     """One row per logical request: served if any attempt served, else the last attempt's class.
 
-    The row carries the deciding attempt's facts (the serving attempt, else the last one), the
+    The last attempt that was sent and reached an outcome decides over a later cancelled or
+    not_sent one (only when every attempt is cancelled/not_sent does the last of those decide).
+    The row carries the deciding attempt's facts (the serving attempt, else the deciding one), the
     number of attempts, and ``ttft_intended_ns``: first token minus the *first* attempt's intended
     send time, i.e. the wait a user saw including every retry (coordinated-omission corrected).
     """
@@ -105,11 +107,15 @@ def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
     single = np.flatnonzero(~multi)
     rows = np.flatnonzero(multi)
     if len(rows):
-        # Deciding attempt: served beats not served, then the highest attempt number, then the latest seq.
+        # Deciding attempt: served beats not served; then one that was sent and reached an outcome beats a
+        # cancelled or not_sent one (a retry the generator did not send must not hide the drop before it);
+        # then the highest attempt number, then the latest seq.
         seq = attempts["seq"].to_numpy(dtype=np.float64) if "seq" in attempts.columns else np.zeros(len(codes))
+        had_outcome = ~isin(attempts["cls"], UNJUDGED)
         order = rows[np.lexsort((
             np.nan_to_num(seq[rows]),
             np.nan_to_num(attempts["attempt"].to_numpy(dtype=np.float64)[rows], nan=1.0),
+            had_outcome[rows],
             attempts["served"].to_numpy()[rows],
             codes[rows],
         ))]

@@ -74,10 +74,18 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
     if slo.floor_share is not None:
         share = tier.floor.share
         low = tier.floor.rate.low if tier.floor.rate else None
-        if share is None:
+        if tier.saturation is None and share is None:
             out.append(Verdict(tier=name, check="floor_share", threshold=slo.floor_share, observed=None,
                                bound=None, judge=judge, passed=True,
                                message=f"{name} floor_share: no saturation window, nothing to judge"))
+        elif tier.floor.rate is None or not tier.floor.rate.n:
+            # saturation windows exist but no tier got any goodput in them: this tier's share is 0
+            ok = slo.floor_share <= 0.0
+            out.append(Verdict(tier=name, check="floor_share", threshold=slo.floor_share, observed=0.0,
+                               bound=0.0, judge=judge, passed=ok,
+                               message=f"{name} floor_share: no tier got any goodput during saturation, so "
+                                       f"{name}'s share is 0.00 % " + ("≥" if ok else "not ≥")
+                                       + f" {_show('floor_share', slo.floor_share)}"))
         else:
             out.append(_verdict(name, "floor_share", slo.floor_share, share, low, judge, upper=False))
     if slo.max_deadline_miss_rate is not None:

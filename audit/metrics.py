@@ -42,26 +42,73 @@ class ServerMetrics:
         return len(self.samples) == 0
 
 
-def _rebase(ts: np.ndarray, mono_anchor_ns: int | None, wall_anchor_ns: int | None) -> np.ndarray:
-    """Scrape times may be anchor-relative, raw CLOCK_MONOTONIC or wall-clock ns; bring them to the anchor."""
+PRE_RUN_NS = 60 * NS_PER_S  # a scrape may precede the anchor (a baseline) or outlast the records by this much
+# ``clock`` marker a scrape line may carry (loadgen/scrape.py writes none: its ts_ns is anchor-relative)
+CLOCK_MARKERS = {"anchor": "anchor", "relative": "anchor", "monotonic": "monotonic", "mono": "monotonic",
+                 "raw": "monotonic", "wall": "wall"}
+
+
+def _clock(ts: np.ndarray, mono_anchor_ns: int | None, wall_anchor_ns: int | None,
+           horizon_ns: float | None = None) -> str:
+    """Which clock unmarked scrape times are on: ``anchor`` (relative), ``monotonic`` (raw) or ``wall``.
+
+    Raw CLOCK_MONOTONIC values are never below ``mono_anchor_ns`` − 60 s; anchor-relative ones (what
+    loadgen/scrape.py writes) lie within −60 s … the run's end (``horizon_ns``) + 60 s. When both
+    readings fit (a machine booted shortly before the run), the writer's anchor-relative shape wins.
+    """
+    if len(ts) == 0:
+        return "anchor"
+    median, low, high = float(np.median(ts)), float(ts.min()), float(ts.max())
+    if wall_anchor_ns and median > 1e18:
+        return "wall"
+    if not mono_anchor_ns:
+        return "anchor"
+    raw_fits = low >= mono_anchor_ns - PRE_RUN_NS
+    rel_fits = low >= -PRE_RUN_NS
+    if horizon_ns is not None:
+        raw_fits = raw_fits and high - mono_anchor_ns <= horizon_ns + PRE_RUN_NS
+        rel_fits = rel_fits and high <= horizon_ns + PRE_RUN_NS
+        if raw_fits != rel_fits:
+            return "monotonic" if raw_fits else "anchor"
+        if raw_fits:
+            return "anchor"
+    return "monotonic" if median >= mono_anchor_ns - PRE_RUN_NS else "anchor"
+
+
+def _rebase(ts: np.ndarray, mono_anchor_ns: int | None, wall_anchor_ns: int | None,
+            horizon_ns: float | None = None, clocks: np.ndarray | None = None) -> np.ndarray:
+    """Scrape times may be anchor-relative, raw CLOCK_MONOTONIC or wall-clock ns; bring them to the anchor.
+
+    ``clocks``: per value, the clock its line declared (``""`` = unmarked, decided by ``_clock``).
+    """
     if len(ts) == 0:
         return ts
-    median = float(np.median(ts))
-    if wall_anchor_ns and median > 1e18:
-        return ts - wall_anchor_ns
-    if mono_anchor_ns and median > mono_anchor_ns / 2:
-        return ts - mono_anchor_ns
-    return ts
+    if clocks is None:
+        clocks = np.full(len(ts), "", dtype=object)
+    unmarked = clocks == ""
+    guess = _clock(ts[unmarked], mono_anchor_ns, wall_anchor_ns, horizon_ns)
+    clocks = np.where(unmarked, guess, clocks)
+    offset = np.zeros(len(ts))
+    offset[clocks == "monotonic"] = float(mono_anchor_ns or 0)
+    offset[clocks == "wall"] = float(wall_anchor_ns or 0)
+    return ts - offset
 
 
-def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int | None = None) -> ServerMetrics:
-    """Read ``metrics.jsonl`` (one scrape a line); bad lines and error scrapes are counted, not fatal."""
+def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int | None = None,
+                 horizon_ns: float | None = None) -> ServerMetrics:
+    """Read ``metrics.jsonl`` (one scrape a line); bad lines and error scrapes are counted, not fatal.
+
+    ``horizon_ns``: the run's end from the anchor, which helps tell raw monotonic scrape times from
+    anchor-relative ones (see ``_clock``); a line's ``clock`` marker, when present, decides for it.
+    """
     path = Path(run_dir) / METRICS_FILE
     columns = ["ts_ns", "name", "priority", "outcome", "stage", "labels", "value"]
     if not path.exists():
         return ServerMetrics(pd.DataFrame(columns=columns))
     rows: list[tuple[float, str, str | None, str | None, str | None, str, float]] = []
+    row_clock: list[str] = []
     scrape_ts: list[float] = []
+    scrape_clock: list[str] = []
     scrapes = errors = 0
     # Scrapes are few (one per second or so): a plain loop, keeping only the families the audit reads.
     for line in path.read_bytes().splitlines():
@@ -78,7 +125,9 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
             continue
         scrapes += 1
         ts = float(obj["ts_ns"])
+        clock = CLOCK_MARKERS.get(str(obj.get("clock", "")).lower(), "")
         scrape_ts.append(ts)
+        scrape_clock.append(clock)
         for sample in obj["samples"]:
             if not isinstance(sample, dict) or sample.get("name") not in WANTED:
                 continue
@@ -90,10 +139,17 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
             key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             rows.append((ts, sample["name"], labels.get("priority"), labels.get("outcome"),
                          labels.get("stage"), key, value))
+            row_clock.append(clock)
     frame = pd.DataFrame(rows, columns=columns)
-    stamps = _rebase(np.asarray(scrape_ts, dtype=np.float64), mono_anchor_ns, wall_anchor_ns)
+    raw = np.asarray(scrape_ts, dtype=np.float64)
+    marks = np.asarray(scrape_clock, dtype=object)
+    # one decision for the file's unmarked lines, taken on every scrape time (not on the sampled rows)
+    guess = _clock(raw[marks == ""], mono_anchor_ns, wall_anchor_ns, horizon_ns)
+    stamps = _rebase(raw, mono_anchor_ns, wall_anchor_ns, clocks=np.where(marks == "", guess, marks))
     if len(frame):
-        frame["ts_ns"] = _rebase(frame["ts_ns"].to_numpy(dtype=np.float64), mono_anchor_ns, wall_anchor_ns)
+        row_marks = np.asarray(row_clock, dtype=object)
+        frame["ts_ns"] = _rebase(frame["ts_ns"].to_numpy(dtype=np.float64), mono_anchor_ns, wall_anchor_ns,
+                                 clocks=np.where(row_marks == "", guess, row_marks))
     return ServerMetrics(frame, scrapes, errors, np.sort(stamps))
 
 

@@ -2,7 +2,7 @@
 
 Each scrape appends one line to ``runs/<id>/metrics.jsonl``::
 
-    {"ts_ns": <ns since the run's monotonic anchor>, "dur_ns": ..., "samples": [{"name", "labels", "value"}]}
+    {"ts_ns": <ns since the run's monotonic anchor>, "clock": "anchor", "dur_ns": ..., "samples": [{"name", "labels", "value"}]}
 
 or, when the endpoint is slow, missing (404, refused) or returns something that is not the
 Prometheus text format, ``{"ts_ns": ..., "dur_ns": ..., "error": "<short text>"}``; after an error the
@@ -170,7 +170,8 @@ class MetricsScraper:
         """One scrape, as the line that gets written (never raises)."""
         ts_ns = self.anchor.since()
         start = time.monotonic_ns()
-        line: dict[str, Any] = {"ts_ns": ts_ns}
+        # "clock" says which clock ts_ns is on, so the audit never has to guess (audit/metrics.py)
+        line: dict[str, Any] = {"ts_ns": ts_ns, "clock": "anchor"}
         try:
             text = self._fetch(self.url, self.timeout_s)
             samples = parse_metrics_text(text, self.prefixes)

@@ -68,6 +68,17 @@ def _breakdown(by_class: dict[str, int], n: int, statuses: dict[str, dict[str, i
     return ", ".join(parts)
 
 
+def _not_counted(by_class: dict[str, int]) -> str:
+    """' (4 still running at the end, 2 not sent: not counted)', or empty: what the rates leave out."""
+    parts = []
+    cancelled, not_sent = by_class.get("cancelled", 0), by_class.get("not_sent", 0)
+    if cancelled:
+        parts.append(f"{fmt.count(cancelled)} still running at the end")
+    if not_sent:
+        parts.append(f"{fmt.count(not_sent)} not sent")
+    return f" ({', '.join(parts)}: not counted)" if parts else ""
+
+
 def tier_line(summary: Summary, tier: TierSummary) -> str:
     """The tier's story in one or two sentences: how long it waited and how much was dropped."""
     if tier.requests == 0:
@@ -75,17 +86,20 @@ def tier_line(summary: Summary, tier: TierSummary) -> str:
     sat = tier.saturation
     if sat is not None and sat.requests and summary.windows:
         when = f"During saturation {tier.name}"
-        n, by_class, p99 = sat.requests, sat.by_class, sat.ttft_ms.p99
+        n, by_class, p99 = sat.drop_rate.n, sat.by_class, sat.ttft_ms.p99
     else:
         when = f"Over the run {tier.name}"
-        n, by_class, p99 = tier.requests, tier.by_class, tier.latency.ttft_ms.p99
+        n, by_class, p99 = tier.drop_rate.n, tier.by_class, tier.latency.ttft_ms.p99
+    # percentages are of judged requests (the drop rate's denominator), as in the tables
     dropped = fmt.dropped_count(by_class)
     wait = f"waited p99 {fmt.ms(p99)}" if p99 is not None else "had no served request to time"
-    if dropped == 0:
-        text = f"{when} {wait} and was never dropped."
+    if dropped == 0 or not n:
+        text = f"{when} {wait} and was never dropped"
     else:
-        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n, tier.status_by_class)}."
-    statuses = [f"{fmt.count(v)} × {k}" for k, v in sorted(tier.by_status.items()) if k != "200" and v]
+        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n, tier.status_by_class)}"
+    text += _not_counted(by_class) + "."
+    # status 0 = nothing received: not a response (the tables list it)
+    statuses = [f"{fmt.count(v)} × {k}" for k, v in sorted(tier.by_status.items()) if k not in ("200", "0") and v]
     if statuses:
         text += f" Raw non-200 responses: {', '.join(statuses)}."
     return text
@@ -96,9 +110,11 @@ def whole_run_line(tier: TierSummary) -> str:
     if tier.requests == 0:
         return f"{tier.name}: no requests."
     served = tier.by_class.get("served", 0)
+    judged = tier.drop_rate.n  # the rates' denominator: cancelled and not_sent left out
     lat = tier.latency
     text = (
-        f"{tier.name}: {fmt.count(tier.requests)} requests, {fmt.pct(served / tier.requests)} served, "
+        f"{tier.name}: {fmt.count(tier.requests)} requests{_not_counted(tier.by_class)}, "
+        f"{fmt.pct(served / judged if judged else None)} served, "
         f"{fmt.rate_ci(tier.drop_rate)} dropped; TTFT p50 {fmt.ms(lat.ttft_ms.p50)}, "
         f"p99 {fmt.ms(lat.ttft_ms.p99)}"
     )
@@ -154,11 +170,14 @@ def fairness_line(tier: TierSummary) -> str:
         parts.append(f"longest gap without a served request {fmt.secs(tier.starvation_max_gap_s)}")
     floor = tier.floor
     if floor.minimum is not None:
-        state = "held" if floor.passed else "NOT held"
-        parts.append(
-            f"floor {state}: {fmt.pct(floor.share)} of goodput during saturation "
-            f"against a minimum of {fmt.pct(floor.minimum)}"
-        )
+        if floor.passed is None:
+            parts.append(f"floor not judged (no saturation): minimum {fmt.pct(floor.minimum)}")
+        else:
+            state = "held" if floor.passed else "NOT held"
+            parts.append(
+                f"floor {state}: {fmt.pct(floor.share)} of goodput during saturation "
+                f"against a minimum of {fmt.pct(floor.minimum)}"
+            )
     return f"{tier.name}: " + ("; ".join(parts) if parts else "no fairness data") + "."
 
 
