@@ -22,7 +22,7 @@ from locust import User, events, task
 from locust.env import Environment
 
 from loadgen.context import WorkerContext, build_routes
-from loadgen.record import Anchor, BreakerRecord, RequestRecord, ShardWriter
+from loadgen.record import Anchor, BreakerRecord, RequestRecord, ShardWriter, short_text
 from loadgen.worker import Worker
 from scenarios import load_scenario
 from scenarios.model import Scenario
@@ -180,8 +180,9 @@ def _request_event(env: Environment) -> Any:
         exc = (
             None
             if ok
+            # locust.log and the UI show this text: redact and cut it like a record's
             else RuntimeError(
-                f"{record.status} {record.reason or record.in_band_error or record.error or ''}".strip()[:120]
+                short_text(f"{record.status} {record.reason or record.in_band_error or record.error or ''}", 120)
             )
         )
         fire(

@@ -86,6 +86,11 @@ def redact(text: str | None) -> str | None:
     return text
 
 
+def strip_userinfo(url: str) -> str:
+    """``http://user:secret@host/x`` -> ``http://host/x``: a password in a URL is a credential too."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", url)
+
+
 def short_text(text: str | bytes | None, limit: int = MAX_TEXT) -> str | None:
     """Sanitise a server-supplied text: decode, drop control characters, redact, cut."""
     if text is None:
@@ -224,16 +229,20 @@ class EventRecord:
 
 Record = RequestRecord | TaskRecord | HealthRecord | BreakerRecord | EventRecord
 
-_TEXT_FIELDS = ("reason", "error", "in_band_error", "retry_reason", "first_failure", "cause")
+# Texts that can carry what a server sent (a hostile server may echo a key or send megabytes): each is
+# redacted and cut to MAX_TEXT on the way out, whatever the code that filled it did.
+_TEXT_FIELDS = ("reason", "error", "in_band_error", "retry_reason", "first_failure", "cause", "service_tier")
 
 
 def to_json_line(record: Record) -> bytes:
-    """Serialise one record; every free text passes through ``redact`` on the way out."""
+    """Serialise one record; every free text is redacted and cut on the way out."""
     data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     for name in _TEXT_FIELDS:
         value = data.get(name)
         if isinstance(value, str):
-            data[name] = redact(value)
+            data[name] = short_text(value)
+    if isinstance(data.get("endpoint"), str):
+        data["endpoint"] = strip_userinfo(data["endpoint"])
     if data.get("token_ns") is None:
         data.pop("token_ns", None)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"

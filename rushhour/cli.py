@@ -59,12 +59,34 @@ def scenario_check(files: Annotated[list[str], typer.Argument(help="scenario fil
             bad += 1
             console.print(f"error: {exc}", highlight=False, markup=False)
             continue
+        problem = _testbed_problem(scenario)
+        if problem:
+            bad += 1
+            console.print(f"invalid scenario {name}: {problem}", highlight=False, markup=False)
+            continue
         out.print(
             f"ok  {name}: {scenario.name} — {len(scenario.tiers)} tiers, {len(scenario.personas)} personas, "
             f"{scenario.duration_s:.0f} s against {scenario.target.url} ({scenario.target.profile})",
             highlight=False,
         )
     raise typer.Exit(EXIT_USAGE if bad else EXIT_OK)
+
+
+def _testbed_problem(scenario: object) -> str | None:
+    """The embedded testbed's own config check, so `scenario check` catches its typos before a run."""
+    from loadgen.testbed_proc import testbed_config
+    from scenarios.model import Scenario
+    from testbed.config import ConfigError, TestbedConfig, from_dict
+
+    assert isinstance(scenario, Scenario)
+    routes = [("target.testbed", None)] if scenario.target.is_testbed else []
+    routes += [(f"resilience.fallback[{r.name}].testbed", r) for r in scenario.resilience.fallback if r.url == "testbed"]
+    for where, route in routes:
+        try:
+            from_dict(TestbedConfig, testbed_config(scenario, route))
+        except (ConfigError, ValueError) as exc:
+            return f"{where}: {exc}"
+    return None
 
 
 @scenario_app.command("schema")
@@ -113,6 +135,8 @@ def run(
     if dry_run or result.run_dir is None:
         raise typer.Exit(EXIT_OK)
     out.print(f"run folder: {result.run_dir}", highlight=False)
+    if result.stop_reason == "startup_error":
+        raise typer.Exit(result.exit_code or EXIT_USAGE)  # nothing ran: there is nothing to audit
     if report:
         code = _audit_and_report(result.run_dir)
         raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
@@ -120,10 +144,14 @@ def run(
 
 
 def _audit_and_report(run_dir: Path) -> int:
-    from audit import run_audit
+    from audit import AuditError, run_audit
     from reports import print_terminal, write_reports
 
-    summary = run_audit(run_dir)
+    try:
+        summary = run_audit(run_dir)
+    except AuditError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
     paths = write_reports(summary, run_dir)
     print_terminal(summary, out)
     out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)

@@ -45,6 +45,15 @@ def _spec(data: dict[str, Any]) -> Any:
 Dist = Annotated[Distribution, BeforeValidator(as_dist_input)]
 
 
+def check_url(value: str) -> str:
+    """A target URL: 'testbed' or http(s)://host… without credentials (they would end up in records)."""
+    if value != "testbed" and not re.match(r"^https?://", value):
+        raise ValueError("url must be 'testbed' or start with http:// or https://")
+    if re.match(r"^https?://[^/]*@", value):
+        raise ValueError("a URL must not carry a user or password: give keys as a tier credential 'env:VAR'")
+    return value.rstrip("/")
+
+
 class Strict(BaseModel):
     """Base for scenario sections: unknown keys are errors (typos must not pass silently)."""
 
@@ -126,9 +135,7 @@ class Target(Strict):
     @field_validator("url")
     @classmethod
     def _url_shape(cls, value: str) -> str:
-        if value != "testbed" and not re.match(r"^https?://", value):
-            raise ValueError("url must be 'testbed' or start with http:// or https://")
-        return value.rstrip("/")
+        return check_url(value)
 
 
 class RetryPolicy(Strict):
@@ -309,6 +316,11 @@ class Route(Strict):
     dialect: Dialect | None = None
     credential: str | None = None
     testbed: TestbedOptions | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, value: str) -> str:
+        return check_url(value)
 
 
 class Resilience(Strict):
