@@ -126,3 +126,18 @@ def test_kill_9_keeps_every_flushed_line(tmp_path: Path) -> None:
     assert contents.skipped <= 1  # at most the line being written when the kill hit
     for line in path.read_bytes().splitlines()[1:-1]:
         json.loads(line)
+
+
+def test_server_texts_are_redacted_and_cut(tmp_path: Path) -> None:
+    """A hostile server may echo the key in any text it controls, or send megabytes of it."""
+    secret = "sk-test-THISISASECRET1234567890abcd"
+    register_secret(secret)
+    path = tmp_path / "s.jsonl"
+    with ShardWriter(path, run_id="r1", anchor=Anchor.now()) as writer:
+        writer.write(_request(1, service_tier=secret, reason="x" * 10_000_000,
+                              endpoint="http://user:pw-secret@127.0.0.1:8000"))
+    raw = path.read_text()
+    assert secret not in raw and "pw-secret" not in raw
+    line = read_shard(path).lines[0]
+    assert len(line["reason"]) <= 300 and line["endpoint"] == "http://127.0.0.1:8000"
+    assert len(raw) < 10_000

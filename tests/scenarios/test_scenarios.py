@@ -139,3 +139,10 @@ def test_cli_check_and_schema(tmp_path: Path) -> None:
 def test_yaml_12_booleans_so_on_is_a_key() -> None:
     text = MINIMAL + "resilience:\n  retries: {on: ['429', timeout], max_attempts: 3}\n"
     assert parse_scenario(text).resilience.retries.on == ["429", "timeout"]
+
+
+def test_urls_with_credentials_are_refused() -> None:
+    text = MINIMAL.replace("name: t\n", "name: t\ntarget: {url: 'http://user:sk-secret-1234567890@127.0.0.1:8000'}\n")
+    with pytest.raises(ScenarioError, match="must not carry a user or password") as info:
+        parse_scenario(text)
+    assert "sk-secret" not in str(info.value)
