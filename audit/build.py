@@ -617,8 +617,10 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
 
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
     checks, cross_findings = crosscheck(attempts, priorities, metrics)
+    starts = sum(1 for e in data.events if e.get("name") == "worker_start")
+    stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
-                              truncated_shards=data.truncated_shards)
+                              truncated_shards=data.truncated_shards, workers_lost=max(0, starts - stops))
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)

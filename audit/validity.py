@@ -21,10 +21,22 @@ def _p99(values: np.ndarray) -> float | None:
 
 
 def check_validity(
-    attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int
+    attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int,
+    workers_lost: int = 0,
 ) -> Validity:
-    """Mark the run invalid for latency claims when the generator lagged, was busy, or could not send."""
+    """Mark the run invalid when the generator lagged, was busy, could not send, lost a worker,
+    or never reached the target at all."""
     reasons: list[str] = []
+    if workers_lost:
+        reasons.append(f"{workers_lost} load-generator process(es) died mid-run (no worker_stop): "
+                       "their share of the load was never sent")
+    if len(attempts):
+        # attempts that really went out: not refused by the generator itself (not_sent, breaker)
+        out = ~attempts["not_sent"].to_numpy() & ~eq(attempts["reason"], "breaker_open")
+        answered = attempts["status"].fillna(0).to_numpy()[out] > 0
+        if out.any() and not answered.any():
+            reasons.append(f"no attempt got an HTTP response from the target ({int(out.sum())} connection "
+                           "errors or timeouts): is it reachable?")
     if len(health):
         # before the anchor no request is scheduled: start-up lag there judges nothing
         health = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)]

@@ -145,3 +145,29 @@ def test_lag_with_nothing_in_flight_does_not_invalidate(tmp_path: Path) -> None:
 def test_status_by_class_keeps_the_wire_status(tmp_path: Path) -> None:
     s = run_audit(make_run(tmp_path, drops=3))
     assert s.tier("gold").status_by_class == {"served": {"200": 97}, "queue_full": {"429": 3}}
+
+
+def test_a_worker_that_died_makes_the_run_invalid(tmp_path: Path) -> None:
+    from loadgen.record import EventRecord
+
+    b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
+    for i in range(20):
+        b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S, first_token_ns=i * S + 100 * MS)
+    for proc in ("p1", "p2"):
+        w = b.writer(proc)
+        w.write(EventRecord("r1", w.next_seq(), 0, "worker_start", {}))
+    w = b.writer("p1")
+    w.write(EventRecord("r1", w.next_seq(), 20 * S, "worker_stop", {"reason": "completed"}))  # p2 was killed
+    s = run_audit(b.close())
+    assert s.exit_code == EXIT_INVALID and "died mid-run" in s.validity.reasons[0]
+
+
+def test_a_target_that_never_answered_makes_the_run_invalid(tmp_path: Path) -> None:
+    b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
+    for i in range(10):
+        b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S, status=0, transport_error=True,
+                  complete=False, headers_ns=None, first_token_ns=None, last_token_ns=None, done_ns=i * S + MS,
+                  error="ECONNREFUSED")
+    s = run_audit(b.close())
+    assert s.exit_code == EXIT_INVALID
+    assert any("no attempt got an HTTP response" in r for r in s.validity.reasons)
