@@ -626,6 +626,13 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         verdicts += tier_verdicts(tier, info.slo, judge)
     passed, code = exit_code(validity, verdicts)
     findings = fairness.inversion_findings(inversions) + _findings(tier_summaries) + cross_findings
+    if validity.truncated_shards or validity.skipped_lines:
+        findings.append(Finding(
+            kind="unreadable_lines", severity="warning", tier=None,
+            message=f"{validity.skipped_lines} record line(s) could not be read and were skipped "
+                    f"({validity.truncated_shards} shard(s) ended mid-line: a writer was killed); "
+                    "the figures leave those requests out",
+            data={"skipped_lines": validity.skipped_lines, "truncated_shards": validity.truncated_shards}))
     if not validity.valid:
         findings.insert(0, Finding(kind="invalid", severity="error", tier=None,
                                    message="run invalid for latency claims: " + "; ".join(validity.reasons),

@@ -296,12 +296,13 @@ def load_run(run_dir: Path) -> RunData:
         if headers.num_rows:
             host = headers.column("host")[0].as_py() or path.stem
             pid = headers.column("pid")[0].as_py() or 0
-            processes.add((f"{host}:{pid}:{path.name}", pid))  # one shard per process by contract
+            if not path.stem.endswith("-calibration"):  # the idle probes' own shard is not a load process
+                processes.add((f"{host}:{pid}:{path.name}", pid))  # one shard per process by contract
             shard_anchor = headers.column("mono_anchor_ns")[0].as_py()
             # Records are ns from the writer's anchor; re-base them on the run's so shards share one clock.
             if isinstance(shard_anchor, int) and isinstance(run_anchor, int):
                 offset = shard_anchor - run_anchor
-        else:
+        elif not path.stem.endswith("-calibration"):
             processes.add((path.stem, 0))
         for kind in KIND_FIELDS:
             part = _kind_table(table, kind)

@@ -121,7 +121,8 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     while stack:
         item = stack.pop()
         if isinstance(item, type) and issubclass(item, BaseModel):
-            found.append(item)
+            if item not in found:  # Annotated[X | Y] exposes its union twice (origin and args)
+                found.append(item)
             continue
         stack.extend(getattr(item, "__args__", ()) or ())
         origin = getattr(item, "__origin__", None)

@@ -104,6 +104,8 @@ def test_summary_written_and_valid(audited: tuple[Path, Summary]) -> None:
     assert summary.validity.valid, summary.validity.reasons
     assert summary.validity.skipped_lines == 3  # the half line + two corrupt ones
     assert summary.validity.truncated_shards == 1
+    unreadable = [f for f in summary.findings if f.kind == "unreadable_lines"]
+    assert unreadable and unreadable[0].data == {"skipped_lines": 3, "truncated_shards": 1}
     assert summary.run.processes == 2
     assert summary.records == 3 + 40 + 25 + 10 + 10 + 5 + 1 + 1
     assert summary.tasks == 3

@@ -146,3 +146,9 @@ def test_urls_with_credentials_are_refused() -> None:
     with pytest.raises(ScenarioError, match="must not carry a user or password") as info:
         parse_scenario(text)
     assert "sk-secret" not in str(info.value)
+
+
+def test_persona_key_typo_suggests_the_key() -> None:
+    text = MINIMAL.replace("    arrival:", "    arival:")
+    with pytest.raises(ScenarioError, match="unknown key 'arival' — did you mean 'arrival'"):
+        parse_scenario(text)
