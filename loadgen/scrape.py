@@ -2,7 +2,8 @@
 
 Each scrape appends one line to ``runs/<id>/metrics.jsonl``::
 
-    {"ts_ns": <ns since the run's monotonic anchor>, "clock": "anchor", "dur_ns": ..., "samples": [{"name", "labels", "value"}]}
+    {"ts_ns": <ns since the run's monotonic anchor>, "clock": "anchor", "dur_ns": ...,
+     "samples": [{"name", "labels", "value"}]}
 
 or, when the endpoint is slow, missing (404, refused) or returns something that is not the
 Prometheus text format, ``{"ts_ns": ..., "dur_ns": ..., "error": "<short text>"}``; after an error the

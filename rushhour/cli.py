@@ -75,12 +75,13 @@ def scenario_check(files: Annotated[list[str], typer.Argument(help="scenario fil
 def _testbed_problem(scenario: object) -> str | None:
     """The embedded testbed's own config check, so `scenario check` catches its typos before a run."""
     from loadgen.testbed_proc import testbed_config
-    from scenarios.model import Scenario
+    from scenarios.model import Route, Scenario
     from testbed.config import ConfigError, TestbedConfig, from_dict
 
     assert isinstance(scenario, Scenario)
-    routes = [("target.testbed", None)] if scenario.target.is_testbed else []
-    routes += [(f"resilience.fallback[{r.name}].testbed", r) for r in scenario.resilience.fallback if r.url == "testbed"]
+    routes: list[tuple[str, Route | None]] = [("target.testbed", None)] if scenario.target.is_testbed else []
+    fallbacks = [r for r in scenario.resilience.fallback if r.url == "testbed"]
+    routes += [(f"resilience.fallback[{r.name}].testbed", r) for r in fallbacks]
     for where, route in routes:
         try:
             from_dict(TestbedConfig, testbed_config(scenario, route))
