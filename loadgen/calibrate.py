@@ -10,28 +10,60 @@ another to the primary route (tier = the scenario's first tier, its first tenant
 text per probe, so no prefix cache helps it; a few output tokens). Each is recorded like any
 attempt in ``records/<host>-<pid>-calibration.jsonl``, whose header carries this process's own
 anchor (the audit re-bases it onto the run's, so the probes sit before t = 0). No retries, no
-fallback, no breaker, no budget: a probe that fails is recorded and the next one is sent.
+fallback, no breaker, no budget: a probe that fails with an HTTP error is recorded and the next
+one is sent.
+
+Probes have short deadlines of their own (first token within ``min(ttft_s, PROBE_TTFT_S)``, the
+whole answer within ``min(total_s, PROBE_TOTAL_S)``), not the scenario's, which may be many
+minutes. The first probe that times out or gets a transport error ends the calibration: the target
+is not idle or not reachable, so the audit falls back to its other inflation baseline. SIGTERM or
+SIGINT cancels the probe in flight (recorded ``cancelled``) and ends the process with 130.
+
+Progress goes to ``calibration.json`` in the run folder (rewritten after each probe; the runner
+reads it): ``{"probes", "sent", "served", "gave_up", "interrupted", "done"}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import gevent
 
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_once
 from loadgen.context import WorkerContext, build_routes
-from loadgen.record import Anchor, ShardWriter
+from loadgen.record import Anchor, RequestRecord, ShardWriter
+from loadgen.wire.client import Cancelled
 from scenarios import load_scenario
 from scenarios.model import Scenario
 
 CALIBRATION_PERSONA = "calibration"  # the audit's name for these probes (audit/fold.py)
 PROBE_OUTPUT_TOKENS = 16
 PROBE_GAP_S = 0.05  # between probes: the previous one's connection teardown must not overlap
+PROBE_CONNECT_S = 5.0  # a probe's own deadlines (capped by the scenario's): an idle target answers fast
+PROBE_TTFT_S = 10.0
+PROBE_TOTAL_S = 30.0
+PROGRESS_FILE = "calibration.json"
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class ProbeResult:
+    """How the probes went (also the content of ``calibration.json``)."""
+
+    probes: int
+    sent: int = 0
+    served: int = 0
+    gave_up: str | None = None  # why the probes stopped early (a timeout or a transport error)
+    interrupted: bool = False
+    done: bool = False
 
 
 def probe_plan(scenario: Scenario) -> list[int]:
@@ -40,24 +72,81 @@ def probe_plan(scenario: Scenario) -> list[int]:
     return [size for size in cal.prompt_tokens for _ in range(cal.probes)]
 
 
-def run_probes(ctx: WorkerContext, sizes: list[int], gap_s: float = PROBE_GAP_S) -> int:
-    """Send one probe per size, sequentially, on ``ctx.routes[0]``; returns how many were served."""
+def probe_scenario(scenario: Scenario) -> Scenario:
+    """The scenario with the probes' own short deadlines in place of ``resilience.timeouts``."""
+    t = scenario.resilience.timeouts
+    short = t.model_copy(
+        update={
+            "connect_s": min(t.connect_s, PROBE_CONNECT_S),
+            "ttft_s": min(t.ttft_s, PROBE_TTFT_S),
+            "total_s": min(t.total_s, PROBE_TOTAL_S),
+        }
+    )
+    resilience = scenario.resilience.model_copy(update={"timeouts": short})
+    return scenario.model_copy(update={"resilience": resilience})
+
+
+def give_up_reason(record: RequestRecord) -> str | None:
+    """Why this probe ends the calibration (a timeout or a transport error), or None."""
+    if record.client_timeout:
+        return f"probe timed out ({record.error or 'no answer'})"
+    if record.transport_error:
+        return f"transport error ({record.error or 'connection failed'})"
+    return None
+
+
+def run_probes(
+    ctx: WorkerContext,
+    sizes: list[int],
+    gap_s: float = PROBE_GAP_S,
+    on_probe: Any = None,
+) -> ProbeResult:
+    """Send one probe per size, sequentially, on ``ctx.routes[0]``.
+
+    Stops after the first probe that times out or gets a transport error (``gave_up``), and on
+    ``Cancelled`` (``interrupted``; the probe in flight is recorded cancelled). ``on_probe(result)``
+    is called after each probe.
+    """
     tier = ctx.scenario.tiers[0]
     tenant = tier.tenant_ids[0]
     route = ctx.routes[0]
     pools = Pools(max_idle=1)
-    served = 0
+    result = ProbeResult(probes=len(sizes))
     try:
         for i, size in enumerate(sizes):
             conv = prompts.Conversation().with_user(prompts.text(f"calibration:{ctx.run_id}:{size}:{i}", size))
             req = Logical(tier.name, tenant, CALIBRATION_PERSONA, conv, PROBE_OUTPUT_TOKENS, ctx.now_ns())
+            result.sent += 1
             record = send_once(ctx, pools, req, route)
-            served += int(200 <= record.status < 300 and record.complete and not record.in_band_error)
+            result.served += int(200 <= record.status < 300 and record.complete and not record.in_band_error)
+            result.gave_up = give_up_reason(record)
+            if on_probe is not None:
+                on_probe(result)
+            if result.gave_up is not None:
+                break
             if gap_s > 0 and i + 1 < len(sizes):
                 gevent.sleep(gap_s)
+    except Cancelled:
+        result.interrupted = True
     finally:
         pools.close()
-    return served
+    return result
+
+
+def _write_progress(run_dir: Path, result: ProbeResult) -> None:
+    path = run_dir / PROGRESS_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(asdict(result)))
+    os.replace(tmp, path)
+
+
+def read_progress(run_dir: Path) -> dict[str, Any] | None:
+    """``calibration.json`` as the child last wrote it (None before the first write)."""
+    try:
+        data: dict[str, Any] = json.loads((Path(run_dir) / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data
 
 
 def _load(path: Path) -> Scenario:
@@ -74,22 +163,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", required=True, help="run.json (resolved scenario) or a scenario YAML")
     parser.add_argument("--target", required=True, help="the primary route's base URL")
     args = parser.parse_args(argv)
-    scenario = _load(Path(args.scenario))
+    run_dir = Path(args.run_dir)
+    scenario = probe_scenario(_load(Path(args.scenario)))
     sizes = probe_plan(scenario)
     if not sizes:
         return 0
     anchor = Anchor.now()  # this shard's own anchor: the run's is taken after the probes
-    writer = ShardWriter.for_process(Path(args.run_dir), run_id=args.run_id, anchor=anchor, role="calibration")
+    writer = ShardWriter.for_process(run_dir, run_id=args.run_id, anchor=anchor, role="calibration")
     routes = build_routes(scenario, args.target, testbed_url=args.target)[:1]
     ctx = WorkerContext(scenario, args.run_id, anchor, writer, routes)
+    result = ProbeResult(probes=len(sizes))
     try:
-        ctx.event("calibration_start", probes=len(sizes), prompt_tokens=list(scenario.calibration.prompt_tokens))
-        served = run_probes(ctx, sizes)
-        ctx.event("calibration_end", probes=len(sizes), served=served)
+        _write_progress(run_dir, result)
+        timeouts = scenario.resilience.timeouts
+        ctx.event(
+            "calibration_start",
+            probes=len(sizes),
+            prompt_tokens=list(scenario.calibration.prompt_tokens),
+            ttft_s=timeouts.ttft_s,
+            total_s=timeouts.total_s,
+        )
+        probes = gevent.spawn(run_probes, ctx, sizes, PROBE_GAP_S, lambda r: _write_progress(run_dir, r))
+        handlers = [
+            gevent.signal_handler(sig, lambda: probes.kill(Cancelled, block=False))
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        ]
+        try:
+            probes.join()
+        finally:
+            for handler in handlers:
+                handler.cancel()
+        if isinstance(probes.value, ProbeResult):
+            result = probes.value
+        else:  # killed before run_probes started
+            result.interrupted = True
+        result.done = True
+        ctx.event("calibration_end", **asdict(result))
+        _write_progress(run_dir, result)
     finally:
         writer.close()
-    print(f"calibration: {served}/{len(sizes)} probes served", file=sys.stderr)
-    return 0
+    how = "interrupted" if result.interrupted else (f"gave up: {result.gave_up}" if result.gave_up else "done")
+    print(f"calibration: {result.served}/{result.probes} probes served, {result.sent} sent; {how}", file=sys.stderr)
+    return EXIT_INTERRUPTED if result.interrupted else 0
 
 
 if __name__ == "__main__":

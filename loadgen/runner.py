@@ -167,86 +167,151 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         "started_at": _iso(),
     }
     testbeds: dict[str, TestbedProcess] = {}  # route name -> its own testbed (primary first)
-    target_url = scenario.target.url
-    route_urls: dict[str, str] = {}
+    # From here on a run folder exists: SIGINT/SIGTERM must end in a finished run.json, never a bare exit.
+    # Until the load starts the signal raises ``_Interrupted`` (testbed start-up and calibration block);
+    # ``_drive`` installs its own handler that forwards the stop to Locust.
+    before = _child_pids(os.getpid())  # children of ours that this run did not start (tests, a parent tool)
+    stage = ["start-up"]
+    sigs = _Signals(raising=True)
     try:
-        starts: list[tuple[str, Route | None]] = []
-        if scenario.target.is_testbed:
-            starts.append(("primary", None))
-        starts += [(r.name, r) for r in scenario.resilience.fallback if r.url == "testbed"]
-        for name, route in starts:
-            _say(console, "starting the testbed …" if route is None else f"starting the testbed of route {name} …")
+        with sigs:
             try:
-                testbeds[name] = TestbedProcess.start(scenario, run_dir, route=route)
-            except TestbedError as exc:
-                manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
+                return _start_and_drive(scenario, options, run_dir, run_id, manifest, testbeds, stage, sigs, console)
+            except _Interrupted:
+                sigs.raising = False  # a second signal while we clean up only counts
+                _stop_started(testbeds, before)
+                manifest.update(stop_reason="interrupted", ended_at=_iso(), interrupted_during=stage[0])
                 write_manifest(run_dir, manifest)
-                _say(console, f"[bold red]error:[/] {exc}")
-                return RunResult(run_dir, EXIT_STARTUP, "startup_error")
-        if "primary" in testbeds:
-            testbed = testbeds["primary"]
-            target_url = testbed.url
-            manifest.update(
-                testbed_port=testbed.port,
-                testbed_url=testbed.url,
-                testbed_ledger=str(testbed.ledger),
-                testbed_config=str(testbed.config_path),
-                testbed_pid=testbed.proc.pid,
-            )
-        route_urls = {"primary": target_url}
-        for fb in scenario.resilience.fallback:
-            route_urls[fb.name] = testbeds[fb.name].url if fb.name in testbeds else fb.url
-        manifest["route_urls"] = route_urls
-        manifest["testbeds"] = {
-            name: {
-                "url": tb.url,
-                "port": tb.port,
-                "pid": tb.proc.pid,
-                "ledger": str(tb.ledger),
-                "config": str(tb.config_path),
-                "log": str(tb.log_path),
-            }
-            for name, tb in testbeds.items()
-        }
-        write_manifest(run_dir, manifest)
-        if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
-            _say(console, "calibration: idle probes before the load …")
-            manifest["calibration"] = _calibrate(run_dir, run_id, target_url, console)
-        now = Anchor.now()
-        lead = int(STARTUP_LEAD_S * 1e9)
-        anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
-        try:  # faults count from the run's t = 0, not from each testbed's start
-            for name, tb in testbeds.items():
-                manifest["testbeds"][name]["faults"] = tb.schedule_faults(anchor.mono_ns)
-        except TestbedError as exc:
-            manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
-            write_manifest(run_dir, manifest)
-            _say(console, f"[bold red]error:[/] {exc}")
-            return RunResult(run_dir, EXIT_STARTUP, "startup_error")
-        manifest.update(
-            mono_anchor_ns=anchor.mono_ns,
-            wall_anchor_ns=anchor.wall_ns,
-            resolved_target_url=target_url,
-            schedule_starts_at=_iso(anchor.wall_ns),
-        )
-        write_manifest(run_dir, manifest)
-        return _drive(scenario, options, run_dir, run_id, anchor, route_urls, manifest, console)
+                _say(console, f"interrupted during {stage[0]}; partial run in {run_dir}")
+                return RunResult(run_dir, EXIT_INTERRUPTED, "interrupted")
     finally:
         for tb in reversed(list(testbeds.values())):  # every testbed we started, by its PID
             tb.stop()
 
 
+def _start_and_drive(
+    scenario: Scenario,
+    options: RunOptions,
+    run_dir: Path,
+    run_id: str,
+    manifest: dict[str, Any],
+    testbeds: dict[str, TestbedProcess],
+    stage: list[str],
+    sigs: _Signals,
+    console: Any,
+) -> RunResult:
+    """Start the testbeds, calibrate, take the anchor and drive the load (``stage[0]``: where we are)."""
+    target_url = scenario.target.url
+    starts: list[tuple[str, Route | None]] = []
+    if scenario.target.is_testbed:
+        starts.append(("primary", None))
+    starts += [(r.name, r) for r in scenario.resilience.fallback if r.url == "testbed"]
+    for name, route in starts:
+        stage[0] = "testbed start-up"
+        _say(console, "starting the testbed …" if route is None else f"starting the testbed of route {name} …")
+        try:
+            testbeds[name] = TestbedProcess.start(scenario, run_dir, route=route)
+        except TestbedError as exc:
+            manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
+            write_manifest(run_dir, manifest)
+            _say(console, f"[bold red]error:[/] {exc}")
+            return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+    stage[0] = "start-up"
+    if "primary" in testbeds:
+        testbed = testbeds["primary"]
+        target_url = testbed.url
+        manifest.update(
+            testbed_port=testbed.port,
+            testbed_url=testbed.url,
+            testbed_ledger=str(testbed.ledger),
+            testbed_config=str(testbed.config_path),
+            testbed_pid=testbed.proc.pid,
+        )
+    route_urls = {"primary": target_url}
+    for fb in scenario.resilience.fallback:
+        route_urls[fb.name] = testbeds[fb.name].url if fb.name in testbeds else fb.url
+    manifest["route_urls"] = route_urls
+    manifest["testbeds"] = {
+        name: {
+            "url": tb.url,
+            "port": tb.port,
+            "pid": tb.proc.pid,
+            "ledger": str(tb.ledger),
+            "config": str(tb.config_path),
+            "log": str(tb.log_path),
+        }
+        for name, tb in testbeds.items()
+    }
+    write_manifest(run_dir, manifest)
+    if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
+        stage[0] = "calibration"
+        _calibrate(run_dir, run_id, target_url, manifest, console)
+        stage[0] = "start-up"
+    now = Anchor.now()
+    lead = int(STARTUP_LEAD_S * 1e9)
+    anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
+    try:  # faults count from the run's t = 0, not from each testbed's start
+        for name, tb in testbeds.items():
+            manifest["testbeds"][name]["faults"] = tb.schedule_faults(anchor.mono_ns)
+    except TestbedError as exc:
+        manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
+        write_manifest(run_dir, manifest)
+        _say(console, f"[bold red]error:[/] {exc}")
+        return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+    manifest.update(
+        mono_anchor_ns=anchor.mono_ns,
+        wall_anchor_ns=anchor.wall_ns,
+        resolved_target_url=target_url,
+        schedule_starts_at=_iso(anchor.wall_ns),
+    )
+    write_manifest(run_dir, manifest)
+    stage[0] = "the load"
+    try:
+        return _drive(scenario, options, run_dir, run_id, anchor, route_urls, manifest, console)
+    finally:
+        sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+
+
+def _stop_started(testbeds: dict[str, TestbedProcess], before: set[int]) -> None:
+    """After an interrupt: stop our testbeds, then any other process this run started, by PID."""
+    for tb in reversed(list(testbeds.values())):
+        tb.stop()
+    left = _child_pids(os.getpid()) - before
+    for pid in left:
+        _signal(pid, signal.SIGTERM)
+    _reap(left)
+
+
 CALIBRATION_TIMEOUT_S = 600.0
 
 
-def _calibrate(run_dir: Path, run_id: str, target_url: str, console: Any) -> dict[str, Any]:
+CALIBRATION_PROGRESS_EVERY_S = 10.0  # print "calibration: 3/10 probes …" at most this often
+
+
+def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, Any], console: Any) -> dict[str, Any]:
     """Send the idle probes in a child process (gevent) *before* the run's anchor is taken.
 
     The probes go to the primary route one after another and are recorded in their own shard
     (``records/<host>-<pid>-calibration.jsonl``, persona ``calibration``, on that process's own
     anchor; the audit re-bases it, so the probes sit before t = 0). The load's schedule therefore
-    never starts before the last probe has finished, however slow the target is.
+    never starts before the last probe has finished, however slow the target is. Each probe has
+    short deadlines of its own and the child stops after the first one that times out or fails to
+    connect (``loadgen.calibrate``), so an unresponsive target costs one probe, not minutes.
+
+    Sets ``manifest["calibration"]`` (written as soon as the child runs: its PID, for clean-up)
+    and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
+    recorded cancelled) and propagates.
     """
+    from loadgen.calibrate import probe_plan, probe_scenario, read_progress
+
+    scenario = Scenario.model_validate(manifest["scenario"])
+    planned = len(probe_plan(scenario))
+    timeouts = probe_scenario(scenario).resilience.timeouts
+    _say(
+        console,
+        f"calibration: {planned} idle probes before the load (each: first token within {timeouts.ttft_s:g} s, "
+        f"at most {timeouts.total_s:g} s) …",
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -262,20 +327,46 @@ def _calibrate(run_dir: Path, run_id: str, target_url: str, console: Any) -> dic
     ]
     started = time.monotonic()
     log_path = run_dir / "calibration.log"
+    info: dict[str, Any] = {}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
         )
         try:
-            proc.wait(timeout=CALIBRATION_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
+            info = manifest["calibration"] = {"pid": proc.pid}
+            write_manifest(run_dir, manifest)
+            deadline = started + CALIBRATION_TIMEOUT_S
+            said_at = started
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+                if time.monotonic() - said_at >= CALIBRATION_PROGRESS_EVERY_S:
+                    said_at = time.monotonic()
+                    progress = read_progress(run_dir) or {}
+                    _say(console, f"calibration: {progress.get('sent', 0)}/{planned} probes …")
+        except _Interrupted:
+            info["interrupted"] = True
+            raise
         finally:
-            code = stop_pid(proc, 5.0)
-    took = time.monotonic() - started
-    if code != 0:
+            code = stop_pid(proc, 5.0)  # on an interrupt too: SIGTERM, the child records its probe cancelled
+            progress = read_progress(run_dir) or {}
+            info.update(
+                exit_code=code,
+                seconds=round(time.monotonic() - started, 3),
+                probes=planned,
+                sent=progress.get("sent"),
+                served=progress.get("served"),
+                gave_up=progress.get("gave_up"),
+            )
+            write_manifest(run_dir, manifest)
+    if progress.get("gave_up"):
+        _say(
+            console,
+            f"[yellow]calibration stopped after {progress.get('sent')} of {planned} probes:[/] {progress['gave_up']}; "
+            "the target is not idle or not reachable, the audit uses its other inflation baseline",
+        )
+    elif code != 0:
         _say(console, f"[yellow]warning:[/] calibration exited {code}; see {log_path}")
-    return {"exit_code": code, "seconds": round(took, 3), "pid": proc.pid}
+    return info
 
 
 def _dry_run(scenario: Scenario, console: Any) -> RunResult:
@@ -361,11 +452,20 @@ def _free_port() -> int:
         return port
 
 
-class _Signals:
-    """Catches SIGINT/SIGTERM in the runner so they are forwarded to Locust, not fatal here."""
+class _Interrupted(BaseException):
+    """SIGINT/SIGTERM before the load started (``_Signals(raising=True)``)."""
 
-    def __init__(self) -> None:
+
+class _Signals:
+    """Catches SIGINT/SIGTERM in the runner so they are forwarded to Locust, not fatal here.
+
+    With ``raising`` set, the first signal raises ``_Interrupted`` instead (start-up and
+    calibration block in waits that a counter alone would not end); later ones only count.
+    """
+
+    def __init__(self, raising: bool = False) -> None:
         self.count = 0
+        self.raising = raising
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _Signals:
@@ -376,6 +476,8 @@ class _Signals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
+        if self.raising and self.count == 1:
+            raise _Interrupted(signum)
 
     def __exit__(self, *exc: object) -> None:
         for sig, old in self._old.items():
