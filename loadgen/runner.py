@@ -432,7 +432,8 @@ def locust_command(
     if route_urls:
         cmd += ["--rh-route-urls", json.dumps(route_urls, sort_keys=True)]
     if options.web:
-        cmd += ["--autostart", "--autoquit", "60", "--web-host", "127.0.0.1"]
+        # Locust's own UI on a free loopback port; it stays up 60 s after the load ends
+        cmd += ["--autostart", "--autoquit", "60", "--web-host", "127.0.0.1", "--web-port", str(_free_port())]
     else:
         cmd += ["--headless", "--only-summary"]
     if n > 1:
@@ -499,6 +500,9 @@ def _drive(
     cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s, route_urls)
     manifest["locust_command"] = cmd
     write_manifest(run_dir, manifest)
+    if options.web:
+        port = cmd[cmd.index("--web-port") + 1]
+        _say(console, f"Locust UI: http://127.0.0.1:{port} (open until 60 s after the load ends)")
     scraper = _start_scraper(scenario, target_url, run_dir, anchor)
     tail = ShardTail(run_dir)
     log_path = run_dir / "locust.log"

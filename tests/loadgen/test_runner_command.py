@@ -29,3 +29,9 @@ def test_single_process_runs_have_no_master() -> None:
     cmd = _cmd(1)
     assert "--processes" not in cmd and "--master-bind-port" not in cmd
     assert "--headless" in cmd
+
+
+def test_web_mode_gets_its_own_ui_port() -> None:
+    cmd = locust_command(RunOptions(web=True), Path("/tmp/run"), "rid", Anchor.now(), "http://127.0.0.1:1", 30.0)
+    assert "--headless" not in cmd and _value(cmd, "--web-host") == "127.0.0.1"
+    assert int(_value(cmd, "--web-port")) > 0
