@@ -29,7 +29,6 @@ test-fast: $(STAMP)
 ## lint: ruff and mypy
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check . || true
 	$(BIN)/mypy
 
 ## bench: the performance measurements in benchmarks/

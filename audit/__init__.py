@@ -11,10 +11,13 @@ from audit.summary import Summary
 __all__ = ["AuditError", "Summary", "load_or_audit", "run_audit"]
 
 
-def run_audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None) -> Summary:
-    """Load, classify and compute a run; write ``run_dir/summary.json``; return the Summary."""
+def run_audit(
+    run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None, write: bool = True
+) -> Summary:
+    """Load, classify and compute a run; write ``run_dir/summary.json`` (unless ``write=False``)."""
     summary = audit_run(Path(run_dir), slo_file=slo_file, judge=judge)
-    write_summary(summary, Path(run_dir))
+    if write:
+        write_summary(summary, Path(run_dir))
     return summary
 
 

@@ -366,6 +366,8 @@ def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, 
         )
     elif code != 0:
         _say(console, f"[yellow]warning:[/] calibration exited {code}; see {log_path}")
+    else:
+        _say(console, f"calibration: {progress.get('served', 0)}/{planned} probes served")
     return info
 
 
@@ -515,6 +517,9 @@ def _drive(
         manifest["locust_pid"] = proc.pid
         write_manifest(run_dir, manifest)
         live = _live(console, options)
+        if live is None:  # a CI log or a pipe: one line instead of the live table
+            _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
+                          f"+ up to {scenario.drain_s:.0f} s drain …")
         hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + 40
         try:
             while proc.poll() is None:

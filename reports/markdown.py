@@ -115,6 +115,6 @@ def render_markdown(summary: Summary) -> str:
     out.append(
         f"<sub>run `{_text(run.run_id)}` · {_text(run.target)} ({_text(run.profile)}) · "
         f"started {_text(run.started_at)} · {fmt.secs(run.duration_s)} · seed {run.seed} · "
-        f"full report: report.html</sub>"
+        f"full report: `rushhour report` writes report.html beside summary.json</sub>"
     )
     return "\n".join(out) + "\n"

@@ -237,7 +237,8 @@ def gate(
     from reports import print_verdicts, render_junit, render_markdown
 
     try:
-        summary = run_audit(run_dir, slo_file=slo, judge=judge)
+        # other SLOs or another judge are this gate's question: the run's own summary.json stays as it was
+        summary = run_audit(run_dir, slo_file=slo, judge=judge, write=slo is None and judge is None)
     except AuditError as exc:
         raise _fail(str(exc)) from None
     print_verdicts(summary, out)
