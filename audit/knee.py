@@ -593,8 +593,8 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
     pol = [r for r in rows if r.policy == policy and r.top_speedup is not None]
     top_speed = max((r.top_speedup for r in pol if r.top_speedup is not None), default=None)
     where = next((r for r in pol if r.top_speedup == top_speed), None)
-    if top_speed is None:
-        verdict = "inconclusive"
+    if top_speed is None or top_speed < EFFECT_X:
+        verdict = "inconclusive"  # nothing queued anywhere: there was no effect to measure
     elif top_speed >= 2.0:
         verdict = "agrees"
     elif top_speed >= 1.3:
@@ -608,9 +608,13 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
     for load_name in sorted({r.load for r in rows}):
         gains = sorted(r.cpl_gain for r in rows
                        if r.policy == policy and r.load == load_name and r.k > 1 and r.cpl_gain is not None)
+        speedups = [v for k, v in speedup_by_k.get(f"{policy}/{load_name}", {}).items() if k > 1 and v is not None]
+        effect = max(speedups, default=0.0) >= EFFECT_X
         if gains:
-            ranges.append((gains[0], gains[-1]))
-            texts.append(f"{load_name}: {_pc(gains[0])} … {_pc(gains[-1])} (median {_pc(gains[len(gains) // 2])})")
+            if effect:  # as for the optimal K: where the policy changed nothing, its cost figure is noise
+                ranges.append((gains[0], gains[-1]))
+            texts.append(f"{load_name}: {_pc(gains[0])} … {_pc(gains[-1])} (median {_pc(gains[len(gains) // 2])})"
+                         + ("" if effect else " (no effect: not judged)"))
     ours = f"cost per latency lower by, {policy}, K > 1 — " + "; ".join(texts) if texts else "–"
     if not ranges:
         verdict = "inconclusive"

@@ -98,3 +98,15 @@ def test_replicas_capacity_answer() -> None:
     assert len(result.knees) == 6 and result.answers[-1] == cap.sentence
     again = type(result).model_validate_json(result.model_dump_json(by_alias=True))
     assert again == result
+
+
+def test_study_claims_are_not_judged_where_the_policy_had_no_effect() -> None:
+    """A grid where nothing queued (speedups ~1) says nothing about the speedup or cost claims."""
+    from audit.knee import StudyRow, check_claims
+
+    rows = [StudyRow(k=k, mix="uniform", load="moderate", policy="headroom", top_e2e_p99_ms=100.0,
+                     fifo_top_e2e_p99_ms=99.0, top_speedup=0.99, cpl_gain=-0.02, drop_rate=0.0) for k in (1, 2, 4)]
+    claims = {c.key: c.agrees for c in check_claims(rows)[0]}
+    assert claims["optimal_k"] == "inconclusive"
+    assert claims["top_speedup"] == "inconclusive"
+    assert claims["cost_per_latency"] == "inconclusive"
