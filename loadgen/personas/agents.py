@@ -11,12 +11,11 @@ from gevent.pool import Group
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_logical
 from loadgen.context import WorkerContext
-from loadgen.personas.common import close_task, count_call, new_task, not_sent, sleep_until
+from loadgen.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
 from loadgen.record import RequestRecord
 from loadgen.schedule import (
     agents_scale,
     mine,
-    next_arrival,
     phase_index,
     worker_share,
     worker_slots,
@@ -122,21 +121,12 @@ def _arrivals(ctx: WorkerContext, persona: AgentSwarmPersona, group: Group) -> N
     rate = worker_share(persona.task_rate or 1.0, ctx.workers)
     slots = worker_slots(persona.agents, ctx.workers, ctx.worker_index)
     tenants = ctx.scenario.tier(persona.tier).tenant_ids
-    active: set[gevent.Greenlet] = set()
-    t, instance = 0.0, 0
-    while not ctx.stopping:
-        arrival = next_arrival(t, unit_work_const(rng), rate, ctx.scenario.phases, ctx.end_s)
-        if arrival is None:
-            return
-        t = arrival
-        instance += 1
-        sleep_until(ctx, t)
-        if ctx.stopping:
-            return
+    slots_ = Slots(slots)
+    for instance, t in open_loop(ctx, rate, lambda: unit_work_const(rng)):
         task_rng = ctx.rng(persona.name, ctx.worker_index, instance)
         tenant = task_rng.choice(tenants)
         task_id = f"{persona.name}-w{ctx.worker_index}-t{instance}"
-        if len(active) >= slots:
+        if slots_.full():
             not_sent(
                 ctx,
                 Logical(
@@ -144,9 +134,7 @@ def _arrivals(ctx: WorkerContext, persona: AgentSwarmPersona, group: Group) -> N
                 ),
             )
             continue
-        glet = group.spawn(_pooled_task, ctx, persona, tenant, task_id, task_rng, int(t * 1e9))
-        active.add(glet)
-        glet.link(active.discard)
+        slots_.spawn(group, _pooled_task, ctx, persona, tenant, task_id, task_rng, int(t * 1e9))
 
 
 def unit_work_const(rng: random.Random) -> float:

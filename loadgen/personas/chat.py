@@ -8,8 +8,8 @@ from gevent.pool import Group
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_logical
 from loadgen.context import WorkerContext
-from loadgen.personas.common import close_task, count_call, new_task, not_sent, sleep_until
-from loadgen.schedule import next_arrival, unit_work, worker_share, worker_slots
+from loadgen.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
+from loadgen.schedule import unit_work, worker_share, worker_slots
 from loadgen.wire.client import Cancelled
 from scenarios.model import ChatPersona
 
@@ -23,22 +23,12 @@ def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:
     system = (
         prompts.text(f"system:{persona.name}", persona.system_prompt_tokens) if persona.system_prompt_tokens else ""
     )
-    active: set[gevent.Greenlet] = set()
-    t = 0.0
-    instance = 0
-    while not ctx.stopping:
-        arrival = next_arrival(t, unit_work(persona.arrival, rng), rate, ctx.scenario.phases, ctx.end_s)
-        if arrival is None:
-            return
-        t = arrival
-        instance += 1
-        sleep_until(ctx, t)
-        if ctx.stopping:
-            return
+    slots_ = Slots(slots)
+    for instance, t in open_loop(ctx, rate, lambda: unit_work(persona.arrival, rng)):
         session_rng = ctx.rng(persona.name, ctx.worker_index, instance)
         tenant = session_rng.choice(tenants)
         intended_ns = int(t * 1e9)
-        if len(active) >= slots:
+        if slots_.full():
             session_id = f"{persona.name}-w{ctx.worker_index}-{instance}"
             not_sent(
                 ctx,
@@ -47,9 +37,7 @@ def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:
                 ),
             )
             continue
-        glet = group.spawn(_session, ctx, persona, instance, tenant, system, intended_ns)
-        active.add(glet)
-        glet.link(active.discard)
+        slots_.spawn(group, _session, ctx, persona, instance, tenant, system, intended_ns)
 
 
 def _session(

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import gevent
+from gevent.pool import Group
 
 from loadgen.attempts import Logical, new_attempt_record
 from loadgen.context import WorkerContext
 from loadgen.record import RequestRecord, TaskRecord
 from loadgen.resilience import is_served
+from loadgen.schedule import next_arrival
 
 
 def sleep_until(ctx: WorkerContext, t_s: float) -> None:
@@ -18,6 +22,37 @@ def sleep_until(ctx: WorkerContext, t_s: float) -> None:
     delay = t_s - ctx.now_s()
     if delay > 0:
         gevent.sleep(delay)
+
+
+def open_loop(ctx: WorkerContext, rate: float, draw: Callable[[], float]) -> Iterator[tuple[int, float]]:
+    """Open-loop arrivals at ``rate`` (scaled by the phases): sleeps to each, yields (instance, t_s)."""
+    t, instance = 0.0, 0
+    while not ctx.stopping:
+        arrival = next_arrival(t, draw(), rate, ctx.scenario.phases, ctx.end_s)
+        if arrival is None:
+            return
+        t = arrival
+        instance += 1
+        sleep_until(ctx, t)
+        if ctx.stopping:
+            return
+        yield instance, t
+
+
+class Slots:
+    """At most ``limit`` sessions or tasks at once; an arrival that finds none free is not sent."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._active: set[gevent.Greenlet] = set()
+
+    def full(self) -> bool:
+        return len(self._active) >= self.limit
+
+    def spawn(self, group: Group, fn: Callable[..., Any], *args: Any) -> None:
+        glet = group.spawn(fn, *args)
+        self._active.add(glet)
+        glet.link(self._active.discard)
 
 
 def new_task(ctx: WorkerContext, persona: str, tier: str, tenant: str, session_id: str = "") -> TaskRecord:
