@@ -171,14 +171,19 @@ def _n(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
+def _write(result: SweepResult | StudyResult, root: Path, stem: str, html: str, markdown: str) -> dict[str, Path]:
+    """Write <stem>.json, <stem>.html and <stem>.md into ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {"json": root / f"{stem}.json", "html": root / f"{stem}.html", "markdown": root / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2))
+    paths["html"].write_text(html, encoding="utf-8")
+    paths["markdown"].write_text(markdown, encoding="utf-8")
+    return paths
+
+
 def write_sweep_reports(result: SweepResult, root: Path) -> dict[str, Path]:
     """Write sweep.json, sweep.html and sweep.md into the sweep folder."""
-    root.mkdir(parents=True, exist_ok=True)
-    paths = {"json": root / "sweep.json", "html": root / "sweep.html", "markdown": root / "sweep.md"}
-    paths["json"].write_text(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2))
-    paths["html"].write_text(render_sweep_html(result), encoding="utf-8")
-    paths["markdown"].write_text(render_sweep_markdown(result), encoding="utf-8")
-    return paths
+    return _write(result, root, "sweep", render_sweep_html(result), render_sweep_markdown(result))
 
 
 # --------------------------------------------------------------------------- study
@@ -186,9 +191,9 @@ def write_sweep_reports(result: SweepResult, root: Path) -> dict[str, Path]:
 
 def study_charts(result: StudyResult) -> list[Markup]:
     """Top-tier P99 E2E speedup vs fifo against K, one line per policy/load."""
-    keys = sorted(result.speedup_by_k)
-    colours = {key: fmt.TIER_PALETTE[i % len(fmt.TIER_PALETTE)] for i, key in enumerate(keys)}
-    series = [(key, colours[key], [(float(k), v) for k, v in result.speedup_by_k[key].items()]) for key in keys]
+    colours = _series_colours(result)
+    series = [(key, colour, [(float(k), v) for k, v in result.speedup_by_k[key].items()])
+              for key, colour in colours.items()]
     gains: dict[str, dict[int, list[float]]] = {}
     for r in result.rows:
         if r.cpl_gain is not None:
@@ -205,12 +210,16 @@ def study_charts(result: StudyResult) -> list[Markup]:
 
 def render_study_html(result: StudyResult) -> str:
     """The study report: claims beside our figures, charts, the grid table."""
-    keys = sorted(result.speedup_by_k)
+    colours = _series_colours(result)
     return str(_env().get_template("sweep.html.j2").render(
         kind="study", sweep=None, study=result, css=Markup(_css()), study_charts=study_charts(result),
-        colours={key: fmt.TIER_PALETTE[i % len(fmt.TIER_PALETTE)] for i, key in enumerate(keys)}, tiers=keys,
-        groups=[],
+        colours=colours, tiers=list(colours), groups=[],
     ))
+
+
+def _series_colours(result: StudyResult) -> dict[str, str]:
+    """A stable colour per policy/load series, in sorted order (charts and legend agree)."""
+    return {key: fmt.TIER_PALETTE[i % len(fmt.TIER_PALETTE)] for i, key in enumerate(sorted(result.speedup_by_k))}
 
 
 def render_study_markdown(result: StudyResult) -> str:
@@ -233,9 +242,4 @@ def _x(v: float | None) -> str:
 
 def write_study_reports(result: StudyResult, root: Path) -> dict[str, Path]:
     """Write study.json, study.html and study.md into the study folder."""
-    root.mkdir(parents=True, exist_ok=True)
-    paths = {"json": root / "study.json", "html": root / "study.html", "markdown": root / "study.md"}
-    paths["json"].write_text(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2))
-    paths["html"].write_text(render_study_html(result), encoding="utf-8")
-    paths["markdown"].write_text(render_study_markdown(result), encoding="utf-8")
-    return paths
+    return _write(result, root, "study", render_study_html(result), render_study_markdown(result))
