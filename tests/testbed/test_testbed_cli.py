@@ -14,20 +14,26 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.e2e
-def test_cli_port_file_sigterm_and_ledger(tmp_path: Path) -> None:
-    port_file = tmp_path / "port"
-    ledger = tmp_path / "ledger.jsonl"
+def _start(tmp_path: Path, speed: str, stdout: int) -> tuple[subprocess.Popen[str], int, Path]:
+    """`python -m testbed` on an ephemeral port; returns the process, its port and its ledger path."""
+    port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
-         "--preset", "tiny", "--replicas", "1", "--speed", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--preset", "tiny", "--replicas", "1", "--speed", speed],
+        stdout=stdout, stderr=subprocess.PIPE, text=True)
+    for _ in range(200):
+        if port_file.exists():
+            return proc, int(port_file.read_text()), ledger
+        time.sleep(0.05)
+    proc.kill()  # never leave a server behind when it did not come up
+    proc.wait()
+    raise AssertionError(f"testbed did not start: {proc.stderr.read() if proc.stderr else ''}")
+
+
+@pytest.mark.e2e
+def test_cli_port_file_sigterm_and_ledger(tmp_path: Path) -> None:
+    proc, port, ledger = _start(tmp_path, "0.05", subprocess.PIPE)
     try:
-        for _ in range(200):
-            if port_file.exists():
-                break
-            time.sleep(0.05)
-        port = int(port_file.read_text())
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == f"testbed listening on http://127.0.0.1:{port}"
         body = json.dumps({"model": "testbed", "messages": [{"role": "user", "content": "hi"}],
@@ -62,17 +68,8 @@ def test_client_disconnects_are_cancelled_not_failed(tmp_path: Path) -> None:
     """A client that hangs up mid-stream or before the head is `cancelled` in the ledger, never `failed`."""
     import socket
 
-    port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
-         "--preset", "tiny", "--replicas", "1", "--speed", "0.2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, port, ledger = _start(tmp_path, "0.2", subprocess.DEVNULL)
     try:
-        for _ in range(200):
-            if port_file.exists():
-                break
-            time.sleep(0.05)
-        port = int(port_file.read_text())
         body = json.dumps({"model": "testbed", "messages": [{"role": "user", "content": "x" * 6000}],
                            "max_tokens": 500, "stream": True}).encode()
         for rid, read_head in (("after-head", True), ("before-head", False)):
