@@ -3,13 +3,53 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-app = typer.Typer(
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+DEBUG_FLAG = "--debug"
+DEBUG_HINT = f"run again with {DEBUG_FLAG} for the traceback"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type, and its first non-empty line of text, cut."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:299] + "…"
+
+
+def _take_debug_flag(argv: list[str]) -> bool:
+    """Remove every ``--debug`` from ``argv`` (it may stand anywhere on the line); True when there was one."""
+    found = DEBUG_FLAG in argv[1:]
+    if found:
+        argv[1:] = [arg for arg in argv[1:] if arg != DEBUG_FLAG]
+    return found
+
+
+class _App(typer.Typer):
+    """The command line with one top-level handler: an unexpected error is one line plus a hint.
+
+    ``--debug`` (anywhere on the line) lets the traceback through instead. Expected errors
+    (bad scenarios, missing runs) are handled by each verb with their own one-line message.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        debug = _take_debug_flag(sys.argv)
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:  # the last line of defence: the user sees one line, never a traceback
+            if debug:
+                traceback.print_exc()
+                sys.exit(EXIT_INTERNAL)
+            sys.stderr.write(f"error: {one_line(exc)}\n{DEBUG_HINT}\n")
+            sys.exit(EXIT_INTERNAL)
+
+
+app = _App(
     name="rushhour",
     help="Load-test tiered LLM serving stacks and audit, per tier, who waited and who was dropped.",
     no_args_is_help=True,
@@ -18,6 +58,13 @@ app = typer.Typer(
 )
 scenario_app = typer.Typer(help="Validate scenarios and print their JSON Schema.", no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option(DEBUG_FLAG, help="show the traceback of an unexpected error")] = False,
+) -> None:
+    """Options for every verb (``--debug`` is taken off the line before parsing: it may stand anywhere)."""
 
 
 def _register_capacity() -> None:
@@ -34,11 +81,9 @@ _register_capacity()
 console = Console(stderr=True)
 out = Console()
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -53,16 +98,16 @@ def scenario_check(files: Annotated[list[str], typer.Argument(help="scenario fil
             scenario = load_scenario(name)
         except ScenarioError as exc:
             bad += 1
-            console.print(str(exc), highlight=False, markup=False)
+            console.print(str(exc), highlight=False, markup=False, soft_wrap=True)
             continue
         except FileNotFoundError as exc:
             bad += 1
-            console.print(f"error: {exc}", highlight=False, markup=False)
+            console.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
             continue
         problem = _testbed_problem(scenario)
         if problem:
             bad += 1
-            console.print(f"invalid scenario {name}: {problem}", highlight=False, markup=False)
+            console.print(f"invalid scenario {name}: {problem}", highlight=False, markup=False, soft_wrap=True)
             continue
         out.print(
             f"ok  {name}: {scenario.name} — {len(scenario.tiers)} tiers, {len(scenario.personas)} personas, "
@@ -151,7 +196,7 @@ def _audit_and_report(run_dir: Path) -> int:
     try:
         summary = run_audit(run_dir)
     except AuditError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     paths = write_reports(summary, run_dir)
     print_terminal(summary, out)

@@ -16,6 +16,14 @@ from scenarios.model import Scenario
 
 LIBRARY_DIR = Path(__file__).parent / "library"
 
+# A scenario is a page or two of YAML. These limits refuse hostile documents before any expansion:
+# an alias bomb ("billion laughs") is a few hundred bytes that expand to billions of nodes, and deep
+# nesting overflows the composer's recursion. Both are checked on the composed node graph, where an
+# alias is one shared node, so the check itself costs no more than the file's own size.
+MAX_SCENARIO_BYTES = 1 << 20  # 1 MiB
+MAX_DEPTH = 32  # the deepest real scenario (a mixture inside a persona inside a list) is ~8
+MAX_NODES = 100_000  # YAML nodes after aliases are expanded; the largest library scenario has ~600
+
 Loc = tuple[str | int, ...]
 
 
@@ -47,8 +55,66 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(lines))
 
 
+class _TooLarge(yaml.MarkedYAMLError):
+    """A document refused for its shape (depth, expanded size), before anything is constructed."""
+
+
 class _LineLoader(yaml.SafeLoader):
-    """A safe loader that remembers the line of every mapping key and sequence item."""
+    """A safe loader that remembers the line of every mapping key and sequence item.
+
+    It also bounds nesting depth while composing and the alias-expanded size before constructing.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _TooLarge(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return self.construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a node graph whose alias-expanded size or depth is over the limits (or that is cyclic)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    active: set[int] = set()
+
+    def visit(node: yaml.Node) -> None:
+        key = id(node)
+        if key in size:
+            return
+        if key in active:
+            raise _TooLarge(None, None, "an alias refers to the collection that contains it", node.start_mark)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        active.add(key)
+        for child in children:
+            visit(child)
+        active.discard(key)
+        size[key] = 1 + sum(size[id(c)] for c in children)
+        depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
+        if size[key] > MAX_NODES:
+            raise _TooLarge(None, None, f"aliases expand to more than {MAX_NODES} nodes (an alias bomb?)",
+                            node.start_mark)
+        if depth[key] > MAX_DEPTH:
+            raise _TooLarge(None, None, f"aliases nest deeper than {MAX_DEPTH} levels", node.start_mark)
+
+    visit(root)
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -92,6 +158,24 @@ _LineLoader.yaml_implicit_resolvers = {
 }
 _LineLoader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+# YAML 1.2 floats: `1e9` is a number (YAML 1.1 wants `1.0e+9` and reads `1e9` as a string, which then
+# slips past a numeric limit as a confusing type error).
+_LineLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in _LineLoader.yaml_implicit_resolvers.items()
+}
+_LineLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
 )
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
@@ -185,8 +269,14 @@ def _problem(doc: Any, error: Any) -> Problem:
 
 def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
     """Validate scenario YAML text; raises ``ScenarioError`` with located problems."""
+    if len(text) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(path, [Problem("", None, f"larger than {MAX_SCENARIO_BYTES // 1024} KiB: not a scenario")])
     try:
         doc = yaml.load(text, Loader=_LineLoader)
+    except _TooLarge as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ScenarioError(path, [Problem("", line, f"YAML refused: {exc.problem}")]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else None
@@ -233,9 +323,31 @@ def resolve_scenario_path(name: str | Path) -> Path:
     raise FileNotFoundError(f"no scenario file {str(name)!r} (built-in scenarios: {available})")
 
 
+def read_scenario_text(path: Path) -> str:
+    """A scenario file's text; a directory, an unreadable, huge or binary file is a ``ScenarioError``."""
+    try:
+        if path.is_dir():
+            raise ScenarioError(str(path), [Problem("", None, "is a directory, not a scenario file")])
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as exc:
+        raise ScenarioError(str(path), [Problem("", None, f"cannot read: {exc.strerror or exc}")]) from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(str(path), [Problem("", None, f"larger than {MAX_SCENARIO_BYTES // 1024} KiB: "
+                                                          "not a scenario")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(str(path), [Problem("", None, f"not UTF-8 text (byte {exc.start}): "
+                                                          "a scenario is a YAML file")]) from None
+    if "\x00" in text:
+        raise ScenarioError(str(path), [Problem("", None, "binary data (a NUL byte): a scenario is a YAML file")])
+    return text
+
+
 def load_scenario(name: str | Path) -> Scenario:
     path = resolve_scenario_path(name)
-    return parse_scenario(path.read_text(encoding="utf-8"), str(path))
+    return parse_scenario(read_scenario_text(path), str(path))
 
 
 def json_schema() -> str:

@@ -6,16 +6,42 @@ Every workload parameter is a seeded distribution (``scenarios.distributions``).
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from scenarios.distributions import Distribution, as_dist_input
+from scenarios.distributions import (
+    Constant,
+    Distribution,
+    Exponential,
+    Gamma,
+    Geometric,
+    LogNormal,
+    Mixture,
+    Pareto,
+    Poisson,
+    Uniform,
+    as_dist_input,
+)
 
 PROFILES = ("llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg", "fifo", "headroom", "testbed")
 Profile = Literal["llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg", "fifo", "headroom", "testbed"]
 Dialect = Literal["openai-chat", "openai-completions", "anthropic-messages"]
+
+# Upper bounds (docs/scenarios.md, "Limits"): generous for any real test, small enough that a typo such
+# as `rate: 1e9` or `tenants: 1e9` is refused at validation instead of hanging or flooding the run.
+MAX_RATE = 10_000.0  # arrivals per second of one persona, at any phase's scale
+MAX_TENANTS = 10_000  # per tier (each tenant is mapped on every route before the run starts)
+MAX_TOKENS = 2_000_000  # per prompt or output: the largest context windows of 2026
+MAX_AGENTS = 10_000  # agents of one swarm (one greenlet each, with its calls in flight)
+MAX_SLOTS = 100_000  # concurrent sessions / requests in flight of one persona
+MAX_FANOUT = 1_000  # parallel calls of one agent step
+MAX_STEPS = 100_000  # steps of a task, turns of a session
+MAX_DURATION_S = 7 * 86_400.0  # any duration, and all phases together: one week
+MAX_REPLICAS = 256  # simulated replicas of the embedded testbed
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -25,15 +51,20 @@ def parse_duration(value: Any) -> float:
     """Seconds from ``90``, ``"90s"``, ``"1.5m"``, ``"250ms"`` or ``"1h"``."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '90s', '2m'")
+    seconds: float | None = None
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError("a duration cannot be negative")
-        return float(value)
-    if isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
         match = _DURATION.match(value)
         if match:
-            return float(match.group(1)) * _UNIT_S[match.group(2)]
-    raise ValueError(f"not a duration: {value!r} (use seconds, or '90s', '2m', '250ms', '1h')")
+            seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds is None:
+        raise ValueError(f"not a duration: {value!r} (use seconds, or '90s', '2m', '250ms', '1h')")
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise ValueError(f"a duration is at most {MAX_DURATION_S:.0f} s (7 days), got {value!r}")
+    return seconds
 
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
@@ -43,6 +74,46 @@ def _spec(data: dict[str, Any]) -> Any:
     """A distribution default written as YAML would write it (validated like user input)."""
     return data
 Dist = Annotated[Distribution, BeforeValidator(as_dist_input)]
+
+
+def _scale(dist: Any) -> float | None:
+    """The size a distribution is centred on (its constant, upper end, mean or median); None if unknown."""
+    if isinstance(dist, Mixture):
+        scales = [_scale(part.dist) for part in dist.parts]
+        return max((s for s in scales if s is not None), default=None)
+    if isinstance(dist, Constant):
+        return dist.value
+    if isinstance(dist, Uniform):
+        return dist.high
+    if isinstance(dist, Exponential | Gamma):
+        return dist.mean
+    if isinstance(dist, Poisson | Geometric):
+        return dist.mean + dist.offset
+    if isinstance(dist, LogNormal):
+        return dist.median if dist.median is not None else math.exp(min(dist.location, 700.0))
+    if isinstance(dist, Pareto):
+        return dist.xm
+    return None  # empirical: the trace's own values
+
+
+def bounded(limit: float, unit: str) -> Callable[[Any], Any]:
+    """A validator: a count distribution whose scale or ``max`` is over ``limit`` is an error; an open
+    tail is clipped at ``limit`` (a lognormal draw can otherwise be any size)."""
+
+    def check(dist: Any) -> Any:
+        for what, value in (("value", _scale(dist)), ("max", dist.max), ("min", dist.min)):
+            if value is not None and not (math.isfinite(value) and value <= limit):
+                raise ValueError(f"at most {limit:,.0f} {unit} (limit), got {what} {value:g}")
+        return dist if dist.max is not None else dist.model_copy(update={"max": float(limit)})
+
+    return check
+
+
+TokenDist = Annotated[Distribution, BeforeValidator(as_dist_input), AfterValidator(bounded(MAX_TOKENS, "tokens"))]
+StepDist = Annotated[Distribution, BeforeValidator(as_dist_input), AfterValidator(bounded(MAX_STEPS, "steps"))]
+FanoutDist = Annotated[
+    Distribution, BeforeValidator(as_dist_input), AfterValidator(bounded(MAX_FANOUT, "parallel calls"))
+]
 
 
 def check_url(value: str) -> str:
@@ -57,7 +128,8 @@ def check_url(value: str) -> str:
 class Strict(BaseModel):
     """Base for scenario sections: unknown keys are errors (typos must not pass silently)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+    # .inf and .nan are numbers to YAML; none of ours means anything infinite
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- SLOs
@@ -107,7 +179,7 @@ class TestbedOptions(Strict):
     """Options for the embedded testbed when ``target.url`` is ``testbed``."""
 
     preset: str = "tiny"
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     speed: float = Field(default=1.0, gt=0, description="time scale of the simulated GPUs")
     config: dict[str, Any] = Field(default_factory=dict, description="extra testbed config keys")
     faults: list[dict[str, Any]] = Field(default_factory=list)
@@ -143,7 +215,7 @@ class RetryPolicy(Strict):
         default_factory=lambda: ["429", "503", "529"],
         description="statuses, or 'timeout', 'transport', 'in_band'",
     )
-    max_attempts: int = Field(default=1, ge=1, description="1 = no retries")
+    max_attempts: int = Field(default=1, ge=1, le=100, description="1 = no retries")
     backoff: Literal["retry_after", "fixed", "exponential"] = "retry_after"
     base_s: Seconds = 0.5
     max_backoff_s: Seconds = 30.0
@@ -159,7 +231,7 @@ class Tier(Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] = Field(default_factory=dict)
     service_tier: str | None = None
-    tenants: int | list[str] = Field(default=1, description="count, or explicit fairness ids")
+    tenants: int | list[str] = Field(default=1, description=f"count, or explicit fairness ids (at most {MAX_TENANTS})")
     slo: SLO = Field(default_factory=SLO)
     retries: RetryPolicy | None = Field(
         default=None, description="this tier's retry policy (default: resilience.retries)"
@@ -170,6 +242,14 @@ class Tier(Strict):
     def _env_only(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("env:"):
             raise ValueError("credentials are named, never written: use 'env:VARIABLE'")
+        return value
+
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_limit(cls, value: int | list[str]) -> int | list[str]:
+        count = len(value) if isinstance(value, list) else value
+        if not 1 <= count <= MAX_TENANTS:
+            raise ValueError(f"between 1 and {MAX_TENANTS:,} tenants (limit), got {count:,}")
         return value
 
     @property
@@ -186,7 +266,7 @@ class Arrival(Strict):
     """An open-loop arrival process (rate scaled by the current phase)."""
 
     process: Literal["poisson", "gamma", "constant"] = "poisson"
-    rate: float = Field(gt=0, description="arrivals per second at phase scale 1")
+    rate: float = Field(gt=0, le=MAX_RATE, description="arrivals per second at phase scale 1")
     shape: float = Field(default=1.0, gt=0, description="gamma shape (<1 is bursty; 1 is Poisson)")
 
 
@@ -197,19 +277,21 @@ class ChatPersona(Strict):
     name: str
     tier: str
     arrival: Arrival
-    max_concurrent_sessions: int = Field(default=200, ge=1, description="slots; overflow is recorded not_sent")
-    turns: Dist = Field(
+    max_concurrent_sessions: int = Field(
+        default=200, ge=1, le=MAX_SLOTS, description="slots; overflow is recorded not_sent"
+    )
+    turns: StepDist = Field(
         default_factory=lambda: _spec({"dist": "geometric", "mean": 1.0, "offset": 1}),
         description="turns per session: 1 + geometric, mean 2 (LMSYS ~2; 73 % multi-turn)",
     )
     think_time_s: Dist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "median": 30.0, "sigma": 1.0, "max": 600.0})
     )
-    system_prompt_tokens: int = Field(default=512, ge=0)
-    prompt_tokens: Dist = Field(
+    system_prompt_tokens: int = Field(default=512, ge=0, le=MAX_TOKENS)
+    prompt_tokens: TokenDist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "mu": 6.63, "sigma": 0.99, "min": 2, "max": 16000})
     )
-    output_tokens: Dist = Field(
+    output_tokens: TokenDist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "mu": 5.02, "sigma": 0.86, "min": 1, "max": 1000})
     )
 
@@ -220,15 +302,15 @@ class AgentSwarmPersona(Strict):
     kind: Literal["agent_swarm"]
     name: str
     tier: str
-    agents: int = Field(default=10, ge=1, description="concurrent agents in the swarm")
+    agents: int = Field(default=10, ge=1, le=MAX_AGENTS, description="concurrent agents in the swarm")
     start: Literal["population", "arrivals", "stampede"] = "population"
-    task_rate: float | None = Field(default=None, gt=0, description="tasks/s when start = arrivals")
+    task_rate: float | None = Field(default=None, gt=0, le=MAX_RATE, description="tasks/s when start = arrivals")
     ramp_s: Seconds = Field(default=5.0, description="population start spread (stampede = all at t0)")
-    steps: Dist = Field(
+    steps: StepDist = Field(
         default_factory=lambda: _spec({"dist": "geometric", "mean": 6.8, "offset": 1, "max": 100}),
         description="LLM steps per task (Copilot 7.83 calls/turn)",
     )
-    fanout: Dist = Field(
+    fanout: FanoutDist = Field(
         default_factory=lambda: _spec({
             "dist": "mixture",
             "parts": [
@@ -248,16 +330,20 @@ class AgentSwarmPersona(Strict):
         }),
         description="TraceLab: p50 0.3 s, p90 13.6 s, 4 % over a minute",
     )
-    shared_context_tokens: int = Field(default=12000, ge=0, description="swarm-wide system prompt + tools")
-    task_context_tokens: Dist = Field(default_factory=lambda: _spec({"dist": "uniform", "low": 2000, "high": 10000}))
-    append_tokens: Dist = Field(
+    shared_context_tokens: int = Field(
+        default=12000, ge=0, le=MAX_TOKENS, description="swarm-wide system prompt + tools"
+    )
+    task_context_tokens: TokenDist = Field(
+        default_factory=lambda: _spec({"dist": "uniform", "low": 2000, "high": 10000})
+    )
+    append_tokens: TokenDist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "median": 875, "sigma": 1.2, "max": 20000}),
         description="tool result appended per step (TraceLab median 875)",
     )
-    output_tokens: Dist = Field(
+    output_tokens: TokenDist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "median": 214, "sigma": 1.0, "min": 16, "max": 4000})
     )
-    context_cap_tokens: int = Field(default=128000, gt=0)
+    context_cap_tokens: int = Field(default=128000, gt=0, le=MAX_TOKENS)
     compact_to: float = Field(default=0.2, gt=0, le=1)
     deadline_s: Seconds | None = Field(default=None, description="task deadline; default factor x ideal")
     deadline_factor: float = Field(default=3.0, gt=0)
@@ -279,9 +365,9 @@ class TraceReplayPersona(Strict):
     time_scale: float = Field(default=1.0, gt=0, description="2 = replay twice as fast")
     start_s: Seconds = 0.0
     limit: int | None = Field(default=None, ge=1)
-    max_in_flight: int = Field(default=500, ge=1)
-    max_prompt_tokens: int = Field(default=32000, gt=0)
-    max_output_tokens: int = Field(default=2000, gt=0)
+    max_in_flight: int = Field(default=500, ge=1, le=MAX_SLOTS)
+    max_prompt_tokens: int = Field(default=32000, gt=0, le=MAX_TOKENS)
+    max_output_tokens: int = Field(default=2000, gt=0, le=MAX_TOKENS)
 
 
 Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona, Field(discriminator="kind")]
@@ -293,8 +379,10 @@ Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona, Field(
 class Phase(Strict):
     name: str
     duration: Seconds
-    rate_scale: float = Field(default=1.0, ge=0)
-    agents_scale: float | None = Field(default=None, ge=0, description="agent population scale (default: rate_scale)")
+    rate_scale: float = Field(default=1.0, ge=0, le=1000)
+    agents_scale: float | None = Field(
+        default=None, ge=0, le=1000, description="agent population scale (default: rate_scale)"
+    )
 
 
 class Timeouts(Strict):
@@ -348,8 +436,8 @@ class Budget(Strict):
 class Calibration(Strict):
     """Idle probes at the start of a run: the unloaded TTFT that 'inflation' is measured against."""
 
-    probes: int = Field(default=5, ge=0)
-    prompt_tokens: list[int] = Field(default_factory=lambda: [256, 2048])
+    probes: int = Field(default=5, ge=0, le=1000)
+    prompt_tokens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] = Field(default_factory=lambda: [256, 2048])
 
 
 # --------------------------------------------------------------------------- scenario
@@ -392,11 +480,32 @@ class Scenario(Strict):
                 raise ValueError(f"persona {persona.name!r} uses unknown tier {persona.tier!r} (tiers: {names})")
             if isinstance(persona, AgentSwarmPersona) and persona.start == "arrivals" and not persona.task_rate:
                 raise ValueError(f"persona {persona.name!r}: start 'arrivals' needs task_rate")
+        self._within_limits()
         if self.budget:
             for tier_name in self.budget.per_tier:
                 if tier_name not in names:
                     raise ValueError(f"budget.per_tier names unknown tier {tier_name!r}")
         return self
+
+    def _within_limits(self) -> None:
+        """Limits that span fields: the busiest phase's rate, the scaled swarm, the total duration."""
+        if self.duration_s > MAX_DURATION_S:
+            raise ValueError(
+                f"phases last {self.duration_s:.0f} s in all; the limit is {MAX_DURATION_S:.0f} s (7 days)"
+            )
+        for persona in self.personas:
+            base = persona.arrival.rate if isinstance(persona, ChatPersona) else (
+                persona.task_rate if isinstance(persona, AgentSwarmPersona) else None)
+            for phase in self.phases:
+                if base is not None and base * phase.rate_scale > MAX_RATE:
+                    raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: rate {base:g}/s × scale "
+                                     f"{phase.rate_scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s")
+                if isinstance(persona, AgentSwarmPersona):
+                    agents = persona.agents * (phase.agents_scale if phase.agents_scale is not None
+                                               else phase.rate_scale)
+                    if agents > MAX_AGENTS:
+                        raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: {agents:,.0f} agents "
+                                         f"is over the limit of {MAX_AGENTS:,}")
 
 
 Budget.model_rebuild()
