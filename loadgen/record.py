@@ -50,18 +50,29 @@ MAX_TEXT = 300
 _SECRET_PATTERNS = [
     re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
     re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"(?i)bearer\s+[A-Za-z0-9._\-~+/=]{8,}"),
-    re.compile(r"(?i)(api[_-]?key|x-api-key|authorization|token)(\"?\s*[:=]\s*\"?)[^\s\",}]{6,}"),
+    re.compile(r"(?i)(?:bearer|basic)\s+[A-Za-z0-9._\-~+/=]{8,}"),
+    re.compile(r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+\.?[A-Za-z0-9_\-]*"),  # a JWT
+    # name = value, name: value, "name": "value" for anything named like a credential; `tokens` (counts,
+    # `max_tokens=4096`) is not a credential and stays readable
+    re.compile(
+        r"(?i)\b([A-Za-z_\-]*(?:api[_-]?key|key|token(?!s)|secret|passw(?:or)?d|auth(?:orization)?|credential)"
+        r"[A-Za-z_\-]*)(\"?\s*[:=]\s*\"?(?:(?:bearer|basic)\s+)?)[^\s\"',}&;]{4,}"
+    ),
 ]
+_KEY_PREFIX = re.compile(r"^(?:(?:bearer|basic)\s+)?(?:sk-ant-(?:api\d+-)?|sk-(?:proj-|svcacct-)?)?", re.I)
+ECHO_MIN = 12  # a run of this many characters of a registered key is redacted wherever it shows up
 _registered_secrets: set[str] = set()
 _secrets_lock = threading.Lock()
 
 
 def register_secret(value: str) -> None:
-    """Remember a credential value so that ``redact`` removes it wherever it shows up."""
+    """Remember a credential value so that ``redact`` removes it (whole, without its prefix, or in part)."""
     if value and len(value) >= 4:
+        core = _KEY_PREFIX.sub("", value)
         with _secrets_lock:
             _registered_secrets.add(value)
+            if core != value and len(core) >= 4:
+                _registered_secrets.add(core)
 
 
 def fingerprint(secret: str) -> str:
@@ -71,13 +82,47 @@ def fingerprint(secret: str) -> str:
     return "fp:" + hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
+def _echo_spans(text: str, secret: str) -> list[tuple[int, int]]:
+    """Where ``secret`` or any ``ECHO_MIN`` characters of it appear in ``text`` (a partial echo)."""
+    spans: list[tuple[int, int]] = []
+    size = min(ECHO_MIN, len(secret))
+    seen: set[str] = set()
+    for i in range(len(secret) - size + 1):
+        piece = secret[i : i + size]
+        if piece in seen:
+            continue
+        seen.add(piece)
+        at = text.find(piece)
+        while at >= 0:
+            spans.append((at, at + size))
+            at = text.find(piece, at + 1)
+    return spans
+
+
+def _cut_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        if end <= pos:
+            continue
+        if start > pos:
+            out.append(text[pos:start])
+            out.append("[redacted]")
+        elif not out or out[-1] != "[redacted]":
+            out.append("[redacted]")
+        pos = max(pos, end)
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact(text: str | None) -> str | None:
-    """Strip registered credentials and anything shaped like a key from a text."""
+    """Strip registered credentials (whole or any 12 characters of one) and anything shaped like a key."""
     if text is None:
         return None
-    for secret in _registered_secrets:
-        if secret in text:
-            text = text.replace(secret, "[redacted]")
+    with _secrets_lock:
+        secrets = list(_registered_secrets)
+    spans = [span for secret in secrets for span in _echo_spans(text, secret)]
+    if spans:
+        text = _cut_spans(text, spans)
     for pattern in _SECRET_PATTERNS:
         if pattern.groups >= 2:
             text = pattern.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)

@@ -57,6 +57,20 @@ def credential(tier: Tier, env: Mapping[str, str] | None = None, override: str |
     return value
 
 
+def _own_headers(tier: Tier, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The tier's extra headers; an ``env:VAR`` value is read now and redacted wherever it shows up."""
+    out: dict[str, str] = {}
+    for name, value in tier.headers.items():
+        if value.startswith("env:"):
+            var = value[4:]
+            value = (os.environ if env is None else env).get(var, "")
+            if not value:
+                raise TierError(f"tier {tier.name!r}: environment variable {var} (header {name}) is not set")
+            register_secret(value)
+        out[name] = value
+    return out
+
+
 def priority_field(profile: str, tier: Tier) -> int | None:
     """The body ``priority`` a model server expects for this tier, or None if the stack has none."""
     if profile == "vllm":
@@ -101,7 +115,7 @@ def map_tier(
             headers["x-api-key"] = key
         else:
             headers["authorization"] = f"Bearer {key}"
-    headers.update(tier.headers)
+    headers.update(_own_headers(tier, env))
     body.update(tier.body)
     return TierWire(tier.name, tenant, headers, body, fingerprint(key) if key else "")
 

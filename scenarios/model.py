@@ -125,6 +125,42 @@ def check_url(value: str) -> str:
     return value.rstrip("/")
 
 
+# Header and body names that carry credentials, and values shaped like one (an OpenAI/Anthropic key, a
+# bearer or basic credential, a JWT, or a long random-looking token). Such a value written in a scenario
+# would travel into run.json and every copy of the scenario: it is named as 'env:VAR' instead.
+_SECRET_NAME = re.compile(r"(?i)auth|api[-_]?key|^key$|[-_]key$|token|secret|passw|cookie|credential|signature")
+_SECRET_VALUE = re.compile(
+    r"(?i)^\s*(?:bearer|basic|token)\s+\S{8,}|sk-[A-Za-z0-9_\-]{8,}|eyJ[A-Za-z0-9_\-]{10,}\."
+)
+_TOKEN_LIKE = re.compile(r"^[A-Za-z0-9_\-+/=.~]{24,}$")
+
+
+def looks_like_secret(value: str) -> bool:
+    """A literal that is, or looks like, an API key or bearer credential."""
+    if _SECRET_VALUE.search(value):
+        return True
+    return bool(_TOKEN_LIKE.match(value)) and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def check_no_literal_secrets(where: str, values: dict[str, Any]) -> None:
+    """Refuse a literal credential among header or body values; ``env:VAR`` names one instead."""
+    for name, value in values.items():
+        if not isinstance(value, str) or value.startswith("env:"):
+            continue
+        if _SECRET_NAME.search(str(name)) or looks_like_secret(value):
+            raise ValueError(
+                f"{where} {name!r} holds a literal secret: write 'env:VARIABLE' and set the variable "
+                "(a key in a scenario ends up in run.json and every copy of the file)"
+            )
+
+
+def env_only(value: str | None) -> str | None:
+    """A credential is ``env:VAR``, never the key itself."""
+    if value is not None and not re.match(r"^env:[A-Za-z_][A-Za-z0-9_]*$", value):
+        raise ValueError("credentials are named, never written: use 'env:VARIABLE'")
+    return value
+
+
 class Strict(BaseModel):
     """Base for scenario sections: unknown keys are errors (typos must not pass silently)."""
 
@@ -240,8 +276,21 @@ class Tier(Strict):
     @field_validator("credential")
     @classmethod
     def _env_only(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("env:"):
-            raise ValueError("credentials are named, never written: use 'env:VARIABLE'")
+        return env_only(value)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secret_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        check_no_literal_secrets("header", value)
+        for name, text in value.items():
+            if text.startswith("env:") and not re.match(r"^env:[A-Za-z_][A-Za-z0-9_]*$", text):
+                raise ValueError(f"header {name!r}: 'env:' must be followed by a variable name, got {text!r}")
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _no_secret_body(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_no_literal_secrets("body field", value)
         return value
 
     @field_validator("tenants")
@@ -409,6 +458,11 @@ class Route(Strict):
     @classmethod
     def _url_shape(cls, value: str) -> str:
         return check_url(value)
+
+    @field_validator("credential")
+    @classmethod
+    def _env_only(cls, value: str | None) -> str | None:
+        return env_only(value)
 
 
 class Resilience(Strict):
