@@ -18,139 +18,46 @@ Precedence for one attempt:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+import stacks
 from audit.summary import OUTCOME_CLASSES
+from stacks import Rule
 
-PROFILE_ALIASES = {"testbed": "llm-d", "fifo": "llm-d", "headroom": "llm-d"}
-DEFAULT_PROFILE = "llm-d"
+DEFAULT_PROFILE = stacks.DEFAULT
 
 FACT_COLUMNS = ("status", "reason", "error", "in_band_error", "complete", "cancelled", "not_sent",
                 "client_timeout", "transport_error", "first_token_ns")
 
-
-@dataclass(frozen=True)
-class Rule:
-    """``statuses`` (None = any) and ``pattern`` (regex on the haystack) and ``first_token`` → ``cls``."""
-
-    cls: str
-    pattern: str | None = None
-    statuses: tuple[int, ...] | None = None
-    first_token: bool | None = None
-    note: str = ""
-
-    def __post_init__(self) -> None:
-        if self.cls not in OUTCOME_CLASSES:
-            raise ValueError(f"unknown class {self.cls!r}")
-
-
-# llm-d-router / GAIE flow control (stacks.md §1.4): the dropped-reason header first, then the
-# plain-text body, so GAIE v1 (no header, TTL = 503) and llm-d v0.10 (header, TTL = 429) agree.
-_LLMD = [
-    Rule("queue_full", r"rejected-saturated", note="llm-d ≥ v0.9 header: band/global queue at capacity"),
-    Rule("queue_timeout", r"rejected-ttl-expired", note="llm-d header: queue TTL expired (429 in v0.10)"),
-    Rule("overloaded", r"rejected-no-endpoints", note="llm-d header: pool has no endpoints (503)"),
-    Rule("cancelled", r"rejected-context-cancelled", note="client disconnected while queued (503)"),
-    Rule("overloaded", r"rejected-shutting-down", note="flow controller shutting down: no capacity"),
-    Rule("preempted", r"\bevicted\b(?!\s+from queue)|request evicted by flow control",
-         note="in-flight eviction (enableEviction)"),
-    Rule("shed", r"system saturated, sheddable request dropped", note="legacy admission, priority < 0"),
-    Rule("queue_full", r"queue at capacity", note="GAIE v1 body (no header): queue full"),
-    Rule("queue_timeout", r"timed out in queue|request ttl expired", note="GAIE v1: 503 TTL expiry"),
-    Rule("cancelled", r"client disconnected", note="GAIE v1 body: client gone while queued"),
-    Rule("overloaded", r"failed to find endpoint candidates", note="empty pool without flow control"),
-    Rule("overloaded", r"flow controller shutting down", note="GAIE v1 shutdown"),
-]
-
-# SGLang (stacks.md §3): 503s, possibly inside a 200 stream.
-_SGLANG = [
-    Rule("queue_timeout", r"request waiting timeout reached", note="SGLANG_REQ_WAITING_TIMEOUT (also in-band)"),
-    Rule("queue_full", r"request queue is full", note="--max-queued-requests"),
-    # The victim had been admitted into the scheduler's waiting queue (an arrival that is not admitted
-    # gets "The request queue is full."), so this is a kill after admission: preempted, as DESIGN.md
-    # lists it and as the testbed's ledger records it. Whether it had streamed shows separately in
-    # ``preempted_after_first_token``.
-    Rule("preempted", r"aborted by a higher priority request",
-         note="least-preferred admitted waiter aborted for a higher-priority arrival (priority mode)"),
-    Rule("failed", r"request running timeout reached", note="server-side running timeout"),
-]
-
-# vLLM (stacks.md §2): --max-num-queued-reqs/-tokens → 503 QueueOverflowError.
-_VLLM = [
-    Rule("queue_full", r"queueoverflow|queue overflow|queue is full|max[-_ ]num[-_ ]queued|too many queued",
-         statuses=(503, 429), note="AsyncLLM queue overflow (PR #49445)"),
-    Rule("overloaded", r"server is overloaded or not ready", note="inference-sim style 503"),
-]
-
-# OpenAI (stacks.md §4).
-_OPENAI = [
-    Rule("shed", r"resource_unavailable|resource unavailable", note="flex without capacity (unbilled 429)"),
-    Rule("rate_limited", r"rate_limit_exceeded|rate limit reached|insufficient_quota|ratelimiterror",
-         note="quota, not capacity"),
-    Rule("overloaded", r"server_is_overloaded|service_unavailable_error|engine is currently overloaded",
-         note="Responses API in-band overload, 503 overload"),
-]
-
-# Anthropic (stacks.md §5).
-_ANTHROPIC = [
-    Rule("overloaded", r"overloaded_error", note="529 / SSE error event: overload across all users"),
-    Rule("rate_limited", r"rate_limit_error|enforced_spend_limit_reached", note="429 quota"),
-]
-
-# SMG gateway (stacks.md §7).
-_SMG = [
-    Rule("queue_full", r"scheduler_queue_full", note="429 X-SMG-Error-Code"),
-    Rule("queue_timeout", r"scheduler_queue_timeout", note="408 X-SMG-Error-Code"),
-    Rule("preempted", r"preempted", statuses=(503,), note="503 + X-SMG-Preempted: true"),
-]
-
-# Markers that mean the same thing whoever sends them (simulators, proxies in front of a stack).
-_COMMON = [
-    Rule("queue_full", r"waiting requests queue is full|failed to enqueue request",
-         note="llm-d-inference-sim 429"),
-    Rule("cancelled", r"client closed request", statuses=(499,), note="nginx/SMG 499"),
-]
-
-PROFILE_RULES: dict[str, list[Rule]] = {
-    "llm-d": [*_LLMD, *_COMMON],
-    "gaie-v1": [*_LLMD, *_COMMON],
-    "vllm": [*_VLLM, *_COMMON],
-    "sglang": [*_SGLANG, *_VLLM, *_COMMON],
-    "openai": [*_OPENAI, *_COMMON],
-    "anthropic": [*_ANTHROPIC, *_COMMON],
-    "smg": [*_SMG, *_COMMON],
-}
+# The rule tables live with their stacks (stacks/<name>.py); these are read-only views of the registry.
+PROFILE_ALIASES: dict[str, str] = {alias: p.name for p in stacks.STACKS for alias, _ in p.aliases}
+PROFILE_RULES: dict[str, list[Rule]] = {p.name: list(p.rules) for p in stacks.STACKS}
 
 # When no rule matched an error status: what that status means on this profile (else ``failed``).
-STATUS_DEFAULTS: dict[str, dict[int, str]] = {
-    "llm-d": {499: "cancelled"},
-    "gaie-v1": {499: "cancelled"},
-    "vllm": {499: "cancelled"},
-    "sglang": {499: "cancelled"},
-    "openai": {429: "rate_limited", 499: "cancelled"},
-    "anthropic": {429: "rate_limited", 529: "overloaded", 499: "cancelled"},
-    "smg": {408: "queue_timeout", 499: "cancelled"},
-}
-
-_COMPILED: dict[str, re.Pattern[str]] = {}
+STATUS_DEFAULTS: dict[str, dict[int, str]] = {p.name: dict(p.status_defaults) for p in stacks.STACKS}
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
-    if pattern not in _COMPILED:
-        _COMPILED[pattern] = re.compile(pattern, re.IGNORECASE)
-    return _COMPILED[pattern]
+def _check_classes() -> None:
+    """Every class a profile can produce is one of the audit's classes (fail at import, not mid-audit)."""
+    for profile in stacks.STACKS:
+        produced = [r.cls for r in profile.rules] + list(profile.status_defaults.values())
+        unknown = sorted(set(produced) - set(OUTCOME_CLASSES))
+        if unknown:
+            raise ValueError(f"stack profile {profile.name!r} produces unknown classes {unknown}")
+
+
+_check_classes()
 
 
 def normalise_profile(profile: str | None) -> str:
-    """The rule table a profile uses (testbed, fifo and headroom speak llm-d)."""
-    name = (profile or DEFAULT_PROFILE).lower()
-    name = PROFILE_ALIASES.get(name, name)
-    return name if name in PROFILE_RULES else DEFAULT_PROFILE
+    """The rule table a profile uses (testbed, fifo and headroom speak llm-d; unknown names → llm-d)."""
+    try:
+        return stacks.canonical(profile)
+    except KeyError:
+        return DEFAULT_PROFILE
 
 
 def classify_one(
@@ -194,15 +101,7 @@ def classify_one(
 
 
 def _match(profile: str, haystack: str, status: int, first_token: bool) -> str | None:
-    for rule in PROFILE_RULES[profile]:
-        if rule.statuses is not None and status not in rule.statuses:
-            continue
-        if rule.first_token is not None and rule.first_token != first_token:
-            continue
-        if rule.pattern is not None and not _regex(rule.pattern).search(haystack):
-            continue
-        return rule.cls
-    return None
+    return stacks.get(profile).classify(haystack, status, first_token)
 
 
 def _codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,10 +17,9 @@ from typing import Any
 
 import yaml
 
+import stacks
 from scenarios.model import Route, Scenario, TestbedOptions
 
-# scenario profile → testbed behaviour (the testbed imitates stacks; "testbed" means its default)
-_TESTBED_PROFILE = {"testbed": "llm-d", "smg": "llm-d"}
 # keys of the testbed's flow_control section that a scenario may write at the top level for short
 _FLOW_KEYS = {
     "fairness",
@@ -54,12 +53,12 @@ def testbed_config(scenario: Scenario, route: Route | None = None, with_faults: 
     """
     if route is None:
         tb = scenario.target.testbed
-        profile = _TESTBED_PROFILE.get(scenario.target.profile, scenario.target.profile)
+        profile = stacks.testbed_profile(scenario.target.profile)  # the testbed imitates stacks
         models = [scenario.target.model]
         models += [r.model for r in scenario.resilience.fallback if r.model and r.model not in models]
     else:
         tb = route.testbed or TestbedOptions()
-        profile = _TESTBED_PROFILE.get(route.profile, route.profile)
+        profile = stacks.testbed_profile(route.profile)
         models = [route.model or scenario.target.model]
     objectives = {(t.objective or t.name): t.priority for t in scenario.tiers}
     ranked = sorted(objectives, key=lambda name: -objectives[name])

@@ -1,7 +1,8 @@
 """Tier → wire mapping per stack profile: credentials, headers and body fields (pure functions).
 
-rushhour's tier priority is "higher = more urgent" (llm-d's polarity). vLLM's body ``priority`` is
-"lower = earlier", so it is sent negated; SGLang's default is "higher = earlier", so it is sent as is.
+rushhour's tier priority is "higher = more urgent" (llm-d's polarity). What each stack expects is its
+profile's ``Wire`` (stacks/<name>.py): vLLM's body ``priority`` is "lower = earlier", so it is sent
+negated; SGLang's default is "higher = earlier", so it is sent as is.
 """
 
 from __future__ import annotations
@@ -11,20 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import stacks
 from loadgen.record import fingerprint, register_secret
-from scenarios.model import PROFILES, Tier
+from scenarios.model import Tier
 
 ANTHROPIC_VERSION = "2023-06-01"
-
-_LLMD = ("x-llm-d-inference-objective", "x-llm-d-inference-fairness-id")
-_GAIE = ("x-gateway-inference-objective", "x-gateway-inference-fairness-id")
-_OBJECTIVE_HEADERS: dict[str, tuple[str, str]] = {
-    "llm-d": _LLMD,
-    "testbed": _LLMD,
-    "headroom": _LLMD,
-    "fifo": _LLMD,
-    "gaie-v1": _GAIE,
-}
 
 
 class TierError(ValueError):
@@ -73,10 +65,11 @@ def _own_headers(tier: Tier, env: Mapping[str, str] | None) -> dict[str, str]:
 
 def priority_field(profile: str, tier: Tier) -> int | None:
     """The body ``priority`` a model server expects for this tier, or None if the stack has none."""
-    if profile == "vllm":
-        return -tier.priority  # vLLM: lower value = more urgent
-    if profile == "sglang":
-        return tier.priority  # SGLang default: higher value = more urgent
+    polarity = stacks.get(profile).wire.priority_body
+    if polarity == "negated":
+        return -tier.priority  # e.g. vLLM: lower value = more urgent
+    if polarity == "as_is":
+        return tier.priority  # e.g. SGLang default: higher value = more urgent
     return None
 
 
@@ -90,24 +83,25 @@ def map_tier(
     credential_override: str | None = None,
 ) -> TierWire:
     """Headers and body fields for a request of ``tier`` and ``tenant`` to a stack of ``profile``."""
-    if profile not in PROFILES:
-        raise TierError(f"unknown stack profile {profile!r} (known: {', '.join(PROFILES)})")
+    if profile not in stacks.NAMES:
+        raise TierError(f"unknown stack profile {profile!r} (known: {', '.join(stacks.NAMES)})")
+    wire = stacks.get(profile).wire
     headers: dict[str, str] = {}
     body: dict[str, Any] = {}
     objective = tier.objective or tier.name
-    if profile in _OBJECTIVE_HEADERS:
-        objective_header, fairness_header = _OBJECTIVE_HEADERS[profile]
-        headers[objective_header] = objective
-        headers[fairness_header] = tenant
-    elif profile == "smg":
-        headers["x-smg-priority"] = objective
+    if wire.objective_header:
+        headers[wire.objective_header] = objective
+    if wire.fairness_header:
+        headers[wire.fairness_header] = tenant
+    if wire.priority_header:
+        headers[wire.priority_header] = objective
     priority = priority_field(profile, tier)
     if priority is not None:
         body["priority"] = priority
-    if profile in ("openai", "anthropic") and tier.service_tier:
+    if wire.service_tier and tier.service_tier:
         body["service_tier"] = tier.service_tier
     key = credential(tier, env, credential_override)
-    anthropic_style = dialect == "anthropic-messages" or profile == "anthropic"
+    anthropic_style = dialect == "anthropic-messages" or wire.anthropic_auth
     if anthropic_style:
         headers["anthropic-version"] = ANTHROPIC_VERSION
     if key is not None:

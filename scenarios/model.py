@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+import stacks
 from scenarios.distributions import (
     Constant,
     Distribution,
@@ -27,8 +28,11 @@ from scenarios.distributions import (
     as_dist_input,
 )
 
-PROFILES = ("llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg", "fifo", "headroom", "testbed")
-Profile = Literal["llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg", "fifo", "headroom", "testbed"]
+PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
+if TYPE_CHECKING:
+    Profile = str
+else:  # a Literal built from the registry: the schema lists the names, and a typo is named as one
+    Profile = Literal[PROFILES]
 Dialect = Literal["openai-chat", "openai-completions", "anthropic-messages"]
 
 # Upper bounds (docs/scenarios.md, "Limits"): generous for any real test, small enough that a typo such

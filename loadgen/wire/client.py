@@ -20,6 +20,7 @@ from gevent import socket as gsocket
 from loadgen.record import RequestRecord, short_text
 from loadgen.wire.http import MAX_ERROR_BODY, Endpoint, ResponseHead, ResponseParser, parse_retry_after
 from loadgen.wire.stream import StreamInterpreter, error_summary, interpret_body
+from stacks import header_reason
 
 RECV_BYTES = 65536
 COMPLETE_GRACE_NS = 1_000_000_000  # after the end marker, wait at most this long for the HTTP end
@@ -280,7 +281,7 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
     record.headers_ns = (attempt.headers_ns or end_ns) - anchor_ns
     headers = head.headers
     record.retry_after_s = parse_retry_after(headers)
-    reason = _header_reason(headers)
+    reason = _header_reason(headers, head.status)
     interp = attempt.interp
     if interp is not None:
         _fill_stream(record, interp, anchor_ns, bytes(attempt.body))
@@ -305,22 +306,11 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
     record.reason = reason or record.reason
 
 
-def _header_reason(headers: dict[str, str]) -> str | None:
-    """The drop facts a gateway puts in headers (they win over body texts).
-
-    llm-d: ``x-llm-d-request-dropped-reason``. SMG: ``X-SMG-Error-Code`` (``scheduler_queue_full``,
-    ``scheduler_queue_timeout``) and ``X-SMG-Preempted: true`` (a 503 preempted before the first
-    byte), written ``preempted`` (joined to the error code when both are present), so the audit's
-    SMG rules classify by header whatever the body says.
-    """
-    reason = headers.get("x-llm-d-request-dropped-reason")
-    if reason:
-        return str(reason)
-    code = headers.get("x-smg-error-code")
-    preempted = str(headers.get("x-smg-preempted") or "").strip().lower() in ("true", "1", "yes")
-    if preempted:
-        return f"preempted {code}" if code else "preempted"
-    return str(code) if code else None
+def _header_reason(headers: dict[str, str], status: int = 0) -> str | None:
+    """The drop facts a stack puts in headers (they win over body texts): each stack profile names its
+    own (stacks/<name>.py), e.g. llm-d's ``x-llm-d-request-dropped-reason``, SMG's ``X-SMG-Error-Code``
+    and ``X-SMG-Preempted``, LiteLLM's exhausted ``x-ratelimit-*`` on a 429."""
+    return header_reason(headers, status)
 
 
 def _fill_stream(record: RequestRecord, interp: StreamInterpreter, anchor_ns: int, head_bytes: bytes) -> None:

@@ -185,7 +185,7 @@ def test_profiles_normalise() -> None:
     assert normalise_profile("testbed") == "llm-d"
     assert normalise_profile(None) == "llm-d"
     assert normalise_profile("unknown-stack") == "llm-d"
-    assert set(PROFILE_RULES) == {"llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg"}
+    assert set(PROFILE_RULES) == {"llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "smg", "litellm"}
 
 
 def test_rules_table_lists_every_rule() -> None:

@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
+# rushhour's own packages and the third-party ones: ``stacks`` is the bottom layer and imports none
+OWN = {"scenarios", "loadgen", "testbed", "audit", "reports", "rushhour"}
+THIRD_PARTY = {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml", "aiohttp", "prometheus_client",
+               "orjson", "httptools", "typer", "rich", "jinja2", "pyarrow", "psutil", "pybreaker"}
+
 FORBIDDEN = {
+    "stacks": OWN | THIRD_PARTY,
     # importing locust monkey-patches the process for gevent: never outside the Locust subprocess
     "audit": {"locust", "gevent"},
     "audit.summary": {"locust", "gevent"},

@@ -1,0 +1,89 @@
+"""LiteLLM proxy: a gateway with per-key tiers; capacity 429s kept apart from quota 429s.
+
+Texts from LiteLLM 1.110.2 (litellm/types/router.py ``RouterErrors``, proxy/hooks/parallel_request_limiter.py
+and parallel_request_limiter_v3.py, types/proxy/common_proxy_errors.py). Errors are OpenAI-shaped:
+``{"error": {"message", "type", "param", "code": "429"}}``; messages of the router carry a
+``litellm.RateLimitError: `` prefix. An engine's own error passes through inside LiteLLM's message
+(e.g. ``litellm.ServiceUnavailableError: … - The engine is currently busy …``), so the engines' rules
+follow LiteLLM's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
+from stacks.sglang import RULES as SGLANG_RULES
+from stacks.vllm import RULES as VLLM_RULES
+
+RULES: tuple[Rule, ...] = (
+    # capacity: the deployments behind the proxy are full or gone, whoever is asking
+    Rule("queue_full", r"deployment has all max_parallel_requests slots in use",
+         note="router: every slot of the deployment busy (RouterErrors.max_parallel_requests_exceeded), 429"),
+    Rule("queue_full", r"max parallel request limit reached\.? hit global limit",
+         note="proxy-wide global_max_parallel_requests reached (parallel_request_limiter.py), 429"),
+    Rule("overloaded", r"all deployments for selected model are in cooldown|no deployments available"
+                       r"|there are no healthy deployments for this model|no healthy deployment available",
+         note="router: no deployment can serve (cooldown after failures, none healthy), 429 (RouterErrors)"),
+    # quota: a limit of this key / user / team / end user (its tier), not of the stack
+    Rule("rate_limited", r"crossed tpm / rpm / max parallel request limit"
+                         r"|litellm rate limit handler for rate limit type",
+         note="per key/user/team/customer rpm, tpm or max_parallel_requests (parallel_request_limiter.py), 429"),
+    Rule("rate_limited", r"rate limit exceeded for \w+",
+         note="v3 limiter: 'Rate limit exceeded for api_key|user|team|end_user|model_per_key…: … Limit type: "
+              "requests|tokens|max_parallel_requests' (parallel_request_limiter_v3.py), 429"),
+    Rule("rate_limited", r"deployment over user-defined ratelimit|model rate limit exceeded\. (rpm|tpm)",
+         note="deployment rpm/tpm cap configured in the proxy (router pre-call checks), 429"),
+    Rule("rate_limited", r"rate_limit_type=", statuses=(429,),
+         note="429 with LiteLLM's rate_limit_type header (v3 limiter) and no text above"),
+    Rule("failed", r"rate limit enforcement unavailable",
+         note="503: rate-limit counters unreachable with fail_closed_rate_limit_enforcement (a proxy fault)"),
+    Rule("failed", statuses=(401, 403), note="authentication / key not allowed (auth_error)"),
+)
+
+# ``x-ratelimit-<scope>-remaining-<kind>`` (v3 limiter) / ``x-ratelimit-remaining-requests`` (v1):
+# on a 429 the exhausted ones say which limit was hit.
+_REASON_PREFIX = "x-ratelimit-"
+
+
+def read_reason(headers: Mapping[str, str], status: int) -> str | None:
+    """On a 429: LiteLLM's ``rate_limit_type`` header and every exhausted ``x-ratelimit-*-remaining-*``."""
+    if status != 429:
+        return None
+    parts: list[str] = []
+    kind = headers.get("rate_limit_type")
+    if kind:
+        parts.append(f"rate_limit_type={kind}")
+    for name, value in sorted(headers.items()):
+        lower = name.lower()
+        if lower.startswith(_REASON_PREFIX) and "-remaining-" in f"-{lower[len(_REASON_PREFIX):]}" \
+                and str(value).strip() in ("0", "0.0"):
+            parts.append(f"{lower}=0")
+    return " ".join(parts) or None
+
+
+# litellm/types/integrations/prometheus.py: per-key labels (api_key_alias, team, …) and status codes.
+TOTAL = "litellm_proxy_total_requests_metric_total"
+FAILED = "litellm_proxy_failed_requests_metric_total"
+METRICS = Metrics(
+    prefixes=("litellm_",),
+    checks=(
+        CounterCheck("served", TOTAL, select={"status_code": ("200",)}, by="api_key_alias",
+                     note="proxy requests answered 200, per key alias where the alias is the tier name"),
+        CounterCheck("status:429", FAILED, select={"exception_status": ("429",)}, by="api_key_alias",
+                     note="proxy 429s (capacity and quota), per key alias where the alias is the tier name"),
+    ),
+)
+
+PROFILE = StackProfile(
+    name="litellm",
+    summary="LiteLLM proxy (tiers by per-tier API key; capacity 429s apart from quota 429s)",
+    wire=Wire(),
+    rules=(*RULES, *VLLM_RULES, *SGLANG_RULES, *COMMON_RULES),
+    status_defaults=dict(CANCEL_DEFAULTS),
+    reason_headers=("rate_limit_type",),
+    read_reason=read_reason,
+    metrics=METRICS,
+    testbed="vllm",
+)
