@@ -22,7 +22,7 @@ from locust import User, events, task
 from locust.env import Environment
 
 from loadgen.context import WorkerContext, build_routes
-from loadgen.record import Anchor, BreakerRecord, RequestRecord, ShardWriter, short_text
+from loadgen.record import START_FAILED_MARK, Anchor, BreakerRecord, RequestRecord, ShardWriter, short_text
 from loadgen.worker import Worker
 from scenarios import load_scenario
 from scenarios.model import Scenario
@@ -109,8 +109,9 @@ class RushhourDriver(User):
 
     @task
     def drive(self) -> None:
-        if _WORKERS:
+        if _WORKERS or _START_FAILED:
             # Locust moved a quitting worker's user here: this process already drives its share
+            # (or has failed to start, once, and must not retry in a loop)
             gevent.sleep(10**6)
             return
         env = self.environment
@@ -119,7 +120,11 @@ class RushhourDriver(User):
         is_worker = bool(getattr(opts, "worker", False))
         worker_index = max(0, getattr(runner, "worker_index", 0)) if is_worker else 0
         workers = int(opts.rh_workers or 0) or (int(getattr(opts, "expect_workers", 1) or 1) if is_worker else 1)
-        ctx = _context(opts, worker_index, workers)
+        try:
+            ctx = _context(opts, worker_index, workers)
+        except Exception as exc:  # Locust would re-run the task at once, forever: fail this process once
+            _fail_start(env, exc)
+            return
         _CONTEXTS.append(ctx)
         self.worker = Worker(ctx)
         _WORKERS.append(self.worker)
@@ -135,16 +140,32 @@ class RushhourDriver(User):
 
 _WORKERS: list[Worker] = []
 _CONTEXTS: list[WorkerContext] = []
+_START_FAILED: list[str] = []
+
+
+def _fail_start(env: Environment, exc: Exception) -> None:
+    """One line on stderr (locust.log), a non-zero exit code, and this process quits."""
+    line = f"{START_FAILED_MARK} {short_text(f'{type(exc).__name__}: {exc}', 300)}"
+    _START_FAILED.append(line)
+    os.write(2, (line + "\n").encode(errors="replace"))
+    env.process_exit_code = 3
+    if env.runner is not None:
+        env.runner.quit()
 
 
 def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
     scenario = _load(opts)
     anchor = _anchor(opts)
     run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
-    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
-    routes = build_routes(scenario, target, testbed_url=target, route_urls=route_urls)
+    # routes first: a route that cannot be built must not leave an open shard behind
+    try:
+        routes = build_routes(scenario, target, testbed_url=target, route_urls=route_urls)
+    except ValueError as exc:
+        urls = sorted({target, *route_urls.values()})
+        raise ValueError(f"cannot build a route to {', '.join(urls)}: {exc}") from None
+    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
     _attach_guards(ctx)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())

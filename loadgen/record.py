@@ -39,6 +39,9 @@ KIND_EVENT = "event"  # run-level happenings: budget reached, phase change, stop
 
 RECORDS_DIR = "records"
 RUN_MANIFEST = "run.json"
+# A load process that cannot start writes one line with this mark to its log (locust.log) and exits;
+# the runner finds it there and reports that line as the run's one error.
+START_FAILED_MARK = "rushhour: a load process cannot start:"
 
 # Short error texts: enough to recognise the failure, never a whole hostile body.
 MAX_TEXT = 300

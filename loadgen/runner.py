@@ -23,8 +23,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from rich.markup import escape
+
 from loadgen.live import ShardTail, render
-from loadgen.record import Anchor, read_manifest, shard_paths, write_manifest
+from loadgen.record import START_FAILED_MARK, Anchor, read_manifest, shard_paths, write_manifest
 from loadgen.schedule import scale_phases
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
@@ -117,6 +119,24 @@ def check_mapping(scenario: Scenario, where: str) -> None:
         raise ScenarioError(where, problems)
 
 
+def check_routes(scenario: Scenario, where: str) -> None:
+    """Build every route's endpoint now: a URL the load processes could not connect to fails here, once."""
+    from loadgen.wire.http import Endpoint
+
+    urls = [("target.url", scenario.target.url)]
+    urls += [(f"resilience.fallback.{r.name}.url", r.url) for r in scenario.resilience.fallback]
+    problems = []
+    for field_name, url in urls:
+        if url == "testbed":
+            continue
+        try:
+            Endpoint.parse(url)
+        except ValueError as exc:
+            problems.append(Problem(field_name, None, f"cannot build a route to {url!r}: {exc}"))
+    if problems:
+        raise ScenarioError(where, problems)
+
+
 def _versions() -> dict[str, str]:
     def version(name: str) -> str:
         try:
@@ -141,6 +161,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     """Run one scenario end to end; raises ``ScenarioError``/``FileNotFoundError`` for bad input."""
     scenario = apply_overrides(load_scenario(name_or_path), options)
     check_mapping(scenario, str(name_or_path))
+    check_routes(scenario, str(name_or_path))
     if options.processes < 1:
         raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
     if options.dry_run:
@@ -552,6 +573,10 @@ def _drive(
     interrupted = sigs.count > 0
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
     shards = shard_paths(run_dir)
+    load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
+    start_failure = None if interrupted else _start_failure(log_path)
+    if start_failure and not any(_has_requests(p) for p in load_shards):
+        stop_reason = "startup_error"  # a load process could not start: nothing ran, say so once
     manifest = read_manifest(run_dir) | {
         "ended_at": _iso(),
         "stop_reason": stop_reason,
@@ -559,13 +584,30 @@ def _drive(
         "shards": [p.name for p in shards],
         "generator_warning": tail.saturated(),
     }
+    if stop_reason == "startup_error":
+        manifest["error"] = start_failure
     write_manifest(run_dir, manifest)
-    load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
+    if stop_reason == "startup_error":
+        _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
+        return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     if not interrupted and not any(_has_requests(p) for p in load_shards) and proc.returncode not in (0, 1):
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
+
+
+def _start_failure(log_path: Path) -> str | None:
+    """The line a load process wrote when it could not start (``START_FAILED_MARK``), if any."""
+    mark = START_FAILED_MARK.encode()
+    try:
+        with log_path.open("rb") as handle:
+            for line in handle:
+                if mark in line:
+                    return line[line.index(mark):].decode(errors="replace").strip()[:500]
+    except OSError:
+        return None
+    return None
 
 
 def _has_requests(path: Path) -> bool:

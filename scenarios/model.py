@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -126,6 +127,16 @@ def check_url(value: str) -> str:
         raise ValueError("url must be 'testbed' or start with http:// or https://")
     if re.match(r"^https?://[^/]*@", value):
         raise ValueError("a URL must not carry a user or password: give keys as a tier credential 'env:VAR'")
+    if value != "testbed":
+        parts = urlsplit(value)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"the port of {value!r} is not a number from 1 to 65535") from None
+        if port == 0:
+            raise ValueError(f"the port of {value!r} is not a number from 1 to 65535")
+        if not parts.hostname:
+            raise ValueError(f"{value!r} has no host")
     return value.rstrip("/")
 
 
