@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean venv
+.PHONY: demo test test-fast test-real engines lint bench clean venv
 
 venv: $(STAMP)
 
@@ -18,13 +18,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/rushhour run demo
 
-## test: the whole suite (unit, real-HTTP integration, end-to-end, browser)
-test: $(STAMP)
+## engines: install the real vLLM and LiteLLM the `real` tests run against, in their own venvs
+## (cached in ~/.cache/rushhour/engines; the first time takes ~5 minutes, later calls return at once)
+engines:
+	bash engines/install.sh all
+
+## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines)
+test: $(STAMP) engines
 	$(BIN)/pytest -q
 
-## test-fast: everything except end-to-end and browser tests
+## test-real: only the tests against real vLLM and LiteLLM
+test-real: $(STAMP) engines
+	$(BIN)/pytest -q -m real
+
+## test-fast: everything except end-to-end, browser and real-engine tests
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e and not browser"
+	$(BIN)/pytest -q -m "not e2e and not browser and not real"
 
 ## lint: ruff and mypy
 lint: $(STAMP)
