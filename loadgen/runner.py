@@ -30,8 +30,9 @@ from loadgen.record import START_FAILED_MARK, Anchor, read_manifest, shard_paths
 from loadgen.schedule import scale_phases
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
+from loadgen.traces import localise_traces
 from scenarios import ScenarioError, load_scenario
-from scenarios.loader import Problem
+from scenarios.loader import Problem, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
@@ -53,6 +54,7 @@ class RunOptions:
     web: bool = False
     dry_run: bool = False
     locust_args: list[str] = field(default_factory=list)  # extra Locust flags (advanced)
+    allow_paths: list[Path] = field(default_factory=list)  # traces may also come from these folders
     live: bool | None = None  # None: a live view when the console is a terminal
 
 
@@ -162,6 +164,8 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     scenario = apply_overrides(load_scenario(name_or_path), options)
     check_mapping(scenario, str(name_or_path))
     check_routes(scenario, str(name_or_path))
+    scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
+    scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
     if options.processes < 1:
         raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
     if options.dry_run:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used: one line naming the file (and the line) and what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,14 +29,50 @@ class TraceRow:
     hash_ids: tuple[int, ...] = ()
 
 
+def _text(path: Path) -> str:
+    """A trace's text; binary data, another encoding or an unreadable file is a ``TraceError``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise TraceError(f"{path}: binary data, not a trace (expected Azure CSV or Mooncake JSONL text)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text (byte {exc.start}): expected Azure CSV or Mooncake JSONL") from None
+
+
 def detect_format(path: Path) -> str:
-    with path.open("rb") as handle:
-        head = handle.read(256).lstrip()
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(4096)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    if b"\x00" in raw:
+        raise TraceError(f"{path}: binary data, not a trace (expected Azure CSV or Mooncake JSONL text)")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)  # a cut last character is fine
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text (byte {exc.start}): expected Azure CSV or Mooncake JSONL") from None
+    head = raw[:256].lstrip()
     if head.startswith(b"{"):
         return "mooncake"
     if head.upper().startswith(b"TIMESTAMP"):
         return "azure"
-    raise ValueError(f"{path}: cannot tell the trace format (expected Azure CSV or Mooncake JSONL)")
+    raise TraceError(f"{path}: cannot tell the trace format (expected Azure CSV or Mooncake JSONL)")
+
+
+def _bad_row(path: Path, lineno: int, what: str, line: str) -> TraceError:
+    cut = line.strip()[:60] + ("…" if len(line.strip()) > 60 else "")
+    return TraceError(f"{path}:{lineno}: {what}: {cut!r}")
+
+
+def _count(value: Any) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("a negative token count")
+    return number
 
 
 def _azure_time(text: str) -> float:
@@ -42,22 +86,30 @@ def _azure_time(text: str) -> float:
 
 def read_azure(path: Path) -> list[TraceRow]:
     """``TIMESTAMP,ContextTokens,GeneratedTokens`` with CRLF and possibly no final newline."""
-    raw = path.read_text(encoding="utf-8")
-    lines = [line for line in raw.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+    raw = _text(path)
+    numbered = [(i + 1, line) for i, line in enumerate(raw.replace("\r\n", "\n").replace("\r", "\n").split("\n"))]
+    lines = [(n, line) for n, line in numbered if line.strip()]
     if not lines:
         return []
-    header = [h.strip() for h in lines[0].split(",")]
+    header = [h.strip() for h in lines[0][1].split(",")]
     try:
         i_ts, i_in, i_out = header.index("TIMESTAMP"), header.index("ContextTokens"), header.index("GeneratedTokens")
     except ValueError:
-        raise ValueError(f"{path}: expected columns TIMESTAMP,ContextTokens,GeneratedTokens, got {header}") from None
+        raise TraceError(
+            f"{path}: expected columns TIMESTAMP,ContextTokens,GeneratedTokens, got {len(header)} other column(s)"
+        ) from None
     rows: list[TraceRow] = []
     t0: float | None = None
-    for n, line in enumerate(lines[1:]):
+    for n, (lineno, line) in enumerate(lines[1:]):
         cols = line.split(",")
-        ts = _azure_time(cols[i_ts])
+        try:
+            ts = _azure_time(cols[i_ts])
+            row = TraceRow(n, 0.0, _count(cols[i_in]), _count(cols[i_out]))
+        except (ValueError, IndexError, OverflowError):
+            raise _bad_row(path, lineno, "not an Azure trace row (TIMESTAMP,ContextTokens,GeneratedTokens)",
+                           line) from None
         t0 = ts if t0 is None else t0
-        rows.append(TraceRow(n, ts - t0, int(cols[i_in]), int(cols[i_out])))
+        rows.append(TraceRow(n, ts - t0, row.prompt_tokens, row.output_tokens))
     return rows
 
 
@@ -65,28 +117,153 @@ def read_mooncake(path: Path) -> list[TraceRow]:
     """JSONL ``{timestamp (ms), input_length, output_length, hash_ids}``."""
     rows: list[TraceRow] = []
     t0: float | None = None
-    with path.open(encoding="utf-8") as handle:
-        for n, line in enumerate(handle):
-            if not line.strip():
-                continue
+    for n, line in enumerate(_text(path).split("\n")):
+        if not line.strip():
+            continue
+        try:
             obj = json.loads(line)
             ts = float(obj["timestamp"]) / 1000.0
-            t0 = ts if t0 is None else t0
-            rows.append(
-                TraceRow(
-                    n,
-                    ts - t0,
-                    int(obj["input_length"]),
-                    int(obj["output_length"]),
-                    tuple(int(h) for h in obj.get("hash_ids", ())),
-                )
-            )
+            if ts != ts or ts in (float("inf"), float("-inf")):
+                raise ValueError("timestamp is not finite")
+            row = TraceRow(n, 0.0, _count(obj["input_length"]), _count(obj["output_length"]),
+                           tuple(int(h) for h in obj.get("hash_ids", ())))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            raise _bad_row(path, n + 1, "not a Mooncake trace line ({timestamp, input_length, output_length})",
+                           line) from None
+        t0 = ts if t0 is None else t0
+        rows.append(TraceRow(n, ts - t0, row.prompt_tokens, row.output_tokens, row.hash_ids))
     return rows
 
 
 def read_trace(path: Path, fmt: str = "auto") -> list[TraceRow]:
+    """Every row of a trace; garbage, binary data or a bad row is a one-line ``TraceError``."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     return read_azure(path) if fmt == "azure" else read_mooncake(path)
+
+
+# --------------------------------------------------------------------------- which files a scenario may read
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRef:
+    """A trace a scenario names: a replayed trace (``column`` None) or an empirical distribution's column."""
+
+    field: str
+    trace: str
+    fmt: str = "auto"
+    column: str | None = None
+
+
+def trace_refs(data: Any, where: str = "") -> list[TraceRef]:
+    """Every trace a scenario names; ``data`` is the scenario as plain data (``model_dump(mode="json")``)."""
+    found: list[TraceRef] = []
+    if isinstance(data, dict):
+        field = f"{where}.trace".lstrip(".")
+        if isinstance(data.get("trace"), str) and data.get("kind") == "trace_replay":
+            found.append(TraceRef(field, data["trace"], str(data.get("format") or "auto")))
+        elif isinstance(data.get("trace"), str) and data.get("dist") == "empirical":
+            found.append(TraceRef(field, data["trace"], column=str(data.get("column"))))
+        for key, value in data.items():
+            found += trace_refs(value, f"{where}.{key}")
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found += trace_refs(value, f"{where}.{i}")
+    return found
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] = ()) -> Path:
+    """The file a trace name means, if it lies in the scenario's folder, the shipped traces or ``allowed``.
+
+    A relative name is looked up next to the scenario, in each allowed folder, in the working directory,
+    then among the shipped traces. Symbolic links are followed before the check, so a link next to the
+    scenario cannot point elsewhere. Anything else is a ``TraceError`` naming ``--allow-path``.
+    """
+    from scenarios.distributions import BUNDLED_TRACES
+
+    roots = [r.resolve() for r in ([scenario_dir] if scenario_dir else []) + [*allowed, BUNDLED_TRACES]]
+    name = Path(os.path.expanduser(trace))
+    bases = [] if name.is_absolute() else [*roots[:-1], Path.cwd(), BUNDLED_TRACES]
+    candidates = [name] if name.is_absolute() else [base / name for base in bases]
+    found = next((c for c in candidates if c.exists()), None)
+    if found is None:
+        raise TraceError(f"trace file {trace!r} not found (looked in {', '.join(str(b) for b in bases) or trace})")
+    path = found.resolve()
+    if not any(_under(path, root) for root in roots):
+        raise TraceError(
+            f"trace {trace!r} is {path}, outside the scenario's folder and the shipped traces: "
+            f"to read it anyway, pass --allow-path {path.parent}"
+        )
+    if not path.is_file():
+        raise TraceError(f"trace {trace!r} is {path}, not a file")
+    return path
+
+
+def check_trace_file(path: Path, ref: TraceRef) -> None:
+    """Read a trace once, as the load processes will: garbage is a ``TraceError`` now, not mid-run."""
+    if ref.column is None:
+        if not read_trace(path, ref.fmt):
+            raise TraceError(f"{path}: the trace has no rows")
+        return
+    text = _text(path)
+    if path.suffix == ".csv":
+        header = [h.strip() for h in text.split("\n", 1)[0].split(",")]
+        if ref.column not in header:
+            raise TraceError(f"{path}: no column {ref.column!r} in its first line")
+        return
+    for n, line in enumerate(text.split("\n")):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("not an object")
+                if ref.column in obj:
+                    float(obj[ref.column])
+            except (ValueError, TypeError):
+                raise _bad_row(path, n + 1, "not a JSON object with a number in that column", line) from None
+
+
+def localise_traces(scenario: Any, scenario_dir: Path | None, allowed: Sequence[Path], where: str) -> Any:
+    """The scenario with every trace checked (place and contents) and named by its absolute path.
+
+    The load processes run elsewhere (another working directory, another machine's checkout): an
+    absolute path means they read exactly the file checked here. Problems raise one ``ScenarioError``.
+    """
+    from scenarios.loader import Problem, ScenarioError
+
+    data = scenario.model_dump(mode="json")
+    refs = trace_refs(data)
+    if not refs:
+        return scenario
+    problems, paths = [], {}
+    for ref in refs:
+        try:
+            path = locate_trace(ref.trace, scenario_dir, allowed)
+            check_trace_file(path, ref)
+            paths[ref.trace] = str(path)
+        except TraceError as exc:
+            problems.append(Problem(ref.field, None, str(exc)))
+    if problems:
+        raise ScenarioError(where, problems)
+    return type(scenario).model_validate(_replace_traces(data, paths))
+
+
+def _replace_traces(data: Any, paths: dict[str, str]) -> Any:
+    if isinstance(data, dict):
+        out = {k: _replace_traces(v, paths) for k, v in data.items()}
+        if isinstance(out.get("trace"), str) and out["trace"] in paths:
+            out["trace"] = paths[out["trace"]]
+        return out
+    if isinstance(data, list):
+        return [_replace_traces(v, paths) for v in data]
+    return data
 
 
 def schedule(

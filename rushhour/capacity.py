@@ -28,13 +28,17 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _runner(processes: int, quiet: bool = True) -> Any:
+def _runner(processes: int, quiet: bool = True, base: str | None = None) -> Any:
     """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report."""
     from audit import run_audit
     from loadgen.runner import RunOptions, run_scenario
+    from scenarios import resolve_scenario_path
+
+    allowed = [resolve_scenario_path(base).resolve().parent] if base else []
 
     def run_step(step: PlannedStep) -> Path | None:
-        options = RunOptions(out_dir=step.dir, processes=processes, live=False)
+        # a step's scenario sits in the sweep's folder: its traces may come from the base scenario's
+        options = RunOptions(out_dir=step.dir, processes=processes, live=False, allow_paths=allowed)
         result = run_scenario(str(step.scenario_path), options, console=None if quiet else console)
         if result.stop_reason == "interrupted":
             raise KeyboardInterrupt  # Ctrl-C / SIGTERM stops the whole ladder, not just this step
@@ -106,7 +110,7 @@ def sweep(
     from loadgen.sweep import estimate_s
 
     console.print(f"sweep {plan.id}: {len(plan.steps)} steps, about {fmt_duration(estimate_s(plan))}", highlight=False)
-    run_plan(plan, _runner(processes), _progress(len(plan.steps), time.monotonic()))
+    run_plan(plan, _runner(processes, base=scenario), _progress(len(plan.steps), time.monotonic()))
     done = _summaries(plan)
     if not done:
         raise _fail("no step produced an audited run", EXIT_USAGE)
@@ -169,7 +173,7 @@ def study(
     else:
         console.print(f"study {plan.id}: {len(plan.steps)} runs ({name} grid), "
                       f"about {fmt_duration(estimate_s(plan))}", highlight=False)
-        run_plan(plan, _runner(1), _progress(len(plan.steps), time.monotonic()))
+        run_plan(plan, _runner(1, base=scenario), _progress(len(plan.steps), time.monotonic()))
     cells = [study_cell(s, replicas=st.replicas or 1, run_dir=str(st.run_dir), duration_s=st.duration_s,
                         **st.meta) for st, s in _summaries(plan)]
     if not cells:

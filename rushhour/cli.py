@@ -87,15 +87,28 @@ def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
+AllowPaths = Annotated[
+    list[Path] | None,
+    typer.Option("--allow-path", help="also read traces from this folder (repeatable); by default only the "
+                 "scenario's folder and the shipped traces"),
+]
+
+
 @scenario_app.command("check")
-def scenario_check(files: Annotated[list[str], typer.Argument(help="scenario files or built-in names")]) -> None:
+def scenario_check(
+    files: Annotated[list[str], typer.Argument(help="scenario files or built-in names")],
+    allow_path: AllowPaths = None,
+) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
-    from scenarios import ScenarioError, load_scenario
+    from loadgen.traces import localise_traces
+    from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     bad = 0
     for name in files:
         try:
             scenario = load_scenario(name)
+            folder = resolve_scenario_path(name).resolve().parent
+            scenario = localise_traces(scenario, folder, allow_path or [], name)
         except ScenarioError as exc:
             bad += 1
             console.print(str(exc), highlight=False, markup=False, soft_wrap=True)
@@ -165,6 +178,7 @@ def run(
     web: Annotated[bool, typer.Option(help="keep Locust's web UI instead of running headless")] = False,
     dry_run: Annotated[bool, typer.Option(help="print expected requests and tokens per tier; send nothing")] = False,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
+    allow_path: AllowPaths = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from loadgen.runner import RunOptions, run_scenario
@@ -172,7 +186,7 @@ def run(
 
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
-        seed=seed, web=web, dry_run=dry_run,
+        seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
     )
     try:
         result = run_scenario(scenario, options, console=console)
