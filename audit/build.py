@@ -20,15 +20,16 @@ from audit.gates import exit_code, tier_verdicts
 from audit.load import RunData, load_run
 from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
 from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file
-from audit.stats import cdf_points, percentiles, wilson
+from audit.stats import cdf_points, percentiles, wait_percentiles, wilson
 from audit.summary import (
-    DROPPED_CLASSES,
     OUTCOME_CLASSES,
+    UNSERVED_CLASSES,
     Evidence,
     Fairness,
     Finding,
     Inflation,
     Latency,
+    Percentiles,
     PersonaSummary,
     Rate,
     RouteSummary,
@@ -108,13 +109,31 @@ def _ms(frame: pd.DataFrame, column: str, mask: np.ndarray) -> np.ndarray:
     return frame[column].to_numpy(dtype=np.float64)[mask] / NS_PER_MS
 
 
+def _ttft(logical: pd.DataFrame, mask: np.ndarray, from_intended: bool) -> Percentiles:
+    """TTFT of ``mask``'s requests, with the waits the run cut as right-censored observations.
+
+    Observed: served requests, and unfinished ones whose first token had come. Censored: unfinished
+    requests without a first token: they waited at least (end − send), or (end − first intended send).
+    """
+    unfinished = eq(logical["cls"], "unfinished") & mask
+    has_token = logical["first_token_ns"].notna().to_numpy()
+    observed = (logical["served"].to_numpy() & mask) | (unfinished & has_token)
+    start = "first_intended_ns" if from_intended else "sent_ns"
+    column = "ttft_intended_ns" if from_intended else "ttft_ns"
+    cut = unfinished & ~has_token
+    waited = (logical["t_end_ns"].to_numpy(dtype=np.float64)[cut]
+              - logical[start].to_numpy(dtype=np.float64)[cut]) / NS_PER_MS
+    return wait_percentiles(_ms(logical, column, observed), waited)
+
+
 def _latency(logical: pd.DataFrame, attempts: pd.DataFrame) -> Latency:
     served = logical["served"].to_numpy()
+    everyone = np.ones(len(logical), dtype=bool)
     # schedule lag of first attempts: a retry's delay is its backoff, reported as retries instead
     sent = ~attempts["not_sent"].to_numpy() & (attempts["attempt"].fillna(1).to_numpy() <= 1)
     return Latency(
-        ttft_ms=percentiles(_ms(logical, "ttft_ns", served)),
-        ttft_from_intended_ms=percentiles(_ms(logical, "ttft_intended_ns", served)),
+        ttft_ms=_ttft(logical, everyone, from_intended=False),
+        ttft_from_intended_ms=_ttft(logical, everyone, from_intended=True),
         tpot_ms=percentiles(_ms(logical, "tpot_ns", served)),
         itl_max_ms=percentiles(_ms(logical, "itl_max_ns", served)),
         e2e_ms=percentiles(_ms(logical, "e2e_ns", served)),
@@ -145,7 +164,7 @@ class GroupRow:
     key: str
     requests: int
     served: int
-    dropped: int
+    unserved: int
     judged: int
     good: int
     drop_rate: Rate
@@ -154,7 +173,7 @@ class GroupRow:
 
 
 def _group_rows(logical: pd.DataFrame, good: np.ndarray, key: str, duration_s: float) -> list[GroupRow]:
-    """Per tenant or persona: requests, served, dropped, drop rate, goodput/s, TTFT p99 (groupby, no loops per row)."""
+    """Per tenant or persona: requests, served, not served and its rate, goodput/s, TTFT p99 (one groupby)."""
     if len(logical) == 0:
         return []
     column = logical[key]
@@ -168,23 +187,23 @@ def _group_rows(logical: pd.DataFrame, good: np.ndarray, key: str, duration_s: f
     frame = pd.DataFrame({
         "key": keys,
         "served": logical["served"].to_numpy().astype(np.int64),
-        "dropped": logical["dropped"].to_numpy().astype(np.int64),
+        "unserved": logical["unserved"].to_numpy().astype(np.int64),
         "judged": judged(logical).to_numpy().astype(np.int64),
         "good": good.astype(np.int64),
         "ttft": np.where(logical["served"].to_numpy(), logical["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
                          np.nan),
     })
     grouped = frame.groupby("key", sort=True)
-    sums = grouped[["served", "dropped", "judged", "good"]].sum()
+    sums = grouped[["served", "unserved", "judged", "good"]].sum()
     sizes = grouped.size().to_numpy()
     p99 = grouped["ttft"].quantile(0.99).to_numpy(dtype=np.float64)
-    cols = {c: sums[c].to_numpy(dtype=np.int64) for c in ("served", "dropped", "judged", "good")}
+    cols = {c: sums[c].to_numpy(dtype=np.int64) for c in ("served", "unserved", "judged", "good")}
     rows = []
     for i, code in enumerate(sums.index):
-        dropped, n_judged, n_good = int(cols["dropped"][i]), int(cols["judged"][i]), int(cols["good"][i])
+        unserved, n_judged, n_good = int(cols["unserved"][i]), int(cols["judged"][i]), int(cols["good"][i])
         rows.append(GroupRow(
-            key=str(names[int(code)]), requests=int(sizes[i]), served=int(cols["served"][i]), dropped=dropped,
-            judged=n_judged, good=n_good, drop_rate=wilson(dropped, n_judged),
+            key=str(names[int(code)]), requests=int(sizes[i]), served=int(cols["served"][i]), unserved=unserved,
+            judged=n_judged, good=n_good, drop_rate=wilson(unserved, n_judged),
             goodput_per_s=n_good / duration_s if duration_s > 0 else 0.0,
             ttft_p99_ms=None if np.isnan(p99[i]) else float(p99[i]),
         ))
@@ -196,13 +215,12 @@ def _saturation_slice(logical: pd.DataFrame, ctx: Context) -> SaturationSlice | 
         return None
     inside = timeline.in_windows(logical["first_intended_ns"], ctx.windows)
     ok = judged(logical).to_numpy() & inside
-    served = logical["served"].to_numpy() & inside
     return SaturationSlice(
         requests=int(inside.sum()),
         by_class=_class_counts(logical["cls"][inside]),
-        drop_rate=wilson(int((logical["dropped"].to_numpy() & ok).sum()), int(ok.sum())),
-        ttft_ms=percentiles(_ms(logical, "ttft_ns", served)),
-        ttft_from_intended_ms=percentiles(_ms(logical, "ttft_intended_ns", served)),
+        drop_rate=wilson(int((logical["unserved"].to_numpy() & ok).sum()), int(ok.sum())),
+        ttft_ms=_ttft(logical, inside, from_intended=False),
+        ttft_from_intended_ms=_ttft(logical, inside, from_intended=True),
     )
 
 
@@ -212,7 +230,7 @@ def _tier_summary(
 ) -> TierSummary:
     ok = judged(logical).to_numpy()
     n_judged = int(ok.sum())
-    dropped = logical["dropped"].to_numpy()
+    unserved = logical["unserved"].to_numpy() & ok
     good = _good_mask(logical, info.slo)
     # sent: neither refused by the generator (not_sent) nor by the client's breaker (nothing went out)
     sent = ~attempts["not_sent"].to_numpy() & ~eq(attempts["reason"], BREAKER_REFUSAL)
@@ -237,8 +255,10 @@ def _tier_summary(
         by_status=_value_counts(attempts["status"].fillna(0)),
         by_reason=_value_counts(attempts["reason"]),
         status_by_class=_status_by_class(attempts),
-        drop_rate=wilson(int(dropped[ok].sum()), n_judged),
-        drop_rate_by_class={c: wilson(int((eq(logical["cls"], c) & ok).sum()), n_judged) for c in DROPPED_CLASSES},
+        unserved=int(unserved.sum()),
+        drop_rate=wilson(int(unserved.sum()), n_judged),
+        policy_drop_rate=wilson(int((logical["policy_drop"].to_numpy() & ok).sum()), n_judged),
+        drop_rate_by_class={c: wilson(int((eq(logical["cls"], c) & ok).sum()), n_judged) for c in UNSERVED_CLASSES},
         share_429=wilson(int((status[sent] == 429).sum()), int(sent.sum())),
         share_503=wilson(int((status[sent] == 503).sum()), int(sent.sum())),
         goodput=wilson(int(good[ok].sum()), n_judged),
@@ -251,7 +271,7 @@ def _tier_summary(
         routes=_value_counts(logical["route"]) if "route" in logical.columns else {},
         fairness=Fairness(
             jain_index=fairness.tenant_jain(tenant_ratio),
-            tenants=[TenantSummary(tenant=r.key, requests=r.requests, served=r.served, dropped=r.dropped,
+            tenants=[TenantSummary(tenant=r.key, requests=r.requests, served=r.served, unserved=r.unserved,
                                    drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
                      for r in tenants],
         ),
@@ -261,7 +281,7 @@ def _tier_summary(
         sessions=tasks.task_stats(session_lines, logical),
         preempted_after_first_token=int((eq(attempts["cls"], "preempted")
                                          & attempts["first_token_ns"].notna().to_numpy()).sum()),
-        personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, dropped=r.dropped,
+        personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, unserved=r.unserved,
                                  drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
                   for r in personas],
         route_detail=(_tier_routes(attempts, logical, ctx.breakers if ctx.breakers is not None else pd.DataFrame(),
@@ -405,7 +425,7 @@ def _none_if_na(value: Any) -> Any:
 
 
 def _evidence(attempts: pd.DataFrame, tier: str) -> list[Evidence]:
-    drops = attempts[attempts["dropped"].to_numpy()].sort_values("t_end_ns").head(EVIDENCE_PER_TIER)
+    drops = attempts[attempts["unserved"].to_numpy()].sort_values("t_end_ns").head(EVIDENCE_PER_TIER)
     out = []
     for row in drops.to_dict("records"):
         retry, reason, error = (_none_if_na(row.get(k)) for k in ("retry_after_s", "reason", "error"))
@@ -439,8 +459,17 @@ def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, met
     return spans, windows
 
 
-def _run_info(data: RunData, sc: RunScenario, duration_s: float) -> RunInfo:
+def _stop_reason(manifest: dict[str, Any], workers_lost: int) -> tuple[str, bool]:
+    """(stop reason, interrupted): run.json's reason; a lost worker makes a 'completed' run ``lost_worker``."""
+    reason = str(manifest.get("stop_reason") or "")
+    if workers_lost and reason in ("", "completed"):
+        reason = "lost_worker"
+    return reason, reason not in ("", "completed")
+
+
+def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
     m = data.manifest
+    stop_reason, interrupted = _stop_reason(m, workers_lost)
     started = m.get("started_at")
     if not started and isinstance(m.get("wall_anchor_ns"), int):
         started = dt.datetime.fromtimestamp(m["wall_anchor_ns"] / 1e9, tz=dt.UTC).isoformat()
@@ -462,6 +491,8 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float) -> RunInfo:
         started_at=str(started or ""),
         duration_s=duration_s,
         processes=max(int(m.get("processes") or 0), data.processes),
+        stop_reason=stop_reason,
+        interrupted=interrupted,
         versions={str(k): str(v) for k, v in (versions or {}).items()},
         command=str(command),
         phases=sc.phases,
@@ -554,6 +585,45 @@ def _findings(tiers: list[TierSummary]) -> list[Finding]:
     return out
 
 
+UNCLASSIFIED_SAMPLE = 60  # characters of the server's text a finding quotes
+
+
+def _cut(text: str, limit: int = UNCLASSIFIED_SAMPLE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _unclassified_findings(attempts: pd.DataFrame, sc: RunScenario) -> list[Finding]:
+    """One error per (tier, status, text) no rule of the profile knew: counted as not served, and named."""
+    rows = attempts[eq(attempts["cls"], "unclassified")]
+    if not len(rows):
+        return []
+    profiles = {"primary": normalise_profile(sc.profile)}
+    profiles.update({k: normalise_profile(v) for k, v in sc.route_profiles.items()})
+    keys = ["tier", "status", "reason", "error", "in_band_error", "route"]
+    frame = pd.DataFrame({k: (rows[k].astype(object) if k in rows.columns else None) for k in keys})
+    counts: dict[tuple[str, int, str, str], int] = {}
+    for key, n in frame.groupby(keys, dropna=False, sort=False).size().items():
+        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        tier, status, reason, error, in_band, route = (_none_if_na(v) for v in parts)
+        text = " | ".join(str(t) for t in ((in_band,) if in_band else (reason, error)) if t)
+        code = int(float(status)) if status is not None else 0
+        profile = profiles.get(str(route) if route else "primary", profiles["primary"])
+        k = (str(tier), code, text, profile)
+        counts[k] = counts.get(k, 0) + int(n)
+    out = []
+    for (tier, code, text, profile), n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        where = f"{code}" if code else "no status"
+        if text and code == 200:
+            where = "200 stream with in-band error"
+        sample = f' "{_cut(text)}"' if text else " (no text)"
+        out.append(Finding(
+            kind="unclassified", severity="error", tier=tier,
+            message=f"{n} × {where}{sample}: no rule for profile {profile} (counted as not served)",
+            data={"count": n, "status": code, "text": _cut(text, 200), "profile": profile}))
+    return out
+
+
 def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
     """Every attempt with its class (each route classified by its own stack profile) and derived times."""
     req = data.requests
@@ -620,12 +690,14 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
     stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
-                              truncated_shards=data.truncated_shards, workers_lost=max(0, starts - stops))
+                              truncated_shards=data.truncated_shards, workers_lost=max(0, starts - stops),
+                              duration_s=duration_s)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)
     passed, code = exit_code(validity, verdicts)
-    findings = fairness.inversion_findings(inversions) + _findings(tier_summaries) + cross_findings
+    findings = (_unclassified_findings(attempts, sc) + fairness.inversion_findings(inversions)
+                + _findings(tier_summaries) + cross_findings)
     if validity.truncated_shards or validity.skipped_lines:
         findings.append(Finding(
             kind="unreadable_lines", severity="warning", tier=None,
@@ -645,7 +717,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         for r in data.breakers.sort_values("ts_ns").to_dict("records")
     ]
     return Summary(
-        run=_run_info(data, sc, duration_s),
+        run=_run_info(data, sc, duration_s, max(0, starts - stops)),
         validity=validity,
         tiers=tier_summaries,
         windows=windows,

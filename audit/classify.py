@@ -6,14 +6,20 @@ Status codes alone lie (DESIGN.md): llm-d v0.10 answers a queue TTL with 429 whe
 first rule that matches wins. Rules run once per *distinct* combination of those facts (a run has
 a few dozen), then map back to every row, so a million attempts classify in milliseconds.
 
-Precedence for one attempt:
+Precedence for one attempt (docs/audit.md; fail closed: what no rule knows is ``unclassified``):
 1. ``not_sent`` → not_sent (the generator's own fault).
-2. an in-band error (inside a 200 stream) → the profile's rules on that text, else ``failed``:
+2. an in-band error (inside a 200 stream) → the profile's rules on that text, else ``unclassified``:
    an in-band error is never ``served``.
-3. an HTTP error status (≥ 300) → the profile's rules, else the profile's status default, else ``failed``.
-4. a 2xx: ``complete`` → served; else client timeout → timeout; generator stopped → cancelled;
+3. an HTTP error status (≥ 300) → the profile's rules, else the profile's status default, else the
+   common status default (``COMMON_STATUS_DEFAULTS``: plain client/server errors → failed), else
+   ``unclassified`` (e.g. a 503 whose text no rule of the profile knows).
+4. a 2xx: ``complete`` → served; else client timeout → timeout; generator stopped → unfinished;
    otherwise failed (a stream cut before its end marker).
-5. no response (status 0): client timeout → timeout; generator stopped → cancelled; else transport.
+5. no response (status 0): client timeout → timeout; generator stopped → unfinished; else transport.
+
+The record's ``cancelled`` flag is the generator stopping (run end, Ctrl-C, budget) while the attempt
+was in flight: class ``unfinished``. Class ``cancelled`` is only a cancel the server reports (499,
+llm-d's rejected-context-cancelled).
 """
 
 from __future__ import annotations
@@ -36,8 +42,17 @@ FACT_COLUMNS = ("status", "reason", "error", "in_band_error", "complete", "cance
 PROFILE_ALIASES: dict[str, str] = {alias: p.name for p in stacks.STACKS for alias, _ in p.aliases}
 PROFILE_RULES: dict[str, list[Rule]] = {p.name: list(p.rules) for p in stacks.STACKS}
 
-# When no rule matched an error status: what that status means on this profile (else ``failed``).
+# When no rule matched an error status: what that status means on this profile.
 STATUS_DEFAULTS: dict[str, dict[int, str]] = {p.name: dict(p.status_defaults) for p in stacks.STACKS}
+
+# Every profile, after its own rules and defaults (TAXONOMY.md): statuses whose meaning does not depend
+# on the stack (a bad request, a crash, a bad gateway). 429/503/529/408 are deliberately absent: they
+# mean a policy on one stack and something else on another, so without a rule or a profile default
+# they are ``unclassified`` and named in a finding.
+COMMON_STATUS_DEFAULTS: dict[int, str] = {
+    400: "failed", 401: "failed", 403: "failed", 404: "failed", 405: "failed", 413: "failed", 422: "failed",
+    500: "failed", 502: "failed", 504: "failed",
+}
 
 
 def _check_classes() -> None:
@@ -80,23 +95,24 @@ def classify_one(
         return "not_sent"
     if in_band_error:
         haystack = " | ".join(t for t in (reason, error, in_band_error) if t)
-        return _match(name, haystack, status, first_token) or "failed"
+        return _match(name, haystack, status, first_token) or "unclassified"
     if status >= 300:
         haystack = " | ".join(t for t in (reason, error) if t)
         found = _match(name, haystack, status, first_token)
-        return found or STATUS_DEFAULTS.get(name, {}).get(status, "failed")
+        return (found or STATUS_DEFAULTS.get(name, {}).get(status) or COMMON_STATUS_DEFAULTS.get(status)
+                or "unclassified")
     if 200 <= status < 300:
         if complete:
             return "served"
         if client_timeout:
             return "timeout"
         if cancelled:
-            return "cancelled"
+            return "unfinished"
         return "failed"
     if client_timeout:
         return "timeout"
     if cancelled:
-        return "cancelled"
+        return "unfinished"
     return "transport"
 
 
@@ -183,6 +199,9 @@ def rules_table() -> list[dict[str, object]]:
         for status, cls in STATUS_DEFAULTS.get(profile, {}).items():
             rows.append({"profile": profile, "order": None, "class": cls, "pattern": None,
                          "statuses": (status,), "first_token": None, "note": "status default"})
+    for status, cls in COMMON_STATUS_DEFAULTS.items():
+        rows.append({"profile": "*", "order": None, "class": cls, "pattern": None, "statuses": (status,),
+                     "first_token": None, "note": "common status default (every profile)"})
     return rows
 
 

@@ -83,7 +83,7 @@ def find_inversions(
     first_idx = grid.index(attempts["first_token_ns"])
     end_idx = grid.index(attempts["t_end_ns"])
     got_token = first_idx >= 0
-    dropped = attempts["dropped"].to_numpy()
+    dropped = attempts["policy_drop"].to_numpy()  # turned away by policy (a crash is not an inversion)
     served = attempts["served"].to_numpy()
     sent_s = attempts["intended_ns"].to_numpy(dtype=np.float64) / NS_PER_S
     ttft_ms = attempts["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS

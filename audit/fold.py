@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.summary import DROPPED_CLASSES
+from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
@@ -14,12 +14,16 @@ CALIBRATION_PERSONA = "calibration"
 # What a logical request carries from its deciding attempt (the summary reads nothing else).
 LOGICAL_COLUMNS = (
     "logical_code", "logical_id", "request_id", "tier", "tenant", "persona", "task_id", "route", "cls", "served",
-    "dropped", "status", "sent_ns", "intended_ns", "first_token_ns", "done_ns", "t_end_ns", "ttft_ns", "e2e_ns",
-    "tpot_ns", "itl_max_ns", "prompt_size", "attempt",
+    "unserved", "policy_drop", "status", "sent_ns", "intended_ns", "first_token_ns", "done_ns", "t_end_ns", "ttft_ns",
+    "e2e_ns", "tpot_ns", "itl_max_ns", "prompt_size", "attempt",
 )
 
-# Classes that leave the denominator of rates: the generator stopped, or never sent.
-UNJUDGED = ("cancelled", "not_sent")
+# The only class outside the denominator of rates: never sent (the generator's fault, judged by validity).
+# ``unfinished`` and ``cancelled`` stay in: a request the run cut is a request not served.
+UNJUDGED = ("not_sent",)
+# Attempts the generator ended (stopped in flight, or never sent): they lose to an attempt with a real
+# outcome when choosing which attempt decides a retried request, so a drop before them stays visible.
+GENERATOR_ENDED = ("unfinished", "not_sent")
 
 
 def eq(series: pd.Series, value: object) -> np.ndarray:
@@ -75,7 +79,8 @@ def prepare_attempts(df: pd.DataFrame, classes: pd.Series, *, inplace: bool = Fa
         out["logical_code"] = pd.factorize(lid)[0]
     if "attempt" not in out.columns:
         out["attempt"] = 1.0
-    out["dropped"] = isin(out["cls"], DROPPED_CLASSES)
+    out["unserved"] = isin(out["cls"], UNSERVED_CLASSES)
+    out["policy_drop"] = isin(out["cls"], POLICY_DROP_CLASSES)
     out["served"] = eq(out["cls"], "served")
     return out
 
@@ -83,8 +88,8 @@ def prepare_attempts(df: pd.DataFrame, classes: pd.Series, *, inplace: bool = Fa
 def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
     """One row per logical request: served if any attempt served, else the last attempt's class.
 
-    The last attempt that was sent and reached an outcome decides over a later cancelled or
-    not_sent one (only when every attempt is cancelled/not_sent does the last of those decide).
+    The last attempt that was sent and reached an outcome decides over a later unfinished or
+    not_sent one (only when every attempt is unfinished/not_sent does the last of those decide).
     The row carries the deciding attempt's facts (the serving attempt, else the deciding one), the
     number of attempts, and ``ttft_intended_ns``: first token minus the *first* attempt's intended
     send time, i.e. the wait a user saw including every retry (coordinated-omission corrected).
@@ -108,10 +113,10 @@ def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
     rows = np.flatnonzero(multi)
     if len(rows):
         # Deciding attempt: served beats not served; then one that was sent and reached an outcome beats a
-        # cancelled or not_sent one (a retry the generator did not send must not hide the drop before it);
+        # unfinished or not_sent one (a retry the generator did not send must not hide the drop before it);
         # then the highest attempt number, then the latest seq.
         seq = attempts["seq"].to_numpy(dtype=np.float64) if "seq" in attempts.columns else np.zeros(len(codes))
-        had_outcome = ~isin(attempts["cls"], UNJUDGED)
+        had_outcome = ~isin(attempts["cls"], GENERATOR_ENDED)
         order = rows[np.lexsort((
             np.nan_to_num(seq[rows]),
             np.nan_to_num(attempts["attempt"].to_numpy(dtype=np.float64)[rows], nan=1.0),
@@ -136,5 +141,5 @@ def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
 
 
 def judged(frame: pd.DataFrame) -> pd.Series:
-    """Rows that count in rates: not cancelled by the generator, and actually sent."""
+    """Rows that count in rates: every request that was sent (all but ``not_sent``)."""
     return pd.Series(~isin(frame["cls"], UNJUDGED), index=frame.index)

@@ -1,7 +1,21 @@
-"""SLO verdicts per tier, judged on the point estimate or on the pessimistic 95 % bound."""
+"""SLO verdicts per tier, judged on the point estimate or on the pessimistic 95 % bound.
+
+Fail closed: a latency percentile judged on too few samples is not a pass. Under ``point`` it is
+inconclusive (the gate exits 2 and says why); under ``bound`` it fails, because no distribution-free
+95 % upper bound exists. Minimum samples (docs/audit.md):
+
+- point: pN needs n ≥ ⌈1 / (1 − q)⌉ (p50 ≥ 2, p90 ≥ 10, p95 ≥ 20, p99 ≥ 100): fewer, and the
+  "percentile" is just the largest value seen.
+- bound: the order-statistic upper bound needs n ≥ ln(0.05) / ln(q) (p50 ≥ 5, p90 ≥ 29,
+  p95 ≥ 59, p99 ≥ 299): fewer, and even the largest value seen is not a 95 % upper bound.
+
+A percentile that right-censored waits make only a lower bound (``Percentiles.lower_bound``) fails
+when that bound already exceeds the limit, and is inconclusive otherwise.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
@@ -35,14 +49,60 @@ def _verdict(tier: str, check: str, threshold: float, observed: float | None, bo
                    passed=passed, message=message)
 
 
+_LEVEL = 0.95
+
+
+def min_samples(key: str, judge: Judge) -> int:
+    """Fewest samples a percentile (``p50`` … ``p99``) can be judged on; 1 for ``max``/``mean``."""
+    if not key.startswith("p") or not key[1:].isdigit():
+        return 1
+    q = int(key[1:]) / 100.0
+    if judge == "point":
+        return math.ceil(1.0 / (1.0 - q) - 1e-9)
+    return math.ceil(math.log(1.0 - _LEVEL) / math.log(q) - 1e-9)
+
+
+def _unjudgeable(tier: str, check: str, threshold: float, observed: float | None, bound: float | None,
+                 judge: Judge, why: str) -> Verdict:
+    """Not enough evidence: inconclusive under ``point`` (exit 2), a fail under ``bound`` (fail closed)."""
+    inconclusive = judge == "point"
+    verb = "inconclusive" if inconclusive else "fails under bound judging"
+    return Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=bound, judge=judge,
+                   passed=False, inconclusive=inconclusive,
+                   message=f"{tier} {check}: {verb}: {why} (limit {_show(check, threshold)})")
+
+
 def _latency(tier: str, metric: str, pct: Percentiles, slo_spec: object, judge: Judge) -> list[Verdict]:
     out = []
     for key, threshold in slo_spec.items():  # type: ignore[attr-defined]
+        check = f"{metric}.{key}"
         observed = getattr(pct, key)
         ci = pct.ci.get(key)
         # max has no interval: the worst observed value is its own pessimistic bound
-        bound = ci[1] if ci else observed
-        out.append(_verdict(tier, f"{metric}.{key}", threshold, observed, bound, judge, upper=True))
+        bound = ci[1] if ci else (observed if key in ("max", "mean") else None)
+        need = min_samples(key, judge)
+        if key in pct.lower_bound and observed is not None:
+            if observed > threshold:
+                out.append(Verdict(tier=tier, check=check, threshold=threshold, observed=observed, bound=observed,
+                                   judge=judge, passed=False,
+                                   message=f"{tier} {check}: at least {_show(check, observed)} (censored waits) "
+                                           f"not ≤ {_show(check, threshold)}"))
+            else:
+                out.append(Verdict(
+                    tier=tier, check=check, threshold=threshold, observed=observed, bound=None, judge=judge,
+                    passed=False, inconclusive=True,
+                    message=f"{tier} {check}: inconclusive: only known to be ≥ {_show(check, observed)} "
+                            f"({pct.censored} of {pct.n} waits censored by the run's end); limit "
+                            f"{_show(check, threshold)}"))
+        elif observed is not None and pct.n < need:
+            why = (f"{pct.n} sample(s), {key} needs ≥ {need} to be "
+                   + ("estimated" if judge == "point" else "bounded at 95 %"))
+            out.append(_unjudgeable(tier, check, threshold, observed, bound, judge, why))
+        elif observed is not None and judge == "bound" and bound is None:
+            out.append(_unjudgeable(tier, check, threshold, observed, None, judge,
+                                    "no 95 % upper bound exists (too many waits censored)"))
+        else:
+            out.append(_verdict(tier, check, threshold, observed, bound, judge, upper=True))
     return out
 
 
@@ -97,8 +157,11 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
 
 
 def exit_code(validity: Validity, verdicts: list[Verdict]) -> tuple[bool, int]:
-    """(passed, exit code): 2 when the run is invalid for latency claims, else 0 pass / 1 fail."""
+    """(passed, exit code): 2 when the run is invalid, 1 when a check failed, 2 when one is inconclusive, else 0."""
     if not validity.valid:
         return False, EXIT_INVALID
-    ok = all(v.passed for v in verdicts)
-    return ok, EXIT_PASS if ok else EXIT_FAIL
+    if any(not v.passed and not v.inconclusive for v in verdicts):
+        return False, EXIT_FAIL
+    if any(v.inconclusive for v in verdicts):
+        return False, EXIT_INVALID
+    return True, EXIT_PASS

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit.summary import DROPPED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
+from audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
 
 SWEEP_SCHEMA = "rushhour.sweep/1"
 STUDY_SCHEMA = "rushhour.study/1"
@@ -155,7 +155,7 @@ def step_from_summary(summary: Summary, index: int, scale: float, replicas: int 
             offered_rps=tier.requests / duration, goodput_per_s=tier.goodput_per_s, goodput=tier.goodput.value,
             drop_rate=tier.drop_rate.value, drop_low=tier.drop_rate.low, drop_high=tier.drop_rate.high,
             drop_by_class={k: r.value for k, r in tier.drop_rate_by_class.items()
-                           if k in DROPPED_CLASSES and r.value},
+                           if k in UNSERVED_CLASSES and r.value},
             ttft_p99_ms=ttft.p99, ttft_p99_ci=(ci[0], ci[1]) if ci else None, e2e_p99_ms=tier.latency.e2e_ms.p99,
             status=status, confident=confident, checks=checks,
         ))

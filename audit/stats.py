@@ -1,4 +1,4 @@
-"""Pure statistics: Wilson intervals, percentiles with exact bootstrap intervals, Jain's index, gaps."""
+"""Pure statistics: Wilson intervals, percentiles (bootstrap intervals; Kaplan–Meier under censoring), Jain, gaps."""
 
 from __future__ import annotations
 
@@ -70,7 +70,95 @@ def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: boo
     if ci:
         for name, q in QUANTILES.items():
             intervals[name] = bootstrap_quantile_ci(arr, q)
-    return Percentiles(n=len(arr), mean=float(arr.mean()), max=float(arr[-1]), ci=intervals, **fields)
+    return Percentiles(n=len(arr), mean=float(arr.mean()), max=float(arr[-1]), ci=intervals,
+                       p50=fields["p50"], p90=fields["p90"], p95=fields["p95"], p99=fields["p99"])
+
+
+def kaplan_meier(times: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct event times, survival S(t) after each, Greenwood's Σ d/(n(n−d)) up to each).
+
+    ``censored[i]`` means observation i only says "took at least ``times[i]``" (a wait the run cut).
+    A censored observation at the same time as an event is still at risk at that time (the usual
+    convention). Vectorised: one sort and a few cumulative sums.
+    """
+    t = np.asarray(times, dtype=np.float64)
+    c = np.asarray(censored, dtype=bool)
+    ok = np.isfinite(t)
+    t, c = t[ok], c[ok]
+    events = np.sort(t[~c])
+    if len(events) == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    uniq, d = np.unique(events, return_counts=True)
+    everyone = np.sort(t)
+    at_risk = len(everyone) - np.searchsorted(everyone, uniq, side="left")
+    survival = np.cumprod(1.0 - d / at_risk)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(at_risk > d, d / (at_risk * (at_risk - d)), np.inf)
+    return uniq, survival, np.cumsum(terms)
+
+
+def _first_at_or_below(times: np.ndarray, curve: np.ndarray, level: float) -> float | None:
+    """The first time at which ``curve`` (non-increasing) is ≤ ``level``, or None when it never is."""
+    hit = np.flatnonzero(curve <= level + 1e-12)
+    return float(times[hit[0]]) if len(hit) else None
+
+
+def km_percentiles(times: np.ndarray | list[float], censored: np.ndarray | list[bool], *, scale: float = 1.0,
+                   z: float = Z95) -> Percentiles:
+    """Percentiles of right-censored waits by Kaplan–Meier, with Greenwood (Brookmeyer–Crowley style) intervals.
+
+    The q-quantile is the first event time at which S(t) ≤ 1 − q. When S never falls that low (too
+    many of the longest waits were censored), the quantile is only known to exceed the longest wait
+    observed: that value is reported and its name listed in ``lower_bound``. ``max`` and ``mean`` are
+    lower bounds as soon as anything is censored at or beyond the longest observed event.
+    Without censoring use ``percentiles`` (numpy's interpolated definition, as everywhere else).
+    """
+    t = np.asarray(times, dtype=np.float64)
+    c = np.asarray(censored, dtype=bool)
+    ok = np.isfinite(t)
+    t, c = t[ok] * scale, c[ok]
+    if len(t) == 0:
+        return Percentiles(n=0)
+    n_censored = int(c.sum())
+    longest = float(t.max())
+    uniq, survival, greenwood = kaplan_meier(t, c)
+    with np.errstate(invalid="ignore"):  # S = 0 after the last at-risk event: inf variance × 0
+        se = survival * np.sqrt(greenwood)
+    fields: dict[str, float] = {}
+    bounds: list[str] = []
+    intervals: dict[str, tuple[float, float]] = {}
+    for name, q in QUANTILES.items():
+        value = _first_at_or_below(uniq, survival, 1.0 - q) if len(uniq) else None
+        if value is None:
+            fields[name] = longest
+            bounds.append(name)
+            continue
+        fields[name] = value
+        low = _first_at_or_below(uniq, survival - z * se, 1.0 - q)
+        high = _first_at_or_below(uniq, np.nan_to_num(survival + z * se, nan=1.0, posinf=1.0), 1.0 - q)
+        if low is not None and high is not None:  # no upper end: no interval (bound judging fails closed)
+            intervals[name] = (low, high)
+    events_max = float(uniq[-1]) if len(uniq) else -math.inf
+    if n_censored and float(t[c].max()) >= events_max:
+        bounds += ["max"]
+    if n_censored:
+        bounds += ["mean"]
+    return Percentiles(n=len(t), mean=float(t.mean()), max=longest, ci=intervals, censored=n_censored,
+                       lower_bound=bounds, **fields)
+
+
+def wait_percentiles(observed: np.ndarray, censored: np.ndarray) -> Percentiles:
+    """Percentiles of waits: ``observed`` ended (a first token came), ``censored`` were cut (at least this long).
+
+    Without censored waits this is ``percentiles`` (bootstrap intervals); with any, Kaplan–Meier.
+    """
+    obs = np.asarray(observed, dtype=np.float64)
+    cen = np.asarray(censored, dtype=np.float64)
+    obs, cen = obs[np.isfinite(obs)], cen[np.isfinite(cen)]
+    if len(cen) == 0:
+        return percentiles(obs)
+    flags = np.concatenate([np.zeros(len(obs), dtype=bool), np.ones(len(cen), dtype=bool)])
+    return km_percentiles(np.concatenate([obs, cen]), flags)
 
 
 def cdf_points(values: np.ndarray, *, scale: float = 1.0, points: int = 101) -> list[float]:

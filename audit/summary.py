@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SUMMARY_SCHEMA = "rushhour.summary/1"
+SUMMARY_SCHEMA = "rushhour.summary/2"
 
 # The outcome taxonomy (DESIGN.md). Order matters for tables and charts.
 OUTCOME_CLASSES = (
@@ -26,9 +26,15 @@ OUTCOME_CLASSES = (
     "timeout",
     "transport",
     "cancelled",
+    "unfinished",
+    "unclassified",
     "not_sent",
 )
-DROPPED_CLASSES = ("queue_full", "queue_timeout", "shed", "preempted", "overloaded")
+# Sent and not served, whatever the cause (docs/audit.md "Accounting"): the headline "not served".
+# ``not_sent`` never left the generator: it is the generator's fault and judged by validity instead.
+UNSERVED_CLASSES = tuple(c for c in OUTCOME_CLASSES if c not in ("served", "not_sent"))
+# Turned away by the stack's own policy: the breakdown of the headline.
+POLICY_DROP_CLASSES = ("queue_full", "queue_timeout", "shed", "preempted", "overloaded", "rate_limited")
 
 
 class _Model(BaseModel):
@@ -46,7 +52,11 @@ class Rate(_Model):
 
 
 class Percentiles(_Model):
-    """Latency percentiles in milliseconds with 95 % bootstrap intervals for p50/p90/p99."""
+    """Latency percentiles in milliseconds with 95 % bootstrap intervals for p50/p90/p99.
+
+    With right-censored waits (requests the run ended before their first token) the percentiles are
+    Kaplan–Meier estimates; a percentile the censoring hides is only a lower bound (``lower_bound``).
+    """
 
     n: int
     mean: float | None = None
@@ -56,6 +66,11 @@ class Percentiles(_Model):
     p99: float | None = None
     max: float | None = None
     ci: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    censored: int = Field(default=0, description="observations that only say 'waited at least this long' "
+                          "(included in n)")
+    lower_bound: list[str] = Field(
+        default_factory=list, description="percentile names (p50, p90, p95, p99, max, mean) whose value is only "
+        "a lower bound: too many waits were censored to estimate them")
 
 
 class Latency(_Model):
@@ -80,7 +95,7 @@ class TenantSummary(_Model):
     tenant: str
     requests: int
     served: int
-    dropped: int
+    unserved: int = Field(description="sent and not served (every class except served and not_sent)")
     drop_rate: Rate
     goodput_per_s: float
     ttft_p99_ms: float | None
@@ -108,7 +123,7 @@ class PersonaSummary(_Model):
     persona: str
     requests: int
     served: int
-    dropped: int
+    unserved: int = Field(description="sent and not served (every class except served and not_sent)")
     drop_rate: Rate
     goodput_per_s: float
     ttft_p99_ms: float | None
@@ -134,7 +149,7 @@ class SaturationSlice(_Model):
 
     requests: int
     by_class: dict[str, int]
-    drop_rate: Rate
+    drop_rate: Rate = Field(description="not served / sent, within saturation windows")
     ttft_ms: Percentiles
     ttft_from_intended_ms: Percentiles
 
@@ -168,8 +183,10 @@ class TierSummary(_Model):
     status_by_class: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="attempts' raw HTTP status within each class, e.g. queue_full -> {429: 27}"
     )
-    drop_rate: Rate
-    drop_rate_by_class: dict[str, Rate]
+    unserved: int = Field(description="logical requests sent and not served, whatever the class")
+    drop_rate: Rate = Field(description="not served: unserved / sent (every class except not_sent)")
+    policy_drop_rate: Rate = Field(description="turned away by the stack's policy (POLICY_DROP_CLASSES) / sent")
+    drop_rate_by_class: dict[str, Rate] = Field(description="each unserved class / sent")
     share_429: Rate
     share_503: Rate
     goodput: Rate  # served within the tier's latency SLO
@@ -204,8 +221,7 @@ class Window(_Model):
 class TierSeries(_Model):
     offered: list[int]
     served: list[int]
-    dropped: dict[str, list[int]]  # per dropped class
-    failed: list[int]
+    unserved: dict[str, list[int]] = Field(description="attempts not served per bucket, per unserved class")
     ttft_p50_ms: list[float | None]
     ttft_p99_ms: list[float | None]
 
@@ -237,6 +253,8 @@ class Verdict(_Model):
     judge: Literal["point", "bound"]
     passed: bool
     message: str
+    inconclusive: bool = Field(default=False, description="too few samples (or a censored percentile below "
+                               "the limit) to judge: not a pass; the gate exits 2")
 
 
 class Validity(_Model):
@@ -285,7 +303,7 @@ class CrossCheck(_Model):
 
 
 class Evidence(_Model):
-    """A dropped request, as the report's evidence table shows it."""
+    """A request not served, as the report's evidence table shows it."""
 
     tier: str
     request_id: str
@@ -308,6 +326,9 @@ class RunInfo(_Model):
     started_at: str  # ISO 8601, UTC
     duration_s: float
     processes: int
+    stop_reason: str = Field(default="", description="run.json's stop_reason: completed, interrupted, budget, …")
+    interrupted: bool = Field(default=False, description="the run did not end on its schedule (stop_reason is "
+                              "not 'completed'): Ctrl-C, a budget stop, a lost worker, an overrun")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale
@@ -323,10 +344,10 @@ class Summary(_Model):
     findings: list[Finding]
     verdicts: list[Verdict]
     passed: bool
-    exit_code: int  # what `rushhour gate` returns: 0 pass, 1 fail, 2 invalid
+    exit_code: int  # what `rushhour gate` returns: 0 pass, 1 fail, 2 invalid or inconclusive
     routes: list[RouteSummary]
     crosscheck: list[CrossCheck]
-    evidence: list[Evidence]  # the first dropped requests per tier
+    evidence: list[Evidence]  # the first requests not served, per tier
     records: int
     tasks: int
 

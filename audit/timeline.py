@@ -8,15 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from audit.fold import NS_PER_MS, NS_PER_S, eq, isin
+from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.stats import merge_bucket_mask
-from audit.summary import DROPPED_CLASSES, TierSeries
+from audit.summary import UNSERVED_CLASSES, TierSeries
 
 MAX_BUCKETS = 600
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 INFLATION_SATURATED_X = 3.0  # a bucket whose median TTFT is > 3× idle is queue-driven saturation
 WINDOW_MAX_GAP = 1  # merge saturated runs separated by fewer than 2 buckets
-FAILED_CLASSES = ("failed", "timeout", "transport", "rate_limited")
 
 
 def bucket_size_s(duration_s: float) -> float:
@@ -86,17 +85,20 @@ def tier_series(attempts: pd.DataFrame, grid: Grid) -> TierSeries:
     return TierSeries(
         offered=_counts(offered_idx, np.ones(len(attempts), dtype=bool), n),
         served=_counts(end_idx, served, n),
-        dropped={c: _counts(end_idx, eq(cls, c), n) for c in DROPPED_CLASSES},
-        failed=_counts(end_idx, isin(cls, FAILED_CLASSES), n),
+        unserved={c: _counts(end_idx, eq(cls, c), n) for c in UNSERVED_CLASSES},
         ttft_p50_ms=p50,
         ttft_p99_ms=p99,
     )
 
 
 def outcome_saturation_mask(attempts: pd.DataFrame, ratio: np.ndarray, grid: Grid) -> np.ndarray:
-    """Buckets with any drop of any tier, or a median TTFT inflation above 3× idle in some tier."""
+    """Buckets with any policy drop of any tier, or a median TTFT inflation above 3× idle in some tier.
+
+    Only policy drops (queue full, shed, …) mark saturation: a refused connection says the target is
+    down, not that it is saturated.
+    """
     mask = np.zeros(grid.count, dtype=bool)
-    dropped = attempts["dropped"].to_numpy()
+    dropped = attempts["policy_drop"].to_numpy()
     idx = grid.index(attempts["t_end_ns"])
     mask[idx[dropped & (idx >= 0)]] = True
     first_idx = grid.index(attempts["first_token_ns"])

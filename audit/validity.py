@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.fold import NS_PER_MS, eq
+from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.summary import Validity
 
 LOOP_LAG_P99_MS = 50.0
@@ -13,6 +13,73 @@ CPU_BUSY_PERCENT = 90.0  # of one core (psutil's per-process percent)
 CPU_BUSY_SHARE = 0.10  # of health samples
 SCHEDULE_LAG_P99_MS = 100.0
 BUDGET_REASON = "budget"  # loadgen/attempts.py: refused by the cost guard, recorded not_sent
+UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
+UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
+NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
+
+
+def _fmt_s(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+def dark_spans(sent_ns: np.ndarray, end_ns: np.ndarray, dark: np.ndarray, answers_ns: np.ndarray
+               ) -> list[tuple[float, float, int]]:
+    """Spans (start ns, end ns, attempts) in which consecutive attempts (by send time) got no HTTP answer.
+
+    A span runs from the first dark attempt's send to the last one's end, and is cut at every
+    moment the target did answer something (``answers_ns``: response headers, first tokens), so a
+    slow but living target never shows a dark span. Pure; the caller decides what length matters.
+    """
+    order = np.argsort(sent_ns, kind="stable")
+    sent, end, flag = sent_ns[order], end_ns[order], dark[order]
+    answers = np.sort(answers_ns[np.isfinite(answers_ns)])
+    spans: list[tuple[float, float, int]] = []
+    if not flag.any():
+        return spans
+    edges = np.diff(np.concatenate(([0], flag.astype(np.int8), [0])))
+    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+        start, stop = float(sent[a]), float(np.nanmax(np.maximum(end[a:b], sent[a:b])))
+        lo, hi = np.searchsorted(answers, start, "right"), np.searchsorted(answers, stop, "left")
+        cuts = np.concatenate(([start], answers[lo:hi], [stop]))
+        gaps = np.diff(cuts)
+        i = int(np.argmax(gaps))
+        s0, s1 = float(cuts[i]), float(cuts[i + 1])
+        inside = int(((sent[a:b] >= s0) & (sent[a:b] <= s1)).sum())
+        spans.append((s0, s1, inside))
+    return spans
+
+
+def _reachability(attempts: pd.DataFrame, out: np.ndarray, duration_s: float) -> list[str]:
+    """Reasons the target could not be measured: unreachable for a long span, or most attempts unanswered."""
+    status = attempts["status"].fillna(0).to_numpy()
+    # an attempt the run cut (unfinished) says nothing about reachability: it was simply not over
+    unfinished = eq(attempts["cls"], "unfinished") if "cls" in attempts.columns else np.zeros(len(attempts), bool)
+    judged = out & ~unfinished
+    dark = judged & (status <= 0)
+    n, k = int(judged.sum()), int(dark.sum())
+    reasons: list[str] = []
+    if out.any() and not (status[out] > 0).any():
+        return [f"no attempt got an HTTP response from the target ({int(out.sum())} connection errors, "
+                "timeouts or cut attempts): is it reachable?"]
+    if not n or not k:
+        return reasons
+    sent = attempts["sent_ns"].to_numpy(dtype=np.float64)
+    end = attempts["t_end_ns"].to_numpy(dtype=np.float64) if "t_end_ns" in attempts.columns else sent
+    answers = np.concatenate([attempts[c].to_numpy(dtype=np.float64)[out & (status > 0)]
+                              for c in ("headers_ns", "first_token_ns", "done_ns") if c in attempts.columns])
+    limit_s = max(UNREACHABLE_MIN_S, UNREACHABLE_SHARE * duration_s)
+    spans = dark_spans(sent[judged], end[judged], dark[judged], answers)
+    long = [(a, b, m) for a, b, m in spans if (b - a) / NS_PER_S >= limit_s]
+    if long:
+        a, b, _ = max(long, key=lambda span: span[1] - span[0])
+        length = (b - a) / NS_PER_S
+        more = f" ({len(long) - 1} more such span(s))" if len(long) > 1 else ""
+        reasons.append(f"target unreachable from {_fmt_s(a / NS_PER_S)} to {_fmt_s(b / NS_PER_S)} "
+                       f"({_fmt_s(length)}, limit {_fmt_s(limit_s)}){more}: {k} of {n} attempts got no HTTP answer")
+    elif k / n > NO_ANSWER_SHARE:
+        reasons.append(f"{k} of {n} attempts ({k / n:.0%}) got no HTTP answer from the target "
+                       f"(limit {NO_ANSWER_SHARE:.0%}): the run measured the network, not the stack")
+    return reasons
 
 
 def _p99(values: np.ndarray) -> float | None:
@@ -22,10 +89,10 @@ def _p99(values: np.ndarray) -> float | None:
 
 def check_validity(
     attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int,
-    workers_lost: int = 0,
+    workers_lost: int = 0, duration_s: float = 0.0,
 ) -> Validity:
     """Mark the run invalid when the generator lagged, was busy, could not send, lost a worker,
-    or never reached the target at all."""
+    or the target was unreachable for a substantial part of the run (or for most attempts)."""
     reasons: list[str] = []
     if workers_lost:
         reasons.append(f"{workers_lost} load-generator process(es) died mid-run (no worker_stop): "
@@ -33,10 +100,7 @@ def check_validity(
     if len(attempts):
         # attempts that really went out: not refused by the generator itself (not_sent, breaker)
         out = ~attempts["not_sent"].to_numpy() & ~eq(attempts["reason"], "breaker_open")
-        answered = attempts["status"].fillna(0).to_numpy()[out] > 0
-        if out.any() and not answered.any():
-            reasons.append(f"no attempt got an HTTP response from the target ({int(out.sum())} connection "
-                           "errors or timeouts): is it reachable?")
+        reasons += _reachability(attempts, out, duration_s)
     if len(health):
         # before the anchor no request is scheduled: start-up lag there judges nothing
         health = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)]
@@ -87,5 +151,6 @@ def check_validity(
         truncated_shards=truncated_shards,
         thresholds={"loop_lag_p99_ms": LOOP_LAG_P99_MS, "cpu_busy_percent": CPU_BUSY_PERCENT,
                     "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_p99_ms": SCHEDULE_LAG_P99_MS,
-                    "not_sent": 0},
+                    "not_sent": 0, "unreachable_min_s": UNREACHABLE_MIN_S,
+                    "unreachable_share": UNREACHABLE_SHARE, "no_answer_share": NO_ANSWER_SHARE},
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from audit.summary import DROPPED_CLASSES, Summary, TierSeries, TierSummary
+from audit.summary import POLICY_DROP_CLASSES, Summary, TierSeries, TierSummary
 from reports import fmt
 
 # Points per time series in the HTML; a 24 h run at 1 s buckets is merged to this many.
@@ -45,11 +45,11 @@ def _per_s(values: list[float], seconds: float) -> list[float]:
     return [round(v / seconds, 3) if seconds > 0 else v for v in values]
 
 
-def _dropped(series: TierSeries, n: int) -> list[int]:
-    """Dropped requests per bucket (all dropped classes together)."""
+def _total(series: TierSeries, n: int, classes: tuple[str, ...] | None = None) -> list[int]:
+    """Attempts not served per bucket, of ``classes`` (None = every unserved class)."""
     total = [0] * n
-    for name, values in series.dropped.items():
-        if name in DROPPED_CLASSES or name not in ("served", "failed"):
+    for name, values in series.unserved.items():
+        if classes is None or name in classes:
             for i, v in enumerate(values[:n]):
                 total[i] += v
     return total
@@ -68,11 +68,16 @@ def timeline_data(summary: Summary, max_points: int = MAX_POINTS) -> dict[str, A
         if s is None:
             tiers[tier.name] = None
             continue
+        # one visible series per unserved class the tier had (unfinished and unclassified included)
+        totals = {c: sum(v[:n]) for c, v in s.unserved.items()}
+        classes = [c for c in fmt.ordered_classes(totals) if totals[c]]
         tiers[tier.name] = {
             "offered": _per_s(_sum(s.offered[:n], k), bucket),
             "served": _per_s(_sum(s.served[:n], k), bucket),
-            "dropped": _per_s(_sum(_dropped(s, n), k), bucket),
-            "failed": _per_s(_sum(s.failed[:n], k), bucket),
+            "not_served": _per_s(_sum(_total(s, n), k), bucket),
+            "policy": _per_s(_sum(_total(s, n, POLICY_DROP_CLASSES), k), bucket),
+            "by_class": [{"cls": c, "label": fmt.class_label(c), "colour": fmt.class_colour(c),
+                          "values": _per_s(_sum(s.unserved[c][:n], k), bucket)} for c in classes],
             "ttft_p50_ms": _mean(s.ttft_p50_ms[:n], k),
             "ttft_p99_ms": _max(s.ttft_p99_ms[:n], k),
         }

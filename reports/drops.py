@@ -37,7 +37,7 @@ def raw_outcome(rec: dict[str, Any]) -> str | None:
     if rec.get("not_sent"):
         return "not_sent"
     if rec.get("cancelled"):
-        return "cancelled"
+        return "unfinished"  # the generator stopped while it was in flight
     if rec.get("client_timeout"):
         return "timeout"
     if rec.get("transport_error"):

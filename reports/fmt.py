@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from audit.summary import DROPPED_CLASSES, OUTCOME_CLASSES, Percentiles, Rate, Summary
+from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary
 
 # Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
 TIER_PALETTE = (
@@ -30,6 +30,8 @@ CLASS_COLOURS = {
     "timeout": "#BCBD22",
     "transport": "#17BECF",
     "cancelled": "#AAAAAA",
+    "unfinished": "#6B4C9A",
+    "unclassified": "#000000",
     "not_sent": "#C7C7C7",
 }
 
@@ -45,10 +47,13 @@ CLASS_LABELS = {
     "timeout": "client timeout",
     "transport": "transport error",
     "cancelled": "cancelled",
+    "unfinished": "unfinished at run end",
+    "unclassified": "unclassified (no rule)",
     "not_sent": "not sent",
 }
 
-__all__ = ["CLASS_COLOURS", "CLASS_LABELS", "DROPPED_CLASSES", "OUTCOME_CLASSES", "TIER_PALETTE"]
+__all__ = ["CLASS_COLOURS", "CLASS_LABELS", "OUTCOME_CLASSES", "POLICY_DROP_CLASSES", "TIER_PALETTE",
+           "UNSERVED_CLASSES"]
 
 
 def tier_colours(summary: Summary) -> dict[str, str]:
@@ -72,9 +77,14 @@ def ordered_classes(counts: dict[str, int]) -> list[str]:
     return known + sorted(c for c in counts if c not in OUTCOME_CLASSES)
 
 
-def dropped_count(by_class: dict[str, int]) -> int:
-    """Requests in the 'dropped' classes."""
-    return sum(by_class.get(c, 0) for c in DROPPED_CLASSES)
+def unserved_count(by_class: dict[str, int]) -> int:
+    """Requests sent and not served (every class but served and not_sent): the headline."""
+    return sum(by_class.get(c, 0) for c in UNSERVED_CLASSES)
+
+
+def policy_drop_count(by_class: dict[str, int]) -> int:
+    """Requests turned away by the stack's policy (queue full, shed, …): a part of ``unserved_count``."""
+    return sum(by_class.get(c, 0) for c in POLICY_DROP_CLASSES)
 
 
 def ms(value: float | None) -> str:
@@ -124,11 +134,21 @@ def pctl(p: Percentiles, key: str) -> float | None:
     return value if isinstance(value, (int, float)) else None
 
 
-def pctl_ci(p: Percentiles, key: str) -> str:
-    """'1.2 s [1.1–1.4 s]' for a percentile with its bootstrap interval."""
+def pctl_text(p: Percentiles, key: str) -> str:
+    """One percentile as text; '≥ 12.2 s' when censoring makes it only a lower bound."""
     value = pctl(p, key)
     if value is None:
         return "–"
+    return f"≥ {ms(value)}" if key in p.lower_bound else ms(value)
+
+
+def pctl_ci(p: Percentiles, key: str) -> str:
+    """'1.2 s [1.1–1.4 s]' for a percentile with its bootstrap interval ('≥ 12.2 s' for a bound)."""
+    value = pctl(p, key)
+    if value is None:
+        return "–"
+    if key in p.lower_bound:
+        return pctl_text(p, key)
     ci = p.ci.get(key)
     if not ci:
         return ms(value)

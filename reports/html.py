@@ -10,7 +10,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from audit.summary import DROPPED_CLASSES, Summary, TierSummary
+from audit.summary import UNSERVED_CLASSES, Summary, TierSummary
 from reports import charts, drops, fmt, sentences
 
 HERE = Path(__file__).parent
@@ -40,6 +40,7 @@ def _env() -> jinja2.Environment:
         "pct",
         "rate_ci",
         "pctl_ci",
+        "pctl_text",
         "times",
         "count",
         "class_label",
@@ -89,18 +90,21 @@ def _statuses(summary: Summary) -> list[str]:
 def _tier_row(summary: Summary, tier: TierSummary) -> dict[str, Any]:
     """The at-a-glance row of a tier."""
     verdicts = [v for v in summary.verdicts if v.tier == tier.name]
-    failed = sum(1 for v in verdicts if not v.passed)
+    failed = sum(1 for v in verdicts if not v.passed and not v.inconclusive)
+    unsure = sum(1 for v in verdicts if v.inconclusive)
     served = tier.by_class.get("served", 0)
     return {
         "tier": tier,
         "served": served,
         "served_share": served / tier.requests if tier.requests else None,
-        "dropped": fmt.dropped_count(tier.by_class),
+        "unserved": fmt.unserved_count(tier.by_class),
+        "policy": fmt.policy_drop_count(tier.by_class),
         "s429": tier.by_status.get("429", 0),
         "s503": tier.by_status.get("503", 0),
         "verdicts": len(verdicts),
         "failed": failed,
-        "state": "none" if not verdicts else ("fail" if failed else "pass"),
+        "unsure": unsure,
+        "state": "none" if not verdicts else ("fail" if failed else ("inconclusive" if unsure else "pass")),
     }
 
 
@@ -111,7 +115,7 @@ def _tenants(tier: TierSummary) -> dict[str, Any]:
 
 
 def _evidence(summary: Summary) -> list[dict[str, Any]]:
-    """First dropped requests per tier (tiers in summary order)."""
+    """First requests not served, per tier (tiers in summary order)."""
     out = []
     for tier in summary.tiers:
         rows = sorted((e for e in summary.evidence if e.tier == tier.name), key=lambda e: e.t_s)
@@ -161,7 +165,9 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         ],
         "rows": [_tier_row(summary, t) for t in summary.tiers],
         "class_columns": _class_columns(summary),
-        "dropped_classes": DROPPED_CLASSES,
+        # every unserved class some tier had (a table of always-zero columns says nothing)
+        "dropped_classes": [c for c in UNSERVED_CLASSES if any(t.by_class.get(c) for t in summary.tiers)],
+        "unclassified_findings": [f for f in summary.findings if f.kind == "unclassified"],
         "statuses": _statuses(summary),
         "bars": charts.outcome_bars(summary),
         "strips": charts.breaker_strips(summary),
@@ -169,7 +175,8 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "percentile_rows": {t.name: _percentile_rows(t) for t in summary.tiers},
         "evidence": _evidence(summary),
         "fairness_findings": fairness_findings,
-        "other_findings": [f for f in summary.findings if f.kind not in FAIRNESS_KINDS or f.severity == "error"],
+        "other_findings": [f for f in summary.findings
+                           if f.kind != "unclassified" and (f.kind not in FAIRNESS_KINDS or f.severity == "error")],
         "has_fallback": has_fallback,
         "tiers_with_timeline": [t.name for t in summary.tiers if charts.tier_has_timeline(summary, t)],
         "windows": [(fmt.span(summary, w.start_s, w.end_s), w) for w in summary.windows],

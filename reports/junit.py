@@ -27,7 +27,9 @@ def _case(suite: ET.Element, classname: str, verdict: Verdict) -> ET.Element:
     """A testcase for one verdict, with a failure element when it failed."""
     case = ET.SubElement(suite, "testcase", {"name": _clean(verdict.check), "classname": classname, "time": "0"})
     if not verdict.passed:
-        failure = ET.SubElement(case, "failure", {"message": _clean(verdict.message), "type": "slo"})
+        # an inconclusive check is not a pass: it fails the case, typed so CI can tell it apart
+        kind = "inconclusive" if verdict.inconclusive else "slo"
+        failure = ET.SubElement(case, "failure", {"message": _clean(verdict.message), "type": kind})
         failure.text = _clean(
             f"tier {verdict.tier}: {verdict.check} threshold {fmt.check_value(verdict.check, verdict.threshold)}, "
             f"observed {fmt.check_value(verdict.check, verdict.observed)}"

@@ -31,10 +31,12 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] | None = No
 
 
 def _status_badge(summary: Summary) -> str:
-    """'✅ PASS', '❌ FAIL' or '⚠️ INVALID'."""
+    """'✅ PASS', '❌ FAIL', '❔ INCONCLUSIVE' or '⚠️ INVALID'."""
     if not summary.validity.valid:
         return "⚠️ INVALID RUN"
-    return "✅ PASS" if summary.passed else "❌ FAIL"
+    if summary.passed:
+        return "✅ PASS"
+    return "❔ INCONCLUSIVE" if summary.exit_code == 2 else "❌ FAIL"
 
 
 def render_markdown(summary: Summary) -> str:
@@ -60,7 +62,7 @@ def render_markdown(summary: Summary) -> str:
                 fmt.check_value(v.check, v.threshold),
                 fmt.check_value(v.check, v.observed),
                 fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
-                "✅ pass" if v.passed else "❌ FAIL",
+                "❔ inconclusive" if v.inconclusive else ("✅ pass" if v.passed else "❌ FAIL"),
                 v.message,
             ]
             for v in summary.verdicts
@@ -70,7 +72,7 @@ def render_markdown(summary: Summary) -> str:
         out.append("No SLOs configured.")
     out.append("")
 
-    out += ["### Per tier: drops and latency", ""]
+    out += ["### Per tier: not served and latency", ""]
     rows = []
     for t in summary.tiers:
         rows.append(
@@ -79,12 +81,13 @@ def render_markdown(summary: Summary) -> str:
                 str(t.priority),
                 fmt.count(t.requests),
                 fmt.count(t.by_class.get("served", 0)),
-                fmt.rate_ci(t.drop_rate),
+                f"{fmt.count(t.unserved)} · {fmt.rate_ci(t.drop_rate)}",
+                fmt.pct(t.policy_drop_rate.value),
                 fmt.count(t.by_status.get("429", 0)),
                 fmt.count(t.by_status.get("503", 0)),
-                fmt.ms(t.latency.ttft_ms.p50),
-                fmt.ms(t.latency.ttft_ms.p99),
-                fmt.ms(t.latency.ttft_from_intended_ms.p99),
+                fmt.pctl_text(t.latency.ttft_ms, "p50"),
+                fmt.pctl_text(t.latency.ttft_ms, "p99"),
+                fmt.pctl_text(t.latency.ttft_from_intended_ms, "p99"),
             ]
         )
     out += _table(
@@ -93,7 +96,8 @@ def render_markdown(summary: Summary) -> str:
             "priority",
             "requests",
             "served",
-            "dropped [95 % CI]",
+            "not served [95 % CI]",
+            "policy drops",
             "429",
             "503",
             "TTFT p50",
@@ -101,7 +105,7 @@ def render_markdown(summary: Summary) -> str:
             "p99 from intended",
         ],
         rows,
-        set(range(1, 10)),
+        set(range(1, 11)),
     )
     out.append("")
 

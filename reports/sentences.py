@@ -2,32 +2,57 @@
 
 from __future__ import annotations
 
-from audit.summary import DROPPED_CLASSES, Summary, TaskStats, TierSummary
+from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES, Summary, TaskStats, TierSummary
 from reports import fmt
 
+# How each unserved class reads in a sentence (policy classes first, as in the breakdown).
 _DROP_WORDS = {
-    "queue_full": "rejected (queue full)",
+    "queue_full": "queue full",
     "queue_timeout": "timed out in the queue",
     "shed": "shed",
     "preempted": "preempted after admission",
-    "overloaded": "refused (overloaded)",
+    "overloaded": "refused as overloaded",
+    "rate_limited": "rate limited",
+    "failed": "failed",
+    "timeout": "client timeout",
+    "transport": "no HTTP answer",
+    "cancelled": "cancelled by the server",
+    "unfinished": "unfinished at run end",
+    "unclassified": "unclassified",
 }
+_BREAKDOWN_ORDER = (*POLICY_DROP_CLASSES, *(c for c in UNSERVED_CLASSES if c not in POLICY_DROP_CLASSES))
+
+
+def interrupted_text(summary: Summary) -> str:
+    """'the run was interrupted (stop reason: budget)', or empty when it ended on schedule."""
+    if not summary.run.interrupted:
+        return ""
+    return f"the run was interrupted (stop reason: {summary.run.stop_reason or 'unknown'})"
 
 
 def verdict_line(summary: Summary) -> str:
-    """One line: pass, fail or invalid, and which checks failed."""
+    """One line: pass, fail, inconclusive or invalid, which checks failed, and whether the run was cut short."""
     total = len(summary.verdicts)
-    failed = [v for v in summary.verdicts if not v.passed]
+    failed = [v for v in summary.verdicts if not v.passed and not v.inconclusive]
+    unsure = [v for v in summary.verdicts if v.inconclusive]
+    cut = interrupted_text(summary)
+    tail = f"; {cut}." if cut else "."
     if not summary.validity.valid:
         head = "INVALID RUN: the numbers below cannot be trusted"
         why = "; ".join(summary.validity.reasons) or "see run validity"
-        return f"{head} ({why})."
+        return f"{head} ({why}){tail}"
+    if failed:
+        names = ", ".join(f"{v.tier} {v.check}" for v in failed)
+        text = f"FAIL: {len(failed)} of {total} SLO checks failed ({names})"
+        if unsure:
+            text += f", {len(unsure)} inconclusive"
+        return text + tail
+    if unsure:
+        names = ", ".join(f"{v.tier} {v.check}" for v in unsure)
+        return f"INCONCLUSIVE: {len(unsure)} of {total} SLO checks could not be judged ({names}){tail}"
     if not total:
-        return "No SLO checks were configured." if summary.passed else "FAIL."
-    if not failed:
-        return f"PASS: all {total} SLO checks passed."
-    names = ", ".join(f"{v.tier} {v.check}" for v in failed)
-    return f"FAIL: {len(failed)} of {total} SLO checks failed ({names})."
+        return ("No SLO checks were configured" if summary.passed else "FAIL") + tail
+    return f"PASS: all {total} SLO checks passed{tail}"
 
 
 def _windows_text(summary: Summary) -> str:
@@ -54,49 +79,48 @@ def saturation_line(summary: Summary) -> str:
 
 
 def _breakdown(by_class: dict[str, int], n: int, statuses: dict[str, dict[str, int]] | None = None) -> str:
-    """'27 % rejected 429 (queue full), 4 % timed out in the queue (503)': classes with their wire status."""
+    """'41 % queue full 429, 11 % unfinished at run end': every unserved class with its wire status, policy first."""
     parts = []
-    for cls in DROPPED_CLASSES:
+    for cls in _BREAKDOWN_ORDER:
         k = by_class.get(cls, 0)
         if k and n:
             seen = sorted((statuses or {}).get(cls, {}).items(), key=lambda kv: -kv[1])
             codes = "/".join(code for code, _ in seen if code != "0")
             words = _DROP_WORDS.get(cls, cls)
             if codes:
-                words = f"{words[:-1]}, {codes})" if words.endswith(")") else f"{words} ({codes})"
+                words = f"{words} {codes}"
             parts.append(f"{fmt.pct(k / n)} {words}")
     return ", ".join(parts)
 
 
 def _not_counted(by_class: dict[str, int]) -> str:
-    """' (4 still running at the end, 2 not sent: not counted)', or empty: what the rates leave out."""
-    parts = []
-    cancelled, not_sent = by_class.get("cancelled", 0), by_class.get("not_sent", 0)
-    if cancelled:
-        parts.append(f"{fmt.count(cancelled)} still running at the end")
-    if not_sent:
-        parts.append(f"{fmt.count(not_sent)} not sent")
-    return f" ({', '.join(parts)}: not counted)" if parts else ""
+    """' (2 not sent by the generator: not counted)', or empty: what the rates leave out."""
+    not_sent = by_class.get("not_sent", 0)
+    return f" ({fmt.count(not_sent)} not sent by the generator: not counted)" if not_sent else ""
 
 
 def tier_line(summary: Summary, tier: TierSummary) -> str:
-    """The tier's story in one or two sentences: how long it waited and how much was dropped."""
+    """The tier's story in one or two sentences: how long it waited and how much was not served."""
     if tier.requests == 0:
         return f"{tier.name} sent no requests, so nothing can be said about it."
     sat = tier.saturation
     if sat is not None and sat.requests and summary.windows:
         when = f"During saturation {tier.name}"
-        n, by_class, p99 = sat.drop_rate.n, sat.by_class, sat.ttft_ms.p99
+        n, by_class, ttft = sat.drop_rate.n, sat.by_class, sat.ttft_ms
     else:
         when = f"Over the run {tier.name}"
-        n, by_class, p99 = tier.drop_rate.n, tier.by_class, tier.latency.ttft_ms.p99
-    # percentages are of judged requests (the drop rate's denominator), as in the tables
-    dropped = fmt.dropped_count(by_class)
-    wait = f"waited p99 {fmt.ms(p99)}" if p99 is not None else "had no served request to time"
-    if dropped == 0 or not n:
-        text = f"{when} {wait} and was never dropped"
+        n, by_class, ttft = tier.drop_rate.n, tier.by_class, tier.latency.ttft_ms
+    p99 = ttft.p99
+    # percentages are of sent requests (the drop rate's denominator), as in the tables
+    unserved = fmt.unserved_count(by_class)
+    wait = f"waited p99 {fmt.pctl_text(ttft, 'p99')}" if p99 is not None else "had no served request to time"
+    if not n:
+        text = f"{when} sent nothing"
+    elif unserved == 0:
+        text = f"{when} {wait} and was never dropped"  # said only when every sent request was served
     else:
-        text = f"{when} {wait}; {fmt.pct(dropped / n)} were dropped: {_breakdown(by_class, n, tier.status_by_class)}"
+        text = (f"{when} {wait}; {fmt.pct(unserved / n)} not served "
+                f"({_breakdown(by_class, n, tier.status_by_class)})")
     text += _not_counted(by_class) + "."
     # status 0 = nothing received: not a response (the tables list it)
     statuses = [f"{fmt.count(v)} × {k}" for k, v in sorted(tier.by_status.items()) if k not in ("200", "0") and v]
@@ -106,28 +130,29 @@ def tier_line(summary: Summary, tier: TierSummary) -> str:
 
 
 def whole_run_line(tier: TierSummary) -> str:
-    """Whole-run totals: served, dropped with interval, TTFT p50/p99 and inflation."""
+    """Whole-run totals: served, not served with interval and its policy part, TTFT p50/p99 and inflation."""
     if tier.requests == 0:
         return f"{tier.name}: no requests."
     served = tier.by_class.get("served", 0)
-    judged = tier.drop_rate.n  # the rates' denominator: cancelled and not_sent left out
+    judged = tier.drop_rate.n  # the rates' denominator: every request sent (not_sent left out)
     lat = tier.latency
     text = (
         f"{tier.name}: {fmt.count(tier.requests)} requests{_not_counted(tier.by_class)}, "
         f"{fmt.pct(served / judged if judged else None)} served, "
-        f"{fmt.rate_ci(tier.drop_rate)} dropped; TTFT p50 {fmt.ms(lat.ttft_ms.p50)}, "
-        f"p99 {fmt.ms(lat.ttft_ms.p99)}"
+        f"{fmt.rate_ci(tier.drop_rate)} not served ({fmt.pct(tier.policy_drop_rate.value)} turned away by policy); "
+        f"TTFT p50 {fmt.pctl_text(lat.ttft_ms, 'p50')}, p99 {fmt.pctl_text(lat.ttft_ms, 'p99')}"
     )
     if lat.ttft_from_intended_ms.p99 is not None:
-        text += f" ({fmt.ms(lat.ttft_from_intended_ms.p99)} from the intended send)"
+        text += f" ({fmt.pctl_text(lat.ttft_from_intended_ms, 'p99')} from the intended send)"
     if tier.inflation.p99_x is not None:
         text += f", {fmt.times(tier.inflation.p99_x)} an idle stack at p99"
     return text + "."
 
 
 def never_dropped(summary: Summary) -> str:
-    """'interactive was never dropped' across tiers, or empty."""
-    names = [t.name for t in summary.tiers if t.requests and fmt.dropped_count(t.by_class) == 0]
+    """'interactive was never dropped' across tiers whose every sent request was served, or empty."""
+    names = [t.name for t in summary.tiers
+             if t.drop_rate.n and t.unserved == 0 and fmt.unserved_count(t.by_class) == 0]
     if not names:
         return ""
     verb = "was" if len(names) == 1 else "were"
@@ -183,6 +208,11 @@ def fairness_line(tier: TierSummary) -> str:
 
 def headline(summary: Summary) -> list[str]:
     """The few sentences a manager reads first."""
-    lines = [verdict_line(summary), saturation_line(summary)]
+    lines = [verdict_line(summary), *unclassified_lines(summary), saturation_line(summary)]
     lines += [tier_line(summary, t) for t in summary.tiers]
     return [line for line in lines if line]
+
+
+def unclassified_lines(summary: Summary) -> list[str]:
+    """Each ``unclassified`` finding as a sentence: answers no rule knows are named, never hidden."""
+    return [f"{f.tier + ': ' if f.tier else ''}{f.message}" for f in summary.findings if f.kind == "unclassified"]

@@ -17,40 +17,48 @@ def _verdict_cell(summary: Summary, tier: str) -> Text:
     verdicts = [v for v in summary.verdicts if v.tier == tier]
     if not verdicts:
         return Text("–", style="dim")
-    failed = sum(1 for v in verdicts if not v.passed)
+    failed = sum(1 for v in verdicts if not v.passed and not v.inconclusive)
     if failed:
         return Text(f"FAIL {failed}/{len(verdicts)}", style="bold red")
+    unsure = sum(1 for v in verdicts if v.inconclusive)
+    if unsure:
+        return Text(f"?? {unsure}/{len(verdicts)}", style="bold yellow")
     return Text("PASS", style="bold green")
 
 
 def _banner(summary: Summary) -> Text:
     """The one-line verdict, coloured."""
-    style = "bold white on red" if not summary.validity.valid else ("bold green" if summary.passed else "bold red")
+    if not summary.validity.valid:
+        style = "bold white on red"
+    elif summary.passed:
+        style = "bold green"
+    else:
+        style = "bold yellow" if summary.exit_code == 2 else "bold red"
     return Text(sentences.verdict_line(summary), style=style)
 
 
 def tier_table(summary: Summary) -> Table:
-    """Per-tier table: requests, served, dropped %, 429, 503, TTFT p50/p99, verdict."""
+    """Per-tier table: requests, served, not served (%), 429, 503, TTFT p50/p99, verdict."""
     colours = fmt.tier_colours(summary)
     table = Table(title=f"rushhour · {summary.run.scenario} · {summary.run.run_id} · TTFT p50/p99",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
     # short headers and no_wrap: an 80-column CI log must still show whole tier names and numbers
     longest = max((len(t.name) for t in summary.tiers), default=4)
     table.add_column("tier", no_wrap=True, min_width=min(longest, 24))
-    for name in ("sent", "served", "dropped", "429", "503", "p50", "p99"):
+    for name in ("sent", "served", "not served", "429", "503", "p50", "p99"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("SLO", no_wrap=True)
     for t in summary.tiers:
-        dropped = fmt.dropped_count(t.by_class)
+        unserved = fmt.unserved_count(t.by_class)
         table.add_row(
             Text(t.name, style=f"bold {colours[t.name]}"),
             fmt.count(t.requests),
             fmt.count(t.by_class.get("served", 0)),
-            f"{fmt.count(dropped)} ({fmt.pct(t.drop_rate.value)})" if t.requests else "–",
+            f"{fmt.count(unserved)} ({fmt.pct(t.drop_rate.value)})" if t.requests else "–",
             fmt.count(t.by_status.get("429", 0)),
             fmt.count(t.by_status.get("503", 0)),
-            fmt.ms(t.latency.ttft_ms.p50),
-            fmt.ms(t.latency.ttft_ms.p99),
+            fmt.pctl_text(t.latency.ttft_ms, "p50"),
+            fmt.pctl_text(t.latency.ttft_ms, "p99"),
             _verdict_cell(summary, t.name),
         )
     return table
@@ -73,12 +81,24 @@ def verdict_table(summary: Summary, wide: bool = True) -> Table:
             fmt.check_value(v.check, v.threshold),
             fmt.check_value(v.check, v.observed),
             fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
-            Text("PASS", style="bold green") if v.passed else Text("FAIL", style="bold red"),
+            _result(v.passed, v.inconclusive),
         ]
         if wide:
             cells.append(Text(v.message))
         table.add_row(*cells)
     return table
+
+
+def _result(passed: bool, inconclusive: bool) -> Text:
+    if inconclusive:
+        return Text("INCONCLUSIVE", style="bold yellow")
+    return Text("PASS", style="bold green") if passed else Text("FAIL", style="bold red")
+
+
+def _unclassified(summary: Summary, console: Console) -> None:
+    """Answers no rule knows, right under the verdict: they are why a tier counts as not served."""
+    for line in sentences.unclassified_lines(summary):
+        console.print(Text("unclassified: " + line, style="bold red"), highlight=False)
 
 
 def print_terminal(summary: Summary, console: Console) -> None:
@@ -99,6 +119,10 @@ def print_verdicts(summary: Summary, console: Console) -> None:
     if not summary.validity.valid:
         for reason in summary.validity.reasons:
             console.print(Text("invalid: " + reason, style="red"), highlight=False)
+    cut = sentences.interrupted_text(summary)
+    if cut:
+        console.print(Text(cut[0].upper() + cut[1:], style="yellow"), highlight=False)
+    _unclassified(summary, console)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
     else:

@@ -106,11 +106,17 @@
     if (!s) return;
     var c = DATA.colours[name];
     var fmt = function (u, v) { return fmtRate(v); };
-    base(el, name + ": served vs dropped (requests/s)", "req/s", [
+    var series = [
       { label: "served", stroke: c, width: 2, fill: alpha(c, 0.18), value: fmt, points: { show: false } },
-      { label: "dropped", stroke: DROP, width: 2, dash: [6, 3], fill: alpha(DROP, 0.12), value: fmt, points: { show: false } },
-      { label: "failed", stroke: "#525252", width: 1, value: fmt, points: { show: false } },
-    ], [xs(TL.t), s.served, s.dropped, s.failed]);
+      { label: "not served", stroke: DROP, width: 2, dash: [6, 3], fill: alpha(DROP, 0.12), value: fmt, points: { show: false } },
+    ];
+    var data = [xs(TL.t), s.served, s.not_served];
+    /* one thin line per class not served, so unfinished and unclassified requests stay visible */
+    (s.by_class || []).forEach(function (k) {
+      series.push({ label: k.label, stroke: k.colour, width: 1, value: fmt, points: { show: false } });
+      data.push(k.values);
+    });
+    base(el, name + ": served vs not served (requests/s)", "req/s", series, data);
   }
 
   function ttftOverTime(el) {

@@ -21,8 +21,9 @@ MS = 1_000_000
 ANCHOR = Anchor(mono_ns=5_000 * S, wall_ns=1_780_000_000 * S)
 
 TIERS = [
-    {"name": "interactive", "priority": 100, "slo": {"ttft_ms": {"p99": 1000}, "max_drop_rate": 0.01}},
-    {"name": "standard", "priority": 0, "slo": {"ttft_ms": {"p99": 5000}}},
+    # p90, not p99: a p99 needs ≥ 100 samples to be judged (audit/gates.py), these runs have 20–40
+    {"name": "interactive", "priority": 100, "slo": {"ttft_ms": {"p90": 1000}, "max_drop_rate": 0.01}},
+    {"name": "standard", "priority": 0, "slo": {"ttft_ms": {"p90": 5000}}},
     {"name": "batch", "priority": -1, "slo": {}},
 ]
 

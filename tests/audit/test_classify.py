@@ -81,7 +81,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("llm-d", {"status": 429, "reason": "evicted", "first_token": True}, "preempted"),
     ("llm-d", {"status": 503, "error": "failed to find endpoint candidates for serving the request"}, "overloaded"),
     ("llm-d", {"status": 500, "error": "inference error: Internal - boom"}, "failed"),
-    ("llm-d", {"status": 429}, "failed"),  # a bare 429 says nothing about why: not guessed
+    ("llm-d", {"status": 429}, "unclassified"),  # a bare 429 says nothing about why: not guessed, named
     # GAIE v1 (no header; TTL = 503; docs say 503 for capacity, code sends 429: body decides)
     ("gaie-v1", {"status": 503, "error": GAIE_TTL}, "queue_timeout"),
     ("gaie-v1", {"status": 429, "error": LLMD_SAT}, "queue_full"),
@@ -106,7 +106,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("sglang", {"status": 503, "error": "Request waiting timeout reached."}, "queue_timeout"),
     ("sglang", {"status": 200, "in_band_error": '{"message":"Request running timeout reached.","code":503}',
                 "first_token": True}, "failed"),
-    ("sglang", {"status": 200, "in_band_error": '{"message":"something odd","code":500}', "complete": True}, "failed"),
+    ("sglang", {"status": 200, "in_band_error": '{"message":"something odd","code":500}', "complete": True},
+     "unclassified"),
     # vLLM (§2)
     ("vllm", {"status": 503, "error": '{"error":{"message":"QueueOverflowError: max_num_queued_reqs reached"}}'},
      "queue_full"),
@@ -134,16 +135,16 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("smg", {"status": 408, "reason": "scheduler_queue_timeout"}, "queue_timeout"),
     ("smg", {"status": 503, "reason": "X-SMG-Preempted: true"}, "preempted"),
     ("smg", {"status": 499}, "cancelled"),
-    ("smg", {"status": 503, "error": "upstream unavailable"}, "failed"),
+    ("smg", {"status": 503, "error": "upstream unavailable"}, "unclassified"),
     # client-side facts, any profile
     ("llm-d", {"status": 200, "complete": True, "first_token": True}, "served"),
     ("llm-d", {"status": 200, "complete": False, "first_token": True}, "failed"),  # truncated stream
     ("llm-d", {"status": 200, "complete": False, "client_timeout": True}, "timeout"),
-    ("llm-d", {"status": 200, "complete": False, "cancelled": True}, "cancelled"),
+    ("llm-d", {"status": 200, "complete": False, "cancelled": True}, "unfinished"),
     ("llm-d", {"status": 0, "client_timeout": True}, "timeout"),
     ("llm-d", {"status": 0, "transport_error": True, "error": "connection refused"}, "transport"),
     ("llm-d", {"status": 0}, "transport"),
-    ("llm-d", {"status": 0, "cancelled": True}, "cancelled"),
+    ("llm-d", {"status": 0, "cancelled": True}, "unfinished"),
     ("llm-d", {"status": 0, "not_sent": True}, "not_sent"),
     ("llm-d", {"status": 0, "not_sent": True, "reason": "budget"}, "not_sent"),  # loadgen cost guard
     # loadgen's breaker refused to send: nothing left the machine (no ledger line), like a transport error
@@ -192,3 +193,35 @@ def test_rules_table_lists_every_rule() -> None:
     rows = rules_table()
     assert sum(1 for r in rows if r["order"] is not None) == sum(len(v) for v in PROFILE_RULES.values())
     assert all(r["note"] for r in rows)
+
+
+# --------------------------------------------------------------------------- taxonomy v2 (issue 12)
+
+
+@pytest.mark.parametrize(("profile", "facts", "expected"), [
+    # an answer no rule knows is never silently fine: before, these were `failed` (or hid real vLLM's 503s)
+    ("vllm", {"status": 503, "error": "The engine is currently busy, try again later"}, "unclassified"),
+    ("llm-d", {"status": 529}, "unclassified"),
+    ("llm-d", {"status": 408}, "unclassified"),
+    ("llm-d", {"status": 200, "in_band_error": "weird thing", "complete": True}, "unclassified"),
+    # the common status defaults hold on every profile
+    *((p, {"status": code}, "failed") for p in ("llm-d", "vllm", "openai") for code in (400, 404, 422, 500, 502, 504)),
+    # a profile default still wins over unclassified
+    ("openai", {"status": 429}, "rate_limited"),
+    ("smg", {"status": 408}, "queue_timeout"),
+    # the generator stopping is `unfinished`; only a server-reported cancel is `cancelled`
+    ("llm-d", {"status": 200, "complete": False, "cancelled": True, "first_token": True}, "unfinished"),
+    ("llm-d", {"status": 499}, "cancelled"),
+    ("llm-d", {"status": 0, "cancelled": True, "client_timeout": True}, "timeout"),
+    ("llm-d", {"status": 0, "not_sent": True, "cancelled": True}, "not_sent"),
+])
+def test_taxonomy_v2_precedence(profile: str, facts: dict[str, Any], expected: str) -> None:
+    assert classify_one(profile, **facts) == expected
+
+
+def test_groups() -> None:
+    from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES
+
+    assert OUTCOME_CLASSES[-3:] == ("unfinished", "unclassified", "not_sent")
+    assert set(UNSERVED_CLASSES) == set(OUTCOME_CLASSES) - {"served", "not_sent"}
+    assert set(POLICY_DROP_CLASSES) < set(UNSERVED_CLASSES) and "rate_limited" in POLICY_DROP_CLASSES

@@ -63,7 +63,8 @@ def test_floor_unjudged_without_windows_and_sentence_says_so(tmp_path: Path) -> 
     assert "NOT held" not in line
 
 
-def test_sentences_use_judged_denominators(tmp_path: Path) -> None:
+def test_unfinished_requests_count_as_not_served(tmp_path: Path) -> None:
+    """Issue 12: requests the run cut are not allowed to vanish from the denominator (they did: 2 of 6)."""
     b = RunBuilder(tmp_path, tiers=TIERS)
     for i in range(4):
         b.request(sent_ns=i * S, **BATCH)
@@ -73,17 +74,19 @@ def test_sentences_use_judged_denominators(tmp_path: Path) -> None:
         b.request(sent_ns=55 * S + i, cancelled=True, done_ns=60 * S, **NO_RESPONSE, **BATCH)
     s = audit_run(b.close())
     batch = _tier(s, "batch")
-    assert (batch.drop_rate.k, batch.drop_rate.n) == (2, 6)
+    assert batch.by_class["unfinished"] == 4 and batch.by_class["cancelled"] == 0
+    assert (batch.drop_rate.k, batch.drop_rate.n) == (6, 10) and batch.unserved == 6
+    assert (batch.policy_drop_rate.k, batch.policy_drop_rate.n) == (2, 10)
+    assert batch.drop_rate_by_class["unfinished"].k == 4
     whole = sentences.whole_run_line(batch)
-    assert "67 % served" in whole  # 4 of 6 judged, not 4 of 10
-    assert "4 still running at the end" in whole
-    # over the whole run (no served request inside the window): 2 of 6 judged dropped
+    assert "40 % served" in whole and "60 % [" in whole and "not served" in whole
     tier = batch.model_copy(update={"saturation": None})
     line = sentences.tier_line(s.model_copy(update={"windows": []}), tier)
-    assert "33 % were dropped" in line and "4 still running at the end" in line
+    assert "60 % not served" in line and "40 % unfinished at run end" in line and "20 % rejected" in line
+    assert "never dropped" not in line and sentences.never_dropped(s) == ""
 
 
-def test_saturation_sentence_leaves_out_cancelled(tmp_path: Path) -> None:
+def test_saturation_sentence_counts_unfinished(tmp_path: Path) -> None:
     b = RunBuilder(tmp_path, tiers=TIERS)
     for i in range(4):
         b.request(sent_ns=10 * S + i * S // 4, **BATCH)
@@ -93,10 +96,10 @@ def test_saturation_sentence_leaves_out_cancelled(tmp_path: Path) -> None:
         b.request(sent_ns=11 * S + i * S // 8, cancelled=True, done_ns=12 * S, **NO_RESPONSE, **BATCH)
     s = audit_run(b.close())
     batch = _tier(s, "batch")
-    assert batch.saturation is not None and batch.saturation.drop_rate.n == 2
+    assert batch.saturation is not None and batch.saturation.drop_rate.n == 6
+    assert batch.saturation.ttft_ms.censored == 4
     line = sentences.tier_line(s, batch)
-    assert "100 % were dropped" in line  # = the saturation slice's drop rate (2 of 2 judged)
-    assert "4 still running at the end" in line
+    assert "100 % not served" in line and "unfinished at run end" in line
 
 
 def test_raw_non_200_sentence_leaves_out_status_0(tmp_path: Path) -> None:

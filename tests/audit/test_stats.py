@@ -186,3 +186,59 @@ def test_floor_share() -> None:
     assert floor.passed is True
     floor, _ = floor_share(0, 0, 0.10)
     assert floor.share is None and floor.passed is None
+
+
+# --------------------------------------------------------------------------- Kaplan–Meier (censored waits)
+
+
+def test_kaplan_meier_hand_computed() -> None:
+    from audit.stats import kaplan_meier
+
+    # events at 1, 2, 4; censored at 3 and 5. At risk: 5, 4, 2. S = .8, .8·.75 = .6, .6·.5 = .3
+    t, surv, gw = kaplan_meier(np.array([1.0, 2, 3, 4, 5]), np.array([False, False, True, False, True]))
+    assert list(t) == [1, 2, 4]
+    assert surv == pytest.approx([0.8, 0.6, 0.3])
+    # Greenwood: 1/(5·4), + 1/(4·3), + 1/(2·1)
+    assert gw == pytest.approx([1 / 20, 1 / 20 + 1 / 12, 1 / 20 + 1 / 12 + 1 / 2])
+
+
+def test_km_percentiles_estimates_and_lower_bounds() -> None:
+    from audit.stats import km_percentiles
+
+    p = km_percentiles([1.0, 2, 3, 4, 5], [False, False, True, False, True])
+    assert p.n == 5 and p.censored == 2
+    assert p.p50 == 4.0 and "p50" not in p.lower_bound  # S(4) = .3 ≤ .5
+    # S never reaches .1: p90 is only known to exceed the longest wait seen (5)
+    assert p.p90 == 5.0 and {"p90", "p95", "p99", "max", "mean"} <= set(p.lower_bound)
+
+
+def test_km_censoring_at_a_tie_stays_at_risk() -> None:
+    from audit.stats import kaplan_meier
+
+    _, surv, _ = kaplan_meier(np.array([2.0, 2.0, 3.0]), np.array([False, True, False]))
+    assert surv == pytest.approx([2 / 3, 0.0])  # at 2: 1 event of 3 at risk; at 3: 1 of 1
+
+
+def test_wait_percentiles_without_censoring_is_the_plain_path() -> None:
+    from audit.stats import percentiles, wait_percentiles
+
+    values = np.arange(1.0, 101.0)
+    assert wait_percentiles(values, np.array([])) == percentiles(values)
+
+
+def test_km_all_censored_is_all_bounds() -> None:
+    from audit.stats import km_percentiles
+
+    p = km_percentiles([3.0, 7.0], [True, True])
+    assert p.p50 == 7.0 and set(p.lower_bound) >= {"p50", "p99", "max"}
+
+
+def test_km_interval_brackets_the_estimate() -> None:
+    from audit.stats import km_percentiles
+
+    rng = np.random.default_rng(1)
+    t = rng.exponential(1.0, 2000)
+    cut = rng.random(2000) < 0.1
+    p = km_percentiles(t, cut)
+    lo, hi = p.ci["p50"]
+    assert lo <= p.p50 <= hi and abs(p.p50 - np.log(2)) < 0.1  # type: ignore[operator]

@@ -49,7 +49,8 @@ def tier(name: str, priority: int, requests: int, dropped: int, ttft_p99: float 
     return TierSummary(
         name=name, priority=priority, attempts=requests, requests=requests, by_class=by_class,
         attempts_by_class=dict(by_class), by_status={"200": served, "429": dropped}, by_reason={},
-        drop_rate=wilson(dropped, requests), drop_rate_by_class={"queue_full": wilson(dropped, requests)},
+        unserved=dropped, drop_rate=wilson(dropped, requests), policy_drop_rate=wilson(dropped, requests),
+        drop_rate_by_class={"queue_full": wilson(dropped, requests)},
         share_429=wilson(dropped, requests), share_503=wilson(0, requests), goodput=wilson(served, requests),
         goodput_per_s=served / duration,
         latency=Latency(ttft_ms=pct(served, ttft_p99, spread), ttft_from_intended_ms=pct(served, ttft_p99, spread),

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from audit.summary import (
+    POLICY_DROP_CLASSES,
+    UNSERVED_CLASSES,
     CrossCheck,
     Evidence,
     Fairness,
@@ -102,9 +104,9 @@ def tier(
 ) -> TierSummary:
     """One tier with self-consistent numbers."""
     served = by_class.get("served", 0)
-    dropped = sum(
-        v for k, v in by_class.items() if k in ("queue_full", "queue_timeout", "shed", "preempted", "overloaded")
-    )
+    sent = requests - by_class.get("not_sent", 0)
+    unserved = sum(v for k, v in by_class.items() if k in UNSERVED_CLASSES)
+    policy = sum(v for k, v in by_class.items() if k in POLICY_DROP_CLASSES)
     attempts = sum(by_status.values())
     return TierSummary(
         name=name,
@@ -115,8 +117,10 @@ def tier(
         attempts_by_class=dict(by_class),
         by_status=by_status,
         by_reason=by_reason,
-        drop_rate=wilson(dropped, requests),
-        drop_rate_by_class={k: wilson(v, requests) for k, v in by_class.items() if k != "served"},
+        unserved=unserved,
+        drop_rate=wilson(unserved, sent),
+        policy_drop_rate=wilson(policy, sent),
+        drop_rate_by_class={k: wilson(v, sent) for k, v in by_class.items() if k in UNSERVED_CLASSES},
         share_429=wilson(by_status.get("429", 0), attempts),
         share_503=wilson(by_status.get("503", 0), attempts),
         goodput=wilson(served, requests),
@@ -136,7 +140,7 @@ def tier(
         else SaturationSlice(
             requests=sat[0],
             by_class=sat[1],
-            drop_rate=wilson(sum(v for k, v in sat[1].items() if k != "served"), sat[0]),
+            drop_rate=wilson(sum(v for k, v in sat[1].items() if k in UNSERVED_CLASSES), sat[0]),
             ttft_ms=pct(sat[1].get("served", 0), *sat[2]),
             ttft_from_intended_ms=pct(sat[1].get("served", 0), *sat[2]),
         ),
@@ -161,7 +165,7 @@ def tenant(name: str, requests: int, dropped: int, p99: float | None) -> TenantS
         tenant=name,
         requests=requests,
         served=requests - dropped,
-        dropped=dropped,
+        unserved=dropped,
         drop_rate=wilson(dropped, requests),
         goodput_per_s=(requests - dropped) / 95.0,
         ttft_p99_ms=p99,
@@ -222,8 +226,7 @@ def timeline(
         series[name] = TierSeries(
             offered=offered,
             served=served,
-            dropped={"queue_full": qf, "queue_timeout": qt},
-            failed=failed,
+            unserved={"queue_full": qf, "queue_timeout": qt, "failed": failed},
             ttft_p50_ms=p50,
             ttft_p99_ms=p99,
         )
@@ -519,7 +522,7 @@ def edge_summary() -> Summary:
     tl = timeline(30, 1.0, ["interactive", "idle"], (1e9, 1e9), server=False)
     tl.breaker = []
     tl.tiers["idle"] = TierSeries(
-        offered=[0] * 30, served=[0] * 30, dropped={}, failed=[0] * 30, ttft_p50_ms=[None] * 30, ttft_p99_ms=[None] * 30
+        offered=[0] * 30, served=[0] * 30, unserved={}, ttft_p50_ms=[None] * 30, ttft_p99_ms=[None] * 30
     )
     return base.model_copy(
         update={

@@ -74,7 +74,7 @@ def test_offline_and_uplot_inlined_once(summary: Summary) -> None:
 def test_verdict_sentences_and_tables(summary: Summary) -> None:
     html = render_html(summary, None)
     assert "FAIL: 2 of 6 SLO checks failed" in html
-    assert "During saturation batch waited p99 48.0 s; 71 % were dropped" in html
+    assert "During saturation batch waited p99 48.0 s; 71 % not served" in html
     assert "interactive waited p99 2.60 s and was never dropped" in html
     assert 'id="badge">FAIL<' in html
     assert "No fallback configured" not in html

@@ -76,8 +76,8 @@ def test_markdown_escapes_hostile_text(summary: Summary) -> None:
 def test_sentences(summary: Summary, edge: Summary) -> None:
     batch = sentences.tier_line(summary, summary.tier("batch"))
     assert batch.startswith(
-        "During saturation batch waited p99 48.0 s; 71 % were dropped: "
-        "62 % rejected (queue full), 9.1 % timed out in the queue."
+        "During saturation batch waited p99 48.0 s; 71 % not served "
+        "(62 % queue full, 9.1 % timed out in the queue)."
     )
     assert "720 × 429, 24 × 503" in batch
     assert "never dropped" in sentences.tier_line(summary, summary.tier("interactive"))
@@ -111,4 +111,15 @@ def test_breakdown_names_the_wire_status() -> None:
 
     statuses = {"queue_full": {"429": 27}, "queue_timeout": {"503": 3, "429": 1}}
     text = _breakdown({"queue_full": 27, "queue_timeout": 4}, 100, statuses)
-    assert text == "27 % rejected (queue full, 429), 4.0 % timed out in the queue (503/429)"
+    assert text == "27 % queue full 429, 4.0 % timed out in the queue 503/429"
+
+
+def test_never_dropped_only_when_everything_was_served(summary: Summary) -> None:
+    """Issue 12: 'interactive … was never dropped' was said while 72 of 73 requests failed."""
+    inter = summary.tier("interactive")
+    by_class = {**inter.by_class, "served": inter.by_class["served"] - 3, "transport": 2, "unfinished": 1}
+    broken = inter.model_copy(update={"by_class": by_class, "unserved": 3, "saturation": None})
+    s = summary.model_copy(update={"tiers": [broken], "windows": []})
+    line = sentences.tier_line(s, broken)
+    assert "never dropped" not in line and sentences.never_dropped(s) == ""
+    assert "not served" in line and "no HTTP answer" in line and "unfinished at run end" in line
