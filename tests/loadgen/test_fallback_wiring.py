@@ -58,7 +58,7 @@ def test_calibration_plan() -> None:
         ({"x-smg-preempted": "True"}, "preempted", 503, "preempted"),
         ({"x-smg-error-code": "scheduler_queue_full"}, "scheduler_queue_full", 429, "queue_full"),
         ({"x-smg-error-code": "scheduler_queue_timeout"}, "scheduler_queue_timeout", 408, "queue_timeout"),
-        ({"x-smg-preempted": "false"}, None, 503, "failed"),
+        ({"x-smg-preempted": "false"}, None, 503, "unclassified"),  # a bare 503: no rule, named (TAXONOMY.md)
         ({"x-llm-d-request-dropped-reason": "rejected-saturated"}, "rejected-saturated", 429, None),
     ],
 )
