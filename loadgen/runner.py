@@ -25,8 +25,9 @@ from typing import Any
 
 from rich.markup import escape
 
+import stacks
 from loadgen.live import ShardTail, render
-from loadgen.record import START_FAILED_MARK, Anchor, read_manifest, shard_paths, write_manifest
+from loadgen.record import START_FAILED_MARK, Anchor, read_manifest, register_secret, shard_paths, write_manifest
 from loadgen.schedule import scale_phases
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
@@ -117,6 +118,14 @@ def check_mapping(scenario: Scenario, where: str) -> None:
                 map_tier(tier, tier.tenant_ids[0], profile, dialect, credential_override=cred)
             except TierError as exc:
                 problems.append(Problem(f"tiers.{tier.name}", None, str(exc)))
+    metrics = scenario.target.metrics
+    if metrics is not None and metrics.credential is not None:
+        from loadgen.scrape import read_credential
+
+        try:
+            read_credential(metrics.credential)
+        except ValueError as exc:
+            problems.append(Problem("target.metrics.credential", None, str(exc)))
     if problems:
         raise ScenarioError(where, problems)
 
@@ -573,6 +582,9 @@ def _drive(
                 live.stop()
             if scraper is not None:
                 scraper.stop()
+                problem = scraper.report()
+                if problem:  # one line; brackets in it are text, not console markup
+                    _say(console, "[yellow]warning:[/] " + escape(problem))
     tail.poll()
     interrupted = sigs.count > 0
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
@@ -624,13 +636,20 @@ def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: A
     if metrics is None:
         return None
     try:
-        from loadgen.scrape import MetricsScraper, metrics_url
+        from loadgen.scrape import MetricsScraper, metrics_url, profile_filter, read_credential
     except ImportError:  # pragma: no cover - helper optional
         return None
-    url = metrics_url(target_url, metrics.url)
+    profile = stacks.get(scenario.target.profile)
+    url = metrics_url(target_url, metrics.url, profile.metrics.path)
     if url is None:
         return None
-    return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor).start()
+    token = None
+    if metrics.credential is not None:  # checked before the run (check_mapping); never written anywhere
+        token = read_credential(metrics.credential)
+        register_secret(token)
+    return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor,
+                          keep=profile_filter(profile.name), token=token,
+                          credential_name=metrics.credential).start()
 
 
 def _live(console: Any, options: RunOptions) -> Any:

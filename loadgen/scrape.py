@@ -10,6 +10,13 @@ Prometheus text format, ``{"ts_ns": ..., "dur_ns": ..., "error": "<short text>"}
 scraper backs off (interval doubled per consecutive error, up to ``max_backoff_s``) and returns to
 its interval after the next good scrape. Non-finite values (NaN, ±Inf) are written as ``null``.
 
+What is kept: the families the target's stack profile names (``stacks/<name>.py``: ``Metrics.prefixes``
+and ``Metrics.names``), or fixed name prefixes. Redirects (LiteLLM answers ``/metrics`` with a 307 to
+``/metrics/``) are followed, at most ``MAX_REDIRECTS`` hops; a credential (``env:VAR`` in the scenario,
+read once at start) is sent as a bearer token to the endpoint's own origin only, and never written to
+the file or any message. A 401/403 becomes one clear ``error`` line, and a scrape whose page had samples
+but none the profile keeps says so (``seen``), so an empty metrics file is never silent.
+
 Where it runs: ``MetricsScraper`` uses a plain ``threading.Thread``. Run it in the runner (parent)
 process, which is not gevent-patched, so parsing a large ``/metrics`` page never delays a Locust
 user. In a gevent-patched process the thread becomes a greenlet and parsing runs on the loop; use
@@ -22,19 +29,23 @@ The parser is ``prometheus_client.parser.text_string_to_metric_families``.
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import math
+import os
 import signal
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
+
+import stacks
 
 DEFAULT_PREFIXES: tuple[str, ...] = (
     "vllm:",
@@ -45,6 +56,8 @@ DEFAULT_PREFIXES: tuple[str, ...] = (
     "testbed_",  # the embedded testbed's own health (e.g. step lag)
 )
 MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -65,37 +78,98 @@ class Sample:
         return {"name": self.name, "labels": self.labels, "value": value}
 
 
-def parse_metrics_text(text: str, prefixes: Sequence[str] | None = None) -> list[Sample]:
+def parse_metrics_text(text: str, prefixes: Sequence[str] | None = None,
+                       keep: Callable[[str], bool] | None = None) -> list[Sample]:
     """Parse Prometheus text exposition; keep samples whose name starts with one of ``prefixes``
-    (None keeps all). Raises ``ValueError`` on text that is not the Prometheus format."""
+    or that ``keep`` accepts (both None keeps all). Raises ``ValueError`` on text that is not the
+    Prometheus format."""
+    return parse_counted(text, prefixes, keep)[0]
+
+
+def parse_counted(text: str, prefixes: Sequence[str] | None = None,
+                  keep: Callable[[str], bool] | None = None) -> tuple[list[Sample], int]:
+    """``parse_metrics_text`` and how many samples the page had in all."""
     samples: list[Sample] = []
+    seen = 0
+    wanted = tuple(prefixes) if prefixes is not None else None
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if prefixes is None or any(s.name.startswith(p) for p in prefixes):
+            seen += 1
+            if (wanted is None and keep is None) or (wanted is not None and s.name.startswith(wanted)) \
+                    or (keep is not None and keep(s.name)):
                 samples.append(Sample(s.name, dict(s.labels), float(s.value)))
-    return samples
+    return samples, seen
+
+
+def profile_filter(profile: str | None) -> Callable[[str], bool]:
+    """The metric families a stack profile's audit reads (``stacks/<name>.py``)."""
+    return stacks.get(profile).metrics.keeps
 
 
 class ScrapeError(Exception):
     """A scrape that produced no samples: the message is what goes into the ``error`` line."""
 
 
-def fetch(url: str, timeout_s: float, max_bytes: int = MAX_BODY_BYTES) -> str:
-    """GET ``url`` with a hard deadline for the whole response; the body as text, or ScrapeError."""
+def fetch(url: str, timeout_s: float, max_bytes: int = MAX_BODY_BYTES, *, token: str | None = None,
+          credential_name: str | None = None) -> str:
+    """GET ``url`` with a hard deadline for the whole response (redirects included); the body as text.
+
+    Redirects are followed up to ``MAX_REDIRECTS`` hops. ``token`` goes as ``Authorization: Bearer``
+    to the first URL's origin only (a redirect elsewhere does not get it). Failures raise ScrapeError
+    with a one-line message that never contains the token (``credential_name`` names it, e.g. env:VAR).
+    """
+    deadline = time.monotonic() + timeout_s
+    origin = _origin(url)
+    for _hop in range(MAX_REDIRECTS + 1):
+        auth = token if token is not None and _origin(url) == origin else None
+        status, reason, location, body = _get_once(url, deadline, timeout_s, max_bytes, auth)
+        if status in _REDIRECTS and location:
+            url = urllib.parse.urljoin(url, location)
+            continue
+        said = f"http {status} {reason}".strip()
+        if status in (401, 403):
+            if token is None:
+                raise ScrapeError(f"{said}: the metrics endpoint wants a credential "
+                                  "(target.metrics.credential: env:VAR)")
+            raise ScrapeError(f"{said}: the metrics endpoint refused the credential {credential_name or ''}".strip())
+        if status != 200:
+            raise ScrapeError(said)
+        return body
+    raise ScrapeError(f"more than {MAX_REDIRECTS} redirects (last to {_no_query(url)})")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+def _no_query(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def _get_once(url: str, deadline: float, timeout_s: float, max_bytes: int,
+              token: str | None) -> tuple[int, str, str | None, str]:
+    """One GET: (status, reason, Location, body text); the body is read only for a 200."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ScrapeError(f"bad url {url!r}")
-    deadline = time.monotonic() + timeout_s
+        raise ScrapeError(f"bad url {_no_query(url)!r}")
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ScrapeError(f"timeout after {timeout_s:g}s")
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
+    conn = conn_cls(parts.hostname, parts.port, timeout=left)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
+    headers = {"Accept": "text/plain;version=0.0.4", "Connection": "close"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        conn.request("GET", path, headers={"Accept": "text/plain;version=0.0.4", "Connection": "close"})
+        conn.request("GET", path, headers=headers)
         resp = conn.getresponse()
         if resp.status != 200:
-            raise ScrapeError(f"http {resp.status} {resp.reason}".strip())
+            return resp.status, resp.reason or "", resp.getheader("location"), ""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -113,7 +187,7 @@ def fetch(url: str, timeout_s: float, max_bytes: int = MAX_BODY_BYTES) -> str:
             chunks.append(chunk)
         if time.monotonic() > deadline:
             raise ScrapeError(f"timeout after {timeout_s:g}s (body)")
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return 200, resp.reason or "", None, b"".join(chunks).decode("utf-8", errors="replace")
     except ScrapeError:
         raise
     except TimeoutError as exc:
@@ -128,7 +202,9 @@ class MetricsScraper:
     """Polls a ``/metrics`` endpoint every ``interval_s`` in a daemon thread and appends JSONL lines.
 
     ``start()`` returns at once; ``stop()`` ends the loop within about ``timeout_s`` and closes the file.
-    It never raises into the caller: every failure becomes an ``error`` line.
+    It never raises into the caller: every failure becomes an ``error`` line. ``keep`` (a stack
+    profile's ``Metrics.keeps``) replaces ``prefixes`` when given; ``token`` is the credential's value
+    (sent by the default fetcher only), ``credential_name`` how messages name it.
     """
 
     def __init__(
@@ -143,6 +219,9 @@ class MetricsScraper:
         max_backoff_s: float | None = None,
         max_scrapes: int | None = None,
         fetcher: Callable[[str, float], str] = fetch,
+        keep: Callable[[str], bool] | None = None,
+        token: str | None = None,
+        credential_name: str | None = None,
     ) -> None:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be > 0")
@@ -151,15 +230,23 @@ class MetricsScraper:
         self.timeout_s = timeout_s
         self.out_path = Path(out_path)
         self.anchor = anchor
-        self.prefixes = tuple(prefixes) if prefixes is not None else None
+        self.keep = keep
+        self.prefixes = tuple(prefixes) if prefixes is not None and keep is None else None
         self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(30.0, interval_s * 8)
         self.max_scrapes = max_scrapes
-        self._fetch = fetcher
+        if fetcher is fetch and token is not None:
+            self._fetch: Callable[[str, float], str] = functools.partial(
+                fetch, token=token, credential_name=credential_name)
+        else:
+            self._fetch = fetcher
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.scrapes = 0
         self.errors = 0
         self.consecutive_errors = 0
+        self.empty = 0  # scrapes whose page had samples, none of them kept
+        self.last_error: str | None = None
+        self.last_seen = 0
 
     def next_delay(self) -> float:
         """Wait before the next scrape: the interval, doubled per consecutive error, capped."""
@@ -175,8 +262,12 @@ class MetricsScraper:
         line: dict[str, Any] = {"ts_ns": ts_ns, "clock": "anchor"}
         try:
             text = self._fetch(self.url, self.timeout_s)
-            samples = parse_metrics_text(text, self.prefixes)
+            samples, seen = parse_counted(text, self.prefixes, self.keep)
             line["samples"] = [s.to_json() for s in samples]
+            if seen and not samples:  # say it: an endpoint of another stack, or renamed metrics
+                line["seen"] = seen
+                self.empty += 1
+                self.last_seen = seen
             self.consecutive_errors = 0
         except ScrapeError as exc:
             line["error"] = str(exc)
@@ -189,7 +280,20 @@ class MetricsScraper:
         if "error" in line:
             self.errors += 1
             self.consecutive_errors += 1
+            self.last_error = line["error"]
         return line
+
+    def report(self) -> str | None:
+        """One line for the user when scraping went wrong (failed scrapes, or nothing the profile reads)."""
+        if self.scrapes == 0:
+            return None
+        if self.errors:
+            return f"metrics: {self.errors} of {self.scrapes} scrapes of {_no_query(self.url)} failed " \
+                   f"(last: {self.last_error})"
+        if self.empty == self.scrapes:
+            return f"metrics: {_no_query(self.url)} had {self.last_seen} samples, none of the families " \
+                   "this stack profile reads: no cross-check"
+        return None
 
     def run(self) -> None:
         """The scrape loop (the thread's body); returns when stopped or after ``max_scrapes``."""
@@ -234,13 +338,26 @@ class MetricsScraper:
         self.stop()
 
 
-def metrics_url(target_url: str, configured: str | None) -> str | None:
-    """The endpoint to scrape: ``configured`` as is, ``auto`` → ``<target>/metrics``, None → none."""
+def metrics_url(target_url: str, configured: str | None, default_path: str = "/metrics") -> str | None:
+    """The endpoint to scrape: a URL as is, a path (``/…``) under the target, ``auto`` → the target plus
+    the profile's ``default_path``, None → none."""
     if configured is None:
         return None
     if configured == "auto":
-        return target_url.rstrip("/") + "/metrics"
+        return target_url.rstrip("/") + default_path
+    if configured.startswith("/"):
+        return target_url.rstrip("/") + configured
     return configured
+
+
+def read_credential(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The value of ``env:VAR`` (ValueError with a one-line message if malformed or unset)."""
+    if not name.startswith("env:") or len(name) <= 4:
+        raise ValueError("metrics credential must be 'env:VARIABLE', not a literal")
+    value = (os.environ if env is None else env).get(name[4:])
+    if not value:
+        raise ValueError(f"environment variable {name[4:]} (metrics credential) is not set")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,12 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--anchor-ns", type=int, default=None, help="the run's monotonic anchor (run.json)")
     parser.add_argument("--prefix", action="append", default=None, help="metric name prefix (repeatable)")
     parser.add_argument("--all", action="store_true", help="keep every metric")
+    parser.add_argument("--profile", default=None, help="keep the families this stack profile reads")
+    parser.add_argument("--credential", default=None, help="env:VAR holding a bearer token for the endpoint")
     parser.add_argument("--max-scrapes", type=int, default=None)
     args = parser.parse_args(argv)
     anchor = Anchor.now()
     if args.anchor_ns is not None:
         anchor = Anchor(mono_ns=args.anchor_ns, wall_ns=anchor.wall_ns)
     prefixes = None if args.all else (args.prefix or DEFAULT_PREFIXES)
+    keep = profile_filter(args.profile) if args.profile and not args.all else None
+    token = read_credential(args.credential) if args.credential else None
     scraper = MetricsScraper(
         args.url,
         args.interval_s,
@@ -269,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         anchor,
         prefixes=prefixes,
         max_scrapes=args.max_scrapes,
+        keep=keep,
+        token=token,
+        credential_name=args.credential,
     )
     signal.signal(signal.SIGTERM, lambda *_: scraper._stop.set())
     signal.signal(signal.SIGINT, lambda *_: scraper._stop.set())

@@ -237,9 +237,23 @@ class TestbedOptions(Strict):
 
 
 class MetricsOptions(Strict):
-    url: str | None = Field(default="auto", description="Prometheus endpoint; auto = <target>/metrics")
+    url: str | None = Field(default="auto", description="Prometheus endpoint: auto = <target> + the profile's "
+                            "metrics path, '/path' = under the target, or a full http(s) URL; null = none")
+    credential: str | None = Field(default=None, description="env:VAR holding a bearer token for the endpoint")
     interval_s: Seconds = 1.0
     timeout_s: Seconds = 0.5
+
+    @field_validator("url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        if value is None or value == "auto" or value.startswith("/"):
+            return value
+        return check_url(value)
+
+    @field_validator("credential")
+    @classmethod
+    def _env_only(cls, value: str | None) -> str | None:
+        return env_only(value)
 
 
 class Target(Strict):
