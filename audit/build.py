@@ -654,6 +654,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     all_attempts = classified_attempts(data, sc)  # adds columns to data.requests in place
     base = calibration.baseline(all_attempts)
     probes = eq(all_attempts["persona"], CALIBRATION_PERSONA)
+    probe_rows = all_attempts[probes] if probes.any() else None  # the server counted them too (cross-check)
     attempts = all_attempts[~probes].reset_index(drop=True) if probes.any() else all_attempts
     del all_attempts
     logical = fold_logical(attempts)
@@ -686,7 +687,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         evidence += _evidence(att, info.name)
 
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
-    checks, cross_findings = crosscheck(attempts, priorities, metrics)
+    checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows)
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
     stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,

@@ -1,76 +1,151 @@
-"""Client counts per tier against the EPP's own per-priority outcome counters."""
+"""Client counts against the server's own counters, per the stack profile's checks (stacks/<name>.py).
+
+Each ``CounterCheck`` names a server counter, the labels to keep, and what the client counts for it
+(``served``, ``admitted``, an outcome class, ``status:429``, ``no_endpoints``). The server's value is
+the counter's increase over the run (the last scrape minus a baseline scrape taken before the first
+request); attempts still in flight at the last scrape are the tolerance. Per tier where the counter
+is labelled by the tier (``by``: llm-d's ``priority``, a gateway's key alias or team named like the
+tier), else in total. A mismatch is a finding.
+"""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
 
+import stacks
 from audit.fold import NS_PER_S, eq, isin
-from audit.metrics import FLOW_OUTCOMES, GAIE_OUTCOMES, ServerMetrics, last_counters
-from audit.summary import CrossCheck, Finding
+from audit.metrics import ServerMetrics
+from audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
+from stacks import CounterCheck
 
-# server outcome label → how the client sees it
-OUTCOME_MAP = {
-    "Dispatched": "admitted",
-    "RejectedCapacity": "queue_full",
-    "EvictedTTL": "queue_timeout",
-    "RejectedNoEndpoints": "no_endpoints",
-}
+ALL_TIERS = "all"
 
 
-def _client_counts(part: pd.DataFrame) -> dict[str, int]:
-    cls = part["cls"]
-    status = part["status"].to_numpy(dtype=np.float64)
-    admitted = ((status >= 200) & (status < 300)) | eq(cls, "preempted") | part["first_token_ns"].notna().to_numpy()
-    return {
-        "admitted": int(admitted.sum()),
-        "queue_full": int(eq(cls, "queue_full").sum()),
-        "queue_timeout": int(eq(cls, "queue_timeout").sum()),
-        "no_endpoints": int(eq(part["reason"], "rejected-no-endpoints").sum()),
-    }
+def client_count(part: pd.DataFrame, kind: str) -> int:
+    """How many attempts of ``part`` the client counts as ``kind``."""
+    if kind == "admitted":
+        status = part["status"].to_numpy(dtype=np.float64)
+        admitted = (((status >= 200) & (status < 300)) | eq(part["cls"], "preempted")
+                    | part["first_token_ns"].notna().to_numpy())
+        return int(admitted.sum())
+    if kind == "no_endpoints":
+        return int(eq(part["reason"], "rejected-no-endpoints").sum())
+    if kind.startswith("status:"):
+        return int((part["status"].to_numpy(dtype=np.float64) == float(kind[7:])).sum())
+    if kind in OUTCOME_CLASSES:
+        return int(eq(part["cls"], kind).sum())
+    raise ValueError(f"unknown client count {kind!r}")
+
+
+def _series(metrics: ServerMetrics, check: CounterCheck) -> tuple[str, pd.DataFrame] | None:
+    """The first of the check's counter names that was scraped, with its samples' labels parsed."""
+    for name in check.names:
+        part = metrics.samples[metrics.samples["name"] == name]
+        if len(part):
+            labels = [json.loads(key) if key.startswith("{") else _legacy_labels(key) for key in part["labels"]]
+            keep = np.ones(len(part), dtype=bool)
+            for label, values in check.select.items():
+                keep &= np.array([str(lab.get(label)) in values for lab in labels], dtype=bool)
+            for label, values in check.exclude.items():
+                keep &= np.array([str(lab.get(label)) not in values for lab in labels], dtype=bool)
+            by = [str(lab.get(check.by, "")) if check.by else "" for lab in labels]
+            frame = pd.DataFrame({"ts_ns": part["ts_ns"].to_numpy(), "series": part["labels"].to_numpy(),
+                                  "by": by, "value": part["value"].to_numpy()})[keep]
+            return name, frame
+    return None
+
+
+def _legacy_labels(key: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in key.split(",") if "=" in kv)
+
+
+def _increase(frame: pd.DataFrame, first_request_ns: float | None) -> tuple[pd.Series, float]:
+    """Per ``by`` value: the counter's increase over the run, and the last scrape's time (s)."""
+    last_ts = float(frame["ts_ns"].max())
+    first_ts = float(frame["ts_ns"].min())
+    per = frame.groupby(["ts_ns", "series", "by"])["value"].sum()
+    last = per.xs(last_ts, level="ts_ns")
+    # the first scrape is a baseline only when taken before the first request (else: a fresh server)
+    if first_request_ns is not None and first_ts < first_request_ns and first_ts != last_ts:
+        last = last - per.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
+    return last.groupby(level="by").sum(), last_ts / NS_PER_S
+
+
+def _groups(check: CounterCheck, by_values: list[str], priorities: dict[str, int]
+            ) -> list[tuple[str, int | None, list[str], list[str]]]:
+    """(label shown, priority, tiers, counter label values) per comparison."""
+    tiers = list(priorities)
+    if check.by == "priority":
+        by_priority: dict[int, list[str]] = {}
+        for tier, prio in priorities.items():
+            by_priority.setdefault(prio, []).append(tier)
+        return [("+".join(names), prio, names, [str(prio)]) for prio, names in sorted(by_priority.items(),
+                                                                                        reverse=True)]
+    if check.by and set(by_values) & set(tiers):  # the gateway's key alias / team is named like the tier
+        return [(tier, priorities[tier], [tier], [tier]) for tier in tiers if tier in by_values]
+    return [(ALL_TIERS, None, tiers, by_values)]
 
 
 def crosscheck(
-    attempts: pd.DataFrame, priorities: dict[str, int], metrics: ServerMetrics
+    attempts: pd.DataFrame, priorities: dict[str, int], metrics: ServerMetrics, profile: str | None = None,
+    probes: pd.DataFrame | None = None,
 ) -> tuple[list[CrossCheck], list[Finding]]:
-    """Compare per tier; attempts still undecided at the last scrape are the tolerance."""
+    """Compare the profile's counters with the client's counts (``probes``: calibration requests the
+    server saw too; they count in totals)."""
     if metrics.empty or len(attempts) == 0:
         return [], []
-    sent = attempts[~attempts["not_sent"]]
-    if "route" in sent.columns:  # the scraped metrics are the primary's: fallback routes are other stacks
-        sent = sent[(sent["route"].astype(object).fillna("primary") == "primary").to_numpy()]
+    try:
+        stack = stacks.get(profile)
+    except KeyError:
+        stack = stacks.get(None)
+    sent = _primary(attempts)
+    extra = _primary(probes) if probes is not None and len(probes) else None
     first_ns = float(np.nanmin(sent["sent_ns"].to_numpy(dtype=np.float64))) if len(sent) else None
-    counters, last_s = last_counters(metrics, FLOW_OUTCOMES, first_ns)
-    metric_name = FLOW_OUTCOMES[0]
-    if len(counters) == 0:
-        counters, last_s = last_counters(metrics, GAIE_OUTCOMES, first_ns)
-        metric_name = GAIE_OUTCOMES[0]
-    if len(counters) == 0 or last_s is None:
-        return [], []
+    if extra is not None and len(extra):
+        first_ns = min(first_ns or np.inf, float(np.nanmin(extra["sent_ns"].to_numpy(dtype=np.float64))))
     checks: list[CrossCheck] = []
     findings: list[Finding] = []
-    by_priority: dict[int, list[str]] = {}
-    for tier, prio in priorities.items():
-        by_priority.setdefault(prio, []).append(tier)
-    for prio, tiers in sorted(by_priority.items(), reverse=True):
-        part = sent[isin(sent["tier"], tiers)]
-        client = _client_counts(part)
-        pending = int((part["t_end_ns"].to_numpy(dtype=np.float64) > last_s * NS_PER_S).sum())
-        rows = counters[counters["priority"].astype(str) == str(prio)]
-        for outcome, key in OUTCOME_MAP.items():
-            server = float(rows.loc[rows["outcome"] == outcome, "value"].sum())
-            if server == 0 and client[key] == 0:
+    for check in stack.metrics.checks:
+        found = _series(metrics, check)
+        if found is None:
+            continue
+        name, frame = found
+        if len(frame) == 0:
+            continue
+        server_by, last_s = _increase(frame, first_ns)
+        for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities):
+            part = sent[isin(sent["tier"], tiers)]
+            if extra is not None and label == ALL_TIERS:
+                part = pd.concat([part, extra], ignore_index=True)
+            client = client_count(part, check.client)
+            server = float(server_by.reindex(values).fillna(0.0).sum())
+            if server == 0 and client == 0:
                 continue
-            ok = abs(client[key] - server) <= pending
-            label = "+".join(tiers)
-            checks.append(CrossCheck(tier=label, priority=prio, metric=f"{metric_name}{{outcome={outcome}}}",
-                                     client=client[key], server=server, matches=ok))
+            pending = int((part["t_end_ns"].to_numpy(dtype=np.float64) > last_s * NS_PER_S).sum())
+            ok = abs(client - server) <= pending
+            selector = ",".join(f"{k}={'|'.join(v)}" for k, v in check.select.items())
+            metric = f"{name}{{{selector}}}" if selector else name
+            checks.append(CrossCheck(tier=label, priority=prio, metric=metric, client=client, server=server,
+                                     matches=ok))
             if not ok:
+                where = f"priority {prio}" if check.by == "priority" else (
+                    "in total" if label == ALL_TIERS else f"{check.by}={label}")
                 findings.append(Finding(
-                    kind="crosscheck", severity="warning", tier=label,
-                    message=f"{label}: client counted {client[key]} {key} but the server reports {server:.0f} "
-                            f"{outcome} for priority {prio} (tolerance {pending} in flight at the last scrape)",
-                    data={"priority": prio, "outcome": outcome, "client": client[key], "server": server,
-                          "in_flight_tolerance": pending},
+                    kind="crosscheck", severity="warning", tier=None if label == ALL_TIERS else label,
+                    message=f"{label}: client counted {client} {check.client} but the server's {metric} rose by "
+                            f"{server:.0f} {where} (tolerance {pending} in flight at the last scrape)",
+                    data={"priority": prio, "metric": metric, "client_count": check.client, "client": client,
+                          "server": server, "in_flight_tolerance": pending, "profile": stack.name},
                 ))
     return checks, findings
+
+
+def _primary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sent attempts of the primary route (the scraped metrics are the primary's; fallbacks are other stacks)."""
+    sent = frame[~frame["not_sent"].to_numpy(dtype=bool)]
+    if "route" in sent.columns:
+        sent = sent[(sent["route"].astype(object).fillna("primary") == "primary").to_numpy()]
+    return sent

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import stacks
 from audit.fold import NS_PER_S
 from audit.timeline import Grid
 
@@ -23,14 +24,17 @@ PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 FLOW_OUTCOMES = ("llm_d_epp_flow_control_requests_total",)
 GAIE_OUTCOMES = ("inference_extension_flow_control_request_queue_duration_seconds_count",)
 SMG_ADMIT = ("smg_scheduler_admit_total",)
+# the counters every stack profile's cross-check reads (stacks/<name>.py ``Metrics.checks``)
+CHECKED = tuple(sorted({name for p in stacks.STACKS for c in p.metrics.checks for name in c.names}))
 WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + FLOW_OUTCOMES
-                   + GAIE_OUTCOMES + SMG_ADMIT)
+                   + GAIE_OUTCOMES + SMG_ADMIT + CHECKED)
 SUSTAINED_SCRAPES = 2  # waiting > 0 in this many consecutive scrapes = sustained queueing
 
 
 @dataclass
 class ServerMetrics:
-    """Wanted samples as a long frame: ts_ns (from the run anchor), name, priority, outcome, stage, value."""
+    """Wanted samples as a long frame: ts_ns (from the run anchor), name, priority, outcome, stage,
+    labels (every label, as sorted JSON), value."""
 
     samples: pd.DataFrame
     scrapes: int = 0
@@ -136,7 +140,7 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
                 value = float(sample.get("value"))  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 continue
-            key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            key = json.dumps(labels, sort_keys=True, separators=(",", ":"))
             rows.append((ts, sample["name"], labels.get("priority"), labels.get("outcome"),
                          labels.get("stage"), key, value))
             row_clock.append(clock)

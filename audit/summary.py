@@ -294,8 +294,8 @@ class RouteSummary(_Model):
 
 
 class CrossCheck(_Model):
-    tier: str
-    priority: int
+    tier: str  # a tier, tiers joined by '+' (one priority), or 'all' (a counter without a tier label)
+    priority: int | None  # None: the counter is compared in total
     metric: str
     client: int
     server: float

@@ -1,0 +1,161 @@
+"""Cross-check per stack profile: vLLM's and LiteLLM's own counters against the client's counts.
+
+The metrics pages are written as the servers print them (vLLM 0.32.0 ``vllm/v1/metrics/loggers.py``,
+LiteLLM ``integrations/prometheus.py``) and go through the real scraper parser and metrics loader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from audit.crosscheck import crosscheck
+from audit.metrics import load_metrics
+from loadgen.scrape import parse_metrics_text, profile_filter
+
+S = 1_000_000_000
+
+VLLM_BEFORE = """\
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="tiny"} 4.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 1.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="tiny"} 0.0
+# HELP vllm:admission_rejections_total Number of admission attempts rejected by a queue limit, by reason.
+# TYPE vllm:admission_rejections_total counter
+vllm:admission_rejections_total{model_name="tiny",reason="max_num_queued_reqs"} 0.0
+vllm:admission_rejections_total{model_name="tiny",reason="max_num_queued_tokens"} 0.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0
+"""
+
+VLLM_AFTER = """\
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="tiny"} 10.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 7.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="tiny"} 3.0
+# TYPE vllm:admission_rejections_total counter
+vllm:admission_rejections_total{model_name="tiny",reason="max_num_queued_reqs"} 5.0
+vllm:admission_rejections_total{model_name="tiny",reason="max_num_queued_tokens"} 1.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 2.0
+"""
+
+LITELLM_AFTER = """\
+# TYPE litellm_proxy_total_requests_metric_total counter
+litellm_proxy_total_requests_metric_total{api_key_alias="interactive",status_code="200",team="None"} 4.0
+litellm_proxy_total_requests_metric_total{api_key_alias="batch",status_code="200",team="None"} 2.0
+litellm_proxy_total_requests_metric_total{api_key_alias="batch",status_code="429",team="None"} 5.0
+# TYPE litellm_proxy_failed_requests_metric_total counter
+litellm_proxy_failed_requests_metric_total{api_key_alias="batch",exception_status="429",team="None"} 5.0
+"""
+
+
+def _write_scrapes(run_dir: Path, profile: str, pages: list[tuple[int, str]]) -> None:
+    keep = profile_filter(profile)
+    with (run_dir / "metrics.jsonl").open("w") as out:
+        for ts_ns, text in pages:
+            samples = [s.to_json() for s in parse_metrics_text(text, keep=keep)]
+            out.write(json.dumps({"ts_ns": ts_ns, "clock": "anchor", "samples": samples}) + "\n")
+
+
+def _attempts(rows: list[tuple[str, int, str, bool]]) -> pd.DataFrame:
+    """(tier, status, class, in flight at the end) per attempt, sent one second apart from t=1 s."""
+    n = len(rows)
+    return pd.DataFrame({
+        "tier": [r[0] for r in rows],
+        "status": np.array([r[1] for r in rows], dtype=np.int64),
+        "cls": [r[2] for r in rows],
+        "not_sent": np.zeros(n, dtype=bool),
+        "route": ["primary"] * n,
+        "sent_ns": np.arange(1, n + 1, dtype=np.float64) * S,
+        "t_end_ns": np.array([(100 if r[3] else i + 2) * S for i, r in enumerate(rows)], dtype=np.float64),
+        "first_token_ns": [float(i + 1.5) * S if r[2] == "served" else np.nan for i, r in enumerate(rows)],
+        "reason": [None] * n,
+    })
+
+
+def _vllm_client(served: int, busy_503: int, busy_in_band: int, backlog: int) -> pd.DataFrame:
+    tiers = ["interactive", "batch"]
+    rows = [(tiers[i % 2], 200, "served", False) for i in range(served)]
+    rows += [(tiers[i % 2], 503, "queue_full", False) for i in range(busy_503 + backlog)]
+    rows += [(tiers[i % 2], 200, "queue_full", False) for i in range(busy_in_band)]
+    return _attempts(rows)
+
+
+@pytest.mark.parametrize("probes", [False, True])
+def test_vllm_totals_match(tmp_path: Path, probes: bool) -> None:
+    _write_scrapes(tmp_path, "vllm", [(0, VLLM_BEFORE), (60 * S, VLLM_AFTER)])
+    metrics = load_metrics(tmp_path, None)
+    attempts = _vllm_client(served=12 - (2 if probes else 0), busy_503=3, busy_in_band=2, backlog=1)
+    probe_rows = _attempts([("interactive", 200, "served", False)] * 2) if probes else None
+    checks, findings = crosscheck(attempts, {"interactive": 10, "batch": 0}, metrics, profile="vllm",
+                                  probes=probe_rows)
+    by_metric = {c.metric: c for c in checks}
+    served = by_metric["vllm:request_success_total"]
+    assert (served.tier, served.priority, served.client, served.server) == ("all", None, 12, 12.0)
+    rejected = by_metric["vllm:admission_rejections_total"]
+    assert (rejected.client, rejected.server) == (6, 6.0)  # 503s and in-band errors, both reasons
+    assert all(c.matches for c in checks) and findings == []
+
+
+def test_vllm_mismatch_is_a_finding(tmp_path: Path) -> None:
+    """The issue's run: vLLM counted rejections the client had not classified as queue_full."""
+    _write_scrapes(tmp_path, "vllm", [(0, VLLM_BEFORE), (60 * S, VLLM_AFTER)])
+    attempts = _vllm_client(served=12, busy_503=0, busy_in_band=0, backlog=0)
+    failed = _attempts([("interactive", 503, "failed", False)] * 6)
+    checks, findings = crosscheck(pd.concat([attempts, failed], ignore_index=True),
+                                  {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None), profile="vllm")
+    assert [c.matches for c in checks] == [True, False]
+    assert len(findings) == 1 and findings[0].kind == "crosscheck"
+    assert findings[0].message.startswith("all: client counted 0 queue_full but the server's "
+                                          "vllm:admission_rejections_total rose by 6 in total")
+
+
+def test_vllm_in_flight_is_the_tolerance(tmp_path: Path) -> None:
+    _write_scrapes(tmp_path, "vllm", [(0, VLLM_BEFORE), (60 * S, VLLM_AFTER)])
+    attempts = _attempts([("batch", 200, "served", False)] * 10 + [("batch", 200, "served", True)] * 2)
+    checks, _ = crosscheck(attempts, {"batch": 0}, load_metrics(tmp_path, None), profile="vllm")
+    served = next(c for c in checks if c.metric == "vllm:request_success_total")
+    assert served.client == 12 and served.matches
+    short = _attempts([("batch", 200, "served", False)] * 9)
+    checks, findings = crosscheck(short, {"batch": 0}, load_metrics(tmp_path, None), profile="vllm")
+    assert not next(c for c in checks if c.metric == "vllm:request_success_total").matches
+    assert findings
+
+
+def test_litellm_per_key_alias(tmp_path: Path) -> None:
+    """LiteLLM labels its counters by key alias: named like the tiers, the check is per tier."""
+    _write_scrapes(tmp_path, "litellm", [(60 * S, LITELLM_AFTER)])  # a fresh proxy: no baseline scrape
+    rows = [("interactive", 200, "served", False)] * 4 + [("batch", 200, "served", False)] * 2
+    rows += [("batch", 429, "queue_full", False)] * 2 + [("batch", 429, "rate_limited", False)] * 3
+    checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
+                                  profile="litellm")
+    got = {(c.tier, c.metric.split("{")[0]): (c.client, c.server, c.matches) for c in checks}
+    assert got == {
+        ("interactive", "litellm_proxy_total_requests_metric_total"): (4, 4.0, True),
+        ("batch", "litellm_proxy_total_requests_metric_total"): (2, 2.0, True),
+        ("batch", "litellm_proxy_failed_requests_metric_total"): (5, 5.0, True),
+    }
+    assert findings == []
+
+
+def test_litellm_unlabelled_tiers_compare_in_total(tmp_path: Path) -> None:
+    _write_scrapes(tmp_path, "litellm", [(60 * S, LITELLM_AFTER)])
+    rows = [("gold", 200, "served", False)] * 6 + [("bronze", 429, "rate_limited", False)] * 4
+    checks, findings = crosscheck(_attempts(rows), {"gold": 1, "bronze": 0}, load_metrics(tmp_path, None),
+                                  profile="litellm")
+    assert {(c.tier, c.client, c.server, c.matches) for c in checks} == {("all", 6, 6.0, True),
+                                                                        ("all", 4, 5.0, False)}
+    assert len(findings) == 1 and "status:429" in findings[0].message
+
+
+def test_no_counters_no_checks(tmp_path: Path) -> None:
+    page = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
+    _write_scrapes(tmp_path, "vllm", [(60 * S, page)])
+    assert crosscheck(_vllm_client(3, 0, 0, 0), {"interactive": 1, "batch": 0}, load_metrics(tmp_path, None),
+                      profile="vllm") == ([], [])
