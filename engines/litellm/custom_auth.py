@@ -1,7 +1,7 @@
 """LiteLLM custom-auth hook: a key ``sk-tier-<tier>-<anything>`` gets that tier's limits; no database.
 
 The tiers and their limits come from the environment (``RUSHHOUR_LITELLM_TIERS``, JSON, set by
-engines/serve.py) so a test can choose them. The key alias ``tier-<tier>`` labels LiteLLM's
+engines/serve.py) so a test can choose them. The key alias (the tier's name) labels LiteLLM's
 Prometheus series per key (``api_key_alias``), which is how the tests compare per tier.
 """
 
@@ -31,7 +31,7 @@ async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
         raise HTTPException(status_code=401, detail="Invalid API key: not a rushhour tier key (sk-tier-<tier>-...)")
     tier = match.group(1)
     limits = tiers[tier]
-    return UserAPIKeyAuth(api_key=key, key_alias=f"tier-{tier}", team_id=f"tier-{tier}", team_alias=f"tier-{tier}",
+    return UserAPIKeyAuth(api_key=key, key_alias=tier, team_id=tier, team_alias=tier,
                           max_parallel_requests=limits.get("max_parallel_requests"),
                           rpm_limit=limits.get("rpm_limit"), tpm_limit=limits.get("tpm_limit"),
                           metadata={"tier": tier})
