@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import serve  # noqa: E402  (engines/ is a folder of scripts, not a package)
+import serve  # engines/ is a folder of scripts, not a package
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "real"
