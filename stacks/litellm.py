@@ -1,8 +1,9 @@
 """LiteLLM proxy: a gateway with per-key tiers; capacity 429s kept apart from quota 429s.
 
-Texts from LiteLLM 1.110.2 (litellm/types/router.py ``RouterErrors``, proxy/hooks/parallel_request_limiter.py
-and parallel_request_limiter_v3.py, types/proxy/common_proxy_errors.py). Errors are OpenAI-shaped:
-``{"error": {"message", "type", "param", "code": "429"}}``; messages of the router carry a
+Texts read in LiteLLM 1.106.12 (the pinned engine, engines/litellm.lock) and 1.110.2, identical in both:
+litellm/types/router.py ``RouterErrors``, router_utils/client_initalization_utils.py,
+proxy/hooks/parallel_request_limiter.py and parallel_request_limiter_v3.py, ``CommonProxyErrors``.
+Errors are OpenAI-shaped: ``{"error": {"message", "type", "param", "code": "429"}}``; messages of the router carry a
 ``litellm.RateLimitError: `` prefix. An engine's own error passes through inside LiteLLM's message
 (e.g. ``litellm.ServiceUnavailableError: … - The engine is currently busy …``), so the engines' rules
 follow LiteLLM's own.
