@@ -43,7 +43,7 @@ from audit.summary import (
     Verdict,
     Window,
 )
-from audit.validity import check_validity
+from audit.validity import check_validity, with_shortfall
 from scenarios.model import SLO
 
 SUMMARY_FILE = "summary.json"
@@ -693,6 +693,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
                               truncated_shards=data.truncated_shards, workers_lost=max(0, starts - stops),
                               duration_s=duration_s)
+    validity = with_shortfall(validity, data.events)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -154,3 +156,17 @@ def check_validity(
                     "not_sent": 0, "unreachable_min_s": UNREACHABLE_MIN_S,
                     "unreachable_share": UNREACHABLE_SHARE, "no_answer_share": NO_ANSWER_SHARE},
     )
+
+
+SHORTFALL_EVENT = "shortfall"  # loadgen/personas/common.py: arrivals the open loop could not offer, per interval
+
+
+def with_shortfall(validity: Validity, events: list[dict[str, Any]]) -> Validity:
+    """The run is invalid when the generator wrote ``shortfall`` events: it fell behind its schedule or
+    ran out of slots past its per-interval record bound, so the load asked for was never offered."""
+    hits = [e for e in events if e.get("name") == SHORTFALL_EVENT]
+    if not hits:
+        return validity
+    reason = (f"the generator could not offer the scheduled load in {len(hits)} interval(s) (shortfall events: "
+              "arrivals too late to send or beyond its not_sent record bound were only counted)")
+    return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})

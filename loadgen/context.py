@@ -97,6 +97,7 @@ class WorkerContext:
     on_attempt: Callable[[RequestRecord], None] | None = None  # fires Locust's request event
     budget: Any = None  # loadgen.budget.BudgetGuard when the scenario has a budget
     breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.breaker.RouteBreaker
+    shortfalls: dict[str, Any] = field(default_factory=dict)  # persona -> personas.common.Shortfall
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
     stop_reason: str | None = None
 

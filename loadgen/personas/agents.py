@@ -122,7 +122,7 @@ def _arrivals(ctx: WorkerContext, persona: AgentSwarmPersona, group: Group) -> N
     slots = worker_slots(persona.agents, ctx.workers, ctx.worker_index)
     tenants = ctx.scenario.tier(persona.tier).tenant_ids
     slots_ = Slots(slots)
-    for instance, t in open_loop(ctx, rate, lambda: unit_work_const(rng)):
+    for instance, t in open_loop(ctx, rate, lambda: unit_work_const(rng), persona.name):
         task_rng = ctx.rng(persona.name, ctx.worker_index, instance)
         tenant = task_rng.choice(tenants)
         task_id = f"{persona.name}-w{ctx.worker_index}-t{instance}"

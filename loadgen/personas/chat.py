@@ -24,7 +24,7 @@ def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:
         prompts.text(f"system:{persona.name}", persona.system_prompt_tokens) if persona.system_prompt_tokens else ""
     )
     slots_ = Slots(slots)
-    for instance, t in open_loop(ctx, rate, lambda: unit_work(persona.arrival, rng)):
+    for instance, t in open_loop(ctx, rate, lambda: unit_work(persona.arrival, rng), persona.name):
         session_rng = ctx.rng(persona.name, ctx.worker_index, instance)
         tenant = session_rng.choice(tenants)
         intended_ns = int(t * 1e9)

@@ -10,7 +10,7 @@ from gevent.pool import Group
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_logical
 from loadgen.context import WorkerContext
-from loadgen.personas.common import not_sent, sleep_until
+from loadgen.personas.common import behind, not_sent, sleep_until
 from loadgen.schedule import mine, worker_slots
 from loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow, read_trace, schedule
 from loadgen.wire.client import Cancelled
@@ -43,14 +43,32 @@ def run_replay(ctx: WorkerContext, persona: TraceReplayPersona, group: Group) ->
     plan = schedule(rows, time_scale=persona.time_scale, start_s=persona.start_s, limit=persona.limit, end_s=ctx.end_s)
     slots = worker_slots(persona.max_in_flight, ctx.workers, ctx.worker_index)
     tenants = ctx.scenario.tier(persona.tier).tenant_ids
-    active: set[gevent.Greenlet] = set()
     pools = Pools(max_idle=min(64, slots))
+    try:
+        _replay_rows(ctx, persona, group, plan, slots, tenants, pools)
+    finally:
+        if persona.name in ctx.shortfalls:
+            ctx.shortfalls[persona.name].flush()
+
+
+def _replay_rows(
+    ctx: WorkerContext,
+    persona: TraceReplayPersona,
+    group: Group,
+    plan: list[tuple[float, TraceRow]],
+    slots: int,
+    tenants: list[str],
+    pools: Pools,
+) -> None:
+    active: set[gevent.Greenlet] = set()
     for n, (when, row) in enumerate(plan):
         if not mine(n, ctx.worker_index, ctx.workers):
             continue
         sleep_until(ctx, when)
         if ctx.stopping:
             return
+        if behind(ctx, persona.name, when):
+            continue  # hopelessly late: counted in the shortfall, not sent
         tenant = tenants[row.index % len(tenants)]
         max_tokens = max(1, min(row.output_tokens, persona.max_output_tokens))
         intended_ns = int(when * 1e9)
