@@ -198,6 +198,10 @@ class RequestRecord:
     not_sent: bool = False  # the schedule wanted it sent but no slot was free
     client_timeout: bool = False  # the client's own deadline passed
     transport_error: bool = False  # connection refused/reset, malformed HTTP
+    # The request was first written into a reused keep-alive connection that the server had closed
+    # while idle (it died before any response byte, so the server never saw it) and was sent again,
+    # once, on a fresh connection; every other fact is the fresh connection's.
+    reconnected: bool = False
     retry_after_s: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None

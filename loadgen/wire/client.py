@@ -18,12 +18,32 @@ import httptools
 from gevent import socket as gsocket
 
 from loadgen.record import RequestRecord, short_text
-from loadgen.wire.http import MAX_ERROR_BODY, Endpoint, ResponseHead, ResponseParser, parse_retry_after
+from loadgen.wire.http import (
+    BODY_TOO_LARGE,
+    MAX_BODY,
+    MAX_ERROR_BODY,
+    Endpoint,
+    ResponseHead,
+    ResponseParser,
+    ResponseTooLarge,
+    parse_retry_after,
+)
 from loadgen.wire.stream import StreamInterpreter, error_summary, interpret_body
 from stacks import header_reason
 
 RECV_BYTES = 65536
 COMPLETE_GRACE_NS = 1_000_000_000  # after the end marker, wait at most this long for the HTTP end
+# Fairness: at most this many back-to-back full reads (256 KiB on a plain socket) before the
+# greenlet goes back to the hub. A server that floods at full speed keeps ``recv`` returning full
+# buffers; without this bound one attempt would never yield, and no deadline, other user or stop
+# signal would run in the process.
+MAX_READS_PER_WAKE = 4
+TLS_RECORD = 16384  # the largest TLS record: a full one from an SSL socket counts as a full read
+# Drop an idle keep-alive connection before the server is likely to: uvicorn (vLLM, LiteLLM, SGLang)
+# closes idle connections after 5 s by default, and a request sent on one it has just closed dies
+# with no answer. A ``Keep-Alive: timeout=N`` response header shortens this further.
+KEEPALIVE_S = 4.0
+_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN})
 
 
 class Cancelled(gevent.GreenletExit):
@@ -40,19 +60,36 @@ class Timeouts:
 
 
 class ConnectionPool:
-    """Idle keep-alive connections to one endpoint, owned by one user (no locking: one greenlet loop)."""
+    """Idle keep-alive connections to one endpoint, owned by one user (no locking: one greenlet loop).
 
-    def __init__(self, endpoint: Endpoint, max_idle: int = 8) -> None:
+    An idle connection is kept at most ``keepalive_s`` (or the server's ``Keep-Alive: timeout=N``
+    less a second, if shorter) and dropped unused after that: servers close idle connections, and
+    a request written into one they have closed gets no answer.
+    """
+
+    def __init__(self, endpoint: Endpoint, max_idle: int = 8, keepalive_s: float = KEEPALIVE_S) -> None:
         self.endpoint = endpoint
         self.max_idle = max_idle
-        self._idle: list[gsocket.socket] = []
+        self.keepalive_ns = int(keepalive_s * 1e9)
+        self._idle: list[tuple[gsocket.socket, int]] = []  # (socket, drop after), oldest first
         self._ssl_context: Any = None
         self.opened = 0
+        self.expired = 0  # idle connections dropped for age
 
     def acquire(self, connect_s: float) -> tuple[gsocket.socket, bool]:
         """An idle connection (reused=True) or a new one."""
-        if self._idle:
-            return self._idle.pop(), True
+        idle = self._idle
+        if idle:
+            now = time.monotonic_ns()
+            while idle:
+                sock, drop_after = idle.pop()
+                if now < drop_after:
+                    return sock, True
+                _close(sock)  # every older one is past its age too
+                self.expired += 1
+                while idle:
+                    _close(idle.pop()[0])
+                    self.expired += 1
         return self._connect(connect_s), False
 
     def _connect(self, connect_s: float) -> gsocket.socket:
@@ -67,15 +104,35 @@ class ConnectionPool:
         self.opened += 1
         return sock
 
-    def release(self, sock: gsocket.socket) -> None:
-        if len(self._idle) < self.max_idle:
-            self._idle.append(sock)
+    def release(self, sock: gsocket.socket, server_keepalive_s: float | None = None) -> None:
+        """Keep ``sock`` for reuse; ``server_keepalive_s`` is what the server said it keeps it for."""
+        keep_ns = self.keepalive_ns
+        if server_keepalive_s is not None:
+            keep_ns = min(keep_ns, int((server_keepalive_s - 1.0) * 1e9))
+        if keep_ns > 0 and len(self._idle) < self.max_idle:
+            self._idle.append((sock, time.monotonic_ns() + keep_ns))
         else:
             _close(sock)
 
     def close(self) -> None:
         while self._idle:
-            _close(self._idle.pop())
+            _close(self._idle.pop()[0])
+
+
+def server_keepalive_s(headers: dict[str, str]) -> float | None:
+    """``Keep-Alive: timeout=N`` in seconds, else None (most servers do not send it)."""
+    raw = headers.get("keep-alive")
+    if not raw:
+        return None
+    for part in raw.split(","):
+        name, _, value = part.strip().partition("=")
+        if name.strip().lower() == "timeout":
+            try:
+                seconds = float(value.strip())
+            except ValueError:
+                return None
+            return seconds if 0 <= seconds < 1e6 else None
+    return None
 
 
 def _close(sock: gsocket.socket) -> None:
@@ -93,6 +150,7 @@ class _Attempt:
         "head",
         "headers_ns",
         "interp",
+        "ok",
         "parser",
         "stream_wanted",
     )
@@ -103,6 +161,7 @@ class _Attempt:
         self.head: ResponseHead | None = None
         self.headers_ns: int | None = None
         self.interp: StreamInterpreter | None = None
+        self.ok = False  # a 2xx answer: its body is read whole (an error body only up to MAX_ERROR_BODY)
         self.body = bytearray()
         self._record_token_times = record_token_times
         self.parser: ResponseParser | None = None  # when set, stream bytes go straight to the interpreter
@@ -110,6 +169,7 @@ class _Attempt:
     def on_headers(self, head: ResponseHead, now_ns: int) -> None:
         self.head = head
         self.headers_ns = now_ns
+        self.ok = 200 <= head.status < 300
         ctype = head.content_type
         if 200 <= head.status < 300 and self.stream_wanted and ctype != "application/json":
             interp = self.interp = StreamInterpreter(self.dialect, self._record_token_times)
@@ -120,6 +180,10 @@ class _Attempt:
     def on_body(self, chunk: bytes, now_ns: int) -> None:
         if self.interp is not None:
             self.interp.feed(chunk, now_ns)  # keeps the start: names an HTML page or garbage
+        elif self.ok:
+            self.body += chunk
+            if len(self.body) > MAX_BODY:
+                raise ResponseTooLarge(BODY_TOO_LARGE)
         elif len(self.body) < MAX_ERROR_BODY:
             self.body += chunk[: MAX_ERROR_BODY - len(self.body)]
 
@@ -158,7 +222,12 @@ def perform(
     timeouts: Timeouts,
     record_token_times: bool = False,
 ) -> None:
-    """Send one attempt and fill ``record`` with what happened; raises ``Cancelled`` after filling it."""
+    """Send one attempt and fill ``record`` with what happened; raises ``Cancelled`` after filling it.
+
+    A request written into a reused keep-alive connection that then dies before any response byte
+    (the server had closed it while idle, so it never saw the request) is sent once more on a fresh
+    connection, and the record says ``reconnected``. A fresh connection is never retried.
+    """
     attempt = _Attempt(dialect, stream, record_token_times)
     parser = ResponseParser(attempt.on_headers, attempt.on_body)
     attempt.parser = parser
@@ -171,62 +240,91 @@ def perform(
     end_ns: int | None = None
     cancelled: Cancelled | None = None
     timer: gevent.Timeout | None = None
+    deadline_at = total_deadline
+    phase_now = -1
+    retried = False
     try:
-        for try_no in (0, 1):
+        while True:
             sock, reused = pool.acquire(timeouts.connect_s)
+            may_retry = reused and not retried
             try:
                 sock.sendall(request)
-                break
             except OSError:
+                if not may_retry:
+                    raise  # a fresh connection that fails to send is a real transport error
                 _close(sock)
                 sock = None
-                if not reused or try_no == 1:
-                    raise  # a fresh connection that fails to send is a real transport error
-        assert sock is not None
-        # Deadlines: one timer per phase (first token, streaming, after the end marker), re-armed
-        # only when the phase changes, and no timeout on the socket, so waiting for bytes allocates
-        # no timer. A plain socket is read by waiting for readability, then one recv on the real
-        # socket (gevent's recv tries first, and that fails with EAGAIN, an exception, on nearly
-        # every streamed token); TLS sockets go through gevent's recv.
-        sock.settimeout(None)
-        plain = type(sock) is gsocket.socket
-        raw_recv = sock._sock.recv if plain else sock.recv
-        read_event = sock._read_event if plain else None
-        wait = sock._wait
-        phase_now = -1
-        eof = False
-        ready = False  # the last read filled the buffer: more is probably waiting
-        while not parser.done:
-            if _phase(attempt) != phase_now:
-                phase_now = _phase(attempt)
-                now = time.monotonic_ns()
-                remaining = _deadline_ns(attempt, ttft_deadline, total_deadline, now) - now
-                if remaining <= 0:
-                    raise TimeoutError
-                if timer is not None:
-                    timer.close()
-                timer = gevent.Timeout(remaining / 1e9, _Deadline)
-                timer.start()
-            if plain:
-                if not ready:
-                    wait(read_event)
+                retried = record.reconnected = True
+                continue
+            # Deadlines: one timer per phase (first token, streaming, after the end marker), re-armed
+            # only when the phase changes, and no timeout on the socket, so waiting for bytes allocates
+            # no timer; each read is also checked against the phase's deadline, in case the loop ran
+            # late. A plain socket is read by waiting for readability, then one recv on the real
+            # socket (gevent's recv tries first, and that fails with EAGAIN, an exception, on nearly
+            # every streamed token); TLS sockets go through gevent's recv.
+            sock.settimeout(None)
+            plain = type(sock) is gsocket.socket
+            raw_recv = sock._sock.recv if plain else sock.recv
+            read_event = sock._read_event if plain else None
+            wait = sock._wait
+            eof = False
+            stale = False
+            ready = False  # the last read filled the buffer: more is probably waiting
+            burst = 0  # reads since the greenlet last went back to the hub
+            while not parser.done:
+                if _phase(attempt) != phase_now:
+                    phase_now = _phase(attempt)
+                    now = time.monotonic_ns()
+                    deadline_at = _deadline_ns(attempt, ttft_deadline, total_deadline, now)
+                    remaining = deadline_at - now
+                    if remaining <= 0:
+                        raise TimeoutError
+                    if timer is not None:
+                        timer.close()
+                    timer = gevent.Timeout(remaining / 1e9, _Deadline)
+                    timer.start()
                 try:
-                    data = raw_recv(RECV_BYTES)
-                except BlockingIOError:
-                    ready = False
-                    continue
-                ready = len(data) == RECV_BYTES
-            else:
-                data = raw_recv(RECV_BYTES)
-            now = time.monotonic_ns()
-            if not data:
-                eof = True
-                parser.feed_eof()
-                end_ns = now
+                    if plain:
+                        if not ready:
+                            wait(read_event)
+                            burst = 0
+                        try:
+                            data = raw_recv(RECV_BYTES)
+                        except BlockingIOError:
+                            ready = False
+                            continue
+                        burst += 1
+                        ready = len(data) == RECV_BYTES and burst < MAX_READS_PER_WAKE
+                    else:
+                        data = raw_recv(RECV_BYTES)
+                        burst = burst + 1 if len(data) >= TLS_RECORD else 0
+                        if burst >= MAX_READS_PER_WAKE:
+                            gevent.sleep(0)  # an SSL socket reads from its own buffer: yield by hand
+                            burst = 0
+                except OSError as exc:
+                    if may_retry and exc.errno in _STALE_ERRNOS and not parser.received_any:
+                        stale = True
+                        break
+                    raise
+                now = time.monotonic_ns()
+                if not data:
+                    if may_retry and not parser.received_any:
+                        stale = True
+                        break
+                    eof = True
+                    parser.feed_eof()
+                    end_ns = now
+                    break
+                if now >= deadline_at:
+                    raise _Deadline
+                parser.feed(data, now)
+                if parser.done:
+                    end_ns = now
+            if not stale:
                 break
-            parser.feed(data, now)
-            if parser.done:
-                end_ns = now
+            _close(sock)
+            sock = None
+            retried = record.reconnected = True
         keep = parser.done and not eof and attempt.head is not None and attempt.head.keep_alive
         if not parser.done:
             if attempt.head is None:
@@ -248,9 +346,15 @@ def perform(
                 else "response"
             )
             record.error = f"client timeout waiting for the {phase}"
+    except ResponseTooLarge as exc:  # the header block (raised by the parser itself)
+        _too_large(record, attempt, exc)
     except httptools.HttpParserError as exc:
-        record.transport_error = True
-        record.error = short_text(f"malformed HTTP response: {exc}")
+        cause = exc.__context__  # an exception in a body callback comes wrapped by httptools
+        if isinstance(cause, ResponseTooLarge):
+            _too_large(record, attempt, cause)
+        else:
+            record.transport_error = True
+            record.error = short_text(f"malformed HTTP response: {exc}")
     except OSError as exc:
         record.transport_error = True
         name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
@@ -263,13 +367,21 @@ def perform(
         if end_ns is None:
             end_ns = time.monotonic_ns()
         if sock is not None:
-            if keep:
-                pool.release(sock)
+            if keep and attempt.head is not None:
+                pool.release(sock, server_keepalive_s(attempt.head.headers))
             else:
                 _close(sock)
     _fill(record, attempt, anchor_ns, end_ns)
     if cancelled is not None:
         raise cancelled
+
+
+def _too_large(record: RequestRecord, attempt: _Attempt, exc: ResponseTooLarge) -> None:
+    """A response part passed its cap: the reading stopped there, and the record names the cap."""
+    record.error = str(exc)
+    if attempt.head is None:
+        record.transport_error = True  # no HTTP answer was ever complete enough to have a status
+    attempt.body.clear()  # a capped body is not an answer: nothing of it is interpreted
 
 
 def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int) -> None:

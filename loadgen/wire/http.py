@@ -11,7 +11,15 @@ from urllib.parse import urlsplit
 
 import httptools
 
-MAX_ERROR_BODY = 64 * 1024  # enough to read an error message; a hostile body is cut here
+MAX_ERROR_BODY = 64 * 1024  # enough to read an error message (non-2xx); a hostile body is cut here
+MAX_BODY = 32 * 1024 * 1024  # a complete 2xx non-streamed answer is read whole up to this, then refused
+MAX_HEAD_BYTES = 64 * 1024  # status line + headers; a header block that never ends is refused here
+HEAD_TOO_LARGE = "response header block over 64 KiB"
+BODY_TOO_LARGE = "response body over 32 MiB"
+
+
+class ResponseTooLarge(Exception):
+    """A part of the response passed its cap; ``str(exc)`` is the record's ``error`` text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,7 @@ class ResponseParser:
     the instant its bytes came off the socket, not when a higher layer got round to them.
     """
 
-    __slots__ = ("_parser", "body_cb", "done", "head", "headers_cb", "headers_complete", "now_ns")
+    __slots__ = ("_head_bytes", "_parser", "body_cb", "done", "head", "headers_cb", "headers_complete", "now_ns")
 
     def __init__(
         self,
@@ -87,12 +95,28 @@ class ResponseParser:
         self.now_ns = 0
         self.headers_complete = False
         self.done = False
+        self._head_bytes = 0
         self._parser: Any = httptools.HttpResponseParser(self)
 
     def feed(self, data: bytes, now_ns: int) -> None:
-        """Parse bytes that arrived at ``now_ns``; raises ``httptools.HttpParserError`` on garbage."""
+        """Parse bytes that arrived at ``now_ns``.
+
+        Raises ``httptools.HttpParserError`` on garbage, and ``ResponseTooLarge`` when the status
+        line and headers pass ``MAX_HEAD_BYTES`` without ending (httptools would buffer them all).
+        """
         self.now_ns = now_ns
+        if self.headers_complete:
+            self._parser.feed_data(data)
+            return
+        self._head_bytes += len(data)
         self._parser.feed_data(data)
+        if not self.headers_complete and self._head_bytes > MAX_HEAD_BYTES:
+            raise ResponseTooLarge(HEAD_TOO_LARGE)
+
+    @property
+    def received_any(self) -> bool:
+        """Whether any response byte has arrived (a dead keep-alive connection delivers none)."""
+        return self._head_bytes > 0
 
     def feed_eof(self) -> None:
         """The peer closed: for a body without a length, that ends the message."""

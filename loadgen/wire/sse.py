@@ -2,46 +2,60 @@
 
 from __future__ import annotations
 
+from loadgen.wire.http import ResponseTooLarge
+
+MAX_EVENT_BYTES = 1024 * 1024  # one event (or one unterminated line) longer than this is refused
+EVENT_TOO_LARGE = "SSE event over 1 MiB"
+
 
 class SSESplitter:
     """Incremental SSE framing: ``feed`` returns the complete events in the bytes so far.
 
     Events end at a blank line. CRLF is folded to LF, multi-line ``data:`` fields are joined with
     ``\\n`` and comment lines (``:``) are dropped; an event without data is dropped, as the spec says.
+    Only new bytes are scanned (the held-back part is known to hold no event end), and an event that
+    grows past ``MAX_EVENT_BYTES`` raises ``ResponseTooLarge``: a stream that never ends its event
+    cannot grow the buffer without bound.
     """
 
-    __slots__ = ("_buf", "malformed")
+    __slots__ = ("_buf", "_cr", "malformed")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = b""  # the start of an event that has not ended (CR/CRLF already folded)
+        self._cr = False  # a trailing \r held back: maybe the first half of a CRLF split across chunks
         self.malformed = 0  # lines that were neither a field nor a comment
 
     def feed(self, chunk: bytes) -> list[tuple[bytes | None, bytes]]:
-        buf = self._buf + chunk if self._buf else chunk
-        hold = False
-        if b"\r" in buf:
-            # a trailing \r may be the first half of a CRLF split across chunks: keep it back
-            hold = buf.endswith(b"\r")
-            if hold:
-                buf = buf[:-1]
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self._cr:
+            chunk = b"\r" + chunk
+            self._cr = False
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                self._cr = True
+                chunk = chunk[:-1]
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        pending = self._buf
+        buf = pending + chunk if pending else chunk
         events: list[tuple[bytes | None, bytes]] = []
         start = 0
+        scan = len(pending) - 1 if pending else 0  # an event end can only start at the held part's last byte
         while True:
-            end = buf.find(b"\n\n", start)
+            end = buf.find(b"\n\n", scan)
             if end < 0:
                 break
             event = self._parse_block(buf[start:end])
             if event is not None:
                 events.append(event)
-            start = end + 2
-        self._buf = buf[start:] + b"\r" if hold else buf[start:]
+            start = scan = end + 2
+        self._buf = buf[start:]
+        if len(self._buf) > MAX_EVENT_BYTES:
+            raise ResponseTooLarge(EVENT_TOO_LARGE)
         return events
 
     @property
     def pending(self) -> bytes:
         """Bytes of an event that has not ended yet (a truncated stream leaves them here)."""
-        return self._buf
+        return self._buf + b"\r" if self._cr else self._buf
 
     def _parse_block(self, block: bytes) -> tuple[bytes | None, bytes] | None:
         # fast path: the overwhelmingly common single ``data: ...`` line

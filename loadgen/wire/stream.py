@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 
 from loadgen.record import short_text
-from loadgen.wire.sse import SSESplitter
+from loadgen.wire.http import ResponseTooLarge
+from loadgen.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
@@ -28,6 +29,7 @@ _CHAT_KEY = b'"content":"'
 _TEXT_KEY = b'"text":"'
 _DELTA_EVENT = b"event: content_block_delta\ndata: "
 _DELTA_EVENT_LEN = len(_DELTA_EVENT)
+_RESCAN_BYTES = 8192  # a held event start longer than this is not re-scanned on each read
 HEAD_BYTES = 512  # the start of a stream body kept for the record when it turns out not to be SSE
 
 
@@ -121,13 +123,25 @@ class StreamInterpreter:
         if not self.events and len(self.head) < HEAD_BYTES:  # names an HTML page or garbage later
             self.head += chunk[: HEAD_BYTES - len(self.head)]
         sse = self._sse
-        pending = sse._buf
-        buf = pending + chunk if pending else chunk
-        if b"\r" in buf:  # CR / CRLF framing: the general splitter folds it
+        if sse._cr or b"\r" in chunk:  # CR / CRLF framing: the general splitter folds it
             for name, data in sse.feed(chunk):
                 self.events += 1
                 self._event(name, data, now_ns)
             return
+        pending = sse._buf
+        if not pending:
+            buf = chunk
+        elif len(pending) < _RESCAN_BYTES:
+            buf = pending + chunk  # an event split across reads (common): re-scanning its start is cheap
+        else:
+            # The held part holds no event end (else it would have been parsed), so a long event
+            # that arrives in many reads is scanned once, in the new bytes only, not once per read.
+            buf = pending + chunk
+            if chunk.find(b"\n\n") < 0 and not (pending[-1] == 10 and chunk[:1] == b"\n"):
+                sse._buf = buf
+                if len(buf) > MAX_EVENT_BYTES:
+                    raise ResponseTooLarge(EVENT_TOO_LARGE)
+                return
         find = buf.find
         startswith = buf.startswith
         openai = self.dialect != ANTHROPIC
@@ -179,6 +193,8 @@ class StreamInterpreter:
         self.events += events
         if tokens:
             self._tokens_at(tokens, now_ns)
+        if len(sse._buf) > MAX_EVENT_BYTES:
+            raise ResponseTooLarge(EVENT_TOO_LARGE)
 
     def _event(self, name: bytes | None, data: bytes, now_ns: int) -> None:
         """One complete event (the general path)."""
