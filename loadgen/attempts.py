@@ -18,7 +18,7 @@ from loadgen import resilience
 from loadgen.context import RouteWire, WorkerContext
 from loadgen.prompts import Conversation
 from loadgen.record import RequestRecord
-from loadgen.wire.client import Cancelled, ConnectionPool, perform
+from loadgen.wire.client import KEEPALIVE_S, Cancelled, ConnectionPool, perform
 from loadgen.wire.dialects import build_body
 from loadgen.wire.http import build_request
 
@@ -69,10 +69,10 @@ class Pools:
         self.max_idle = max_idle
         self._pools: dict[str, ConnectionPool] = {}
 
-    def get(self, route: RouteWire) -> ConnectionPool:
+    def get(self, route: RouteWire, keepalive_s: float = KEEPALIVE_S) -> ConnectionPool:
         pool = self._pools.get(route.name)
         if pool is None:
-            pool = self._pools[route.name] = ConnectionPool(route.endpoint, self.max_idle)
+            pool = self._pools[route.name] = ConnectionPool(route.endpoint, self.max_idle, keepalive_s)
         pool.max_idle = max(pool.max_idle, self.max_idle)
         return pool
 
@@ -154,15 +154,16 @@ def _attempt(
     record.prompt_bytes = len(body)
     ctx.counters.sent += 1
     ctx.counters.in_flight += 1
+    timeouts = ctx.timeouts
     try:
         perform(
-            pools.get(route),
+            pools.get(route, timeouts.keepalive_s),
             request,
             record,
             anchor_ns=ctx.anchor.mono_ns,
             dialect=route.dialect,
             stream=ctx.scenario.target.stream,
-            timeouts=ctx.timeouts,
+            timeouts=timeouts,
             record_token_times=ctx.scenario.record_token_times,
         )
     except Cancelled:

@@ -104,7 +104,7 @@ class WorkerContext:
     @property
     def timeouts(self) -> Timeouts:
         t = self.scenario.resilience.timeouts
-        return Timeouts(connect_s=t.connect_s, ttft_s=t.ttft_s, total_s=t.total_s)
+        return Timeouts(connect_s=t.connect_s, ttft_s=t.ttft_s, total_s=t.total_s, keepalive_s=t.keepalive_s)
 
     @property
     def end_s(self) -> float:

@@ -39,6 +39,9 @@ from scenarios.model import PROFILES, Route, Scenario, parse_duration
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 STARTUP_LEAD_S = 3.0  # the schedule starts this long after the anchor is taken: Locust needs to start
 STOP_GRACE_S = 15.0
+# Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
+# end, it has overrun (a stuck process): it gets SIGTERM, then SIGKILL after STOP_GRACE_S.
+OVERRUN_MARGIN_S = 40.0
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 
 
@@ -554,7 +557,9 @@ def _drive(
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
                           f"+ up to {scenario.drain_s:.0f} s drain …")
-        hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + 40
+        hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + OVERRUN_MARGIN_S
+        overran = False  # we had to stop Locust because it ran past its own end
+        killed_late_s: float | None = None  # seconds after the run's end at which we SIGKILLed it
         try:
             while proc.poll() is None:
                 time.sleep(0.5)
@@ -568,8 +573,11 @@ def _drive(
                     _signal(proc.pid, signal.SIGTERM)
                     forwarded_at = time.monotonic()
                 elif sigs.count > 1 or (forwarded_at and time.monotonic() - forwarded_at > STOP_GRACE_S):
+                    if overran and sigs.count == 0 and killed_late_s is None:
+                        killed_late_s = (time.monotonic_ns() - anchor.mono_ns) / 1e9 - total_s
                     _kill_all(proc, children)
                 elif time.monotonic() > hard_deadline and forwarded_at is None:
+                    overran = True
                     _signal(proc.pid, signal.SIGTERM)
                     forwarded_at = time.monotonic()
         finally:
@@ -588,6 +596,8 @@ def _drive(
     tail.poll()
     interrupted = sigs.count > 0
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
+    if overran and not interrupted:  # a stuck Locust: what its shards say about the stop is not the story
+        stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
     shards = shard_paths(run_dir)
     load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
     start_failure = None if interrupted else _start_failure(log_path)
@@ -597,6 +607,7 @@ def _drive(
         "ended_at": _iso(),
         "stop_reason": stop_reason,
         "locust_exit_code": proc.returncode,
+        **({"overrun_killed_after_end_s": round(killed_late_s, 1)} if killed_late_s is not None else {}),
         "shards": [p.name for p in shards],
         "generator_warning": tail.saturated(),
     }
@@ -606,6 +617,13 @@ def _drive(
     if stop_reason == "startup_error":
         _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
+    if overran and not interrupted:
+        how = (f"did not stop within {killed_late_s:.0f} s after the run's end; killed (SIGKILL)"
+               if killed_late_s is not None else
+               f"was still running {OVERRUN_MARGIN_S:.0f} s after the run's end; stopped (SIGTERM)")
+        _say(console, f"[bold red]error:[/] Locust {how}; records may be missing; see {log_path}")
+        _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+        return RunResult(run_dir, EXIT_INTERRUPTED, stop_reason)
     if not interrupted and not any(_has_requests(p) for p in load_shards) and proc.returncode not in (0, 1):
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")

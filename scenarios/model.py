@@ -467,6 +467,9 @@ class Timeouts(Strict):
     connect_s: Seconds = 5.0
     ttft_s: Seconds = Field(default=120.0, description="deadline for the first token")
     total_s: Seconds = Field(default=600.0, description="deadline for the whole response")
+    keepalive_s: Seconds = Field(
+        default=4.0, description="drop a pooled connection idle this long (keep it below the server's keep-alive)"
+    )
 
 
 class Breaker(Strict):

@@ -57,6 +57,7 @@ class Timeouts:
     connect_s: float = 5.0
     ttft_s: float = 120.0
     total_s: float = 600.0
+    keepalive_s: float = KEEPALIVE_S  # idle pooled connections older than this are not reused
 
 
 class ConnectionPool:

@@ -131,6 +131,37 @@ def handle(conn: socket.socket, pick: object = None) -> None:
             elif mode == "garbage":
                 conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
                 return
+            elif mode == "flood":  # a 200 stream whose first event never ends: 64 KiB chunks at full speed
+                conn.sendall(_head(200, "text/event-stream") + chunked(b"data: {\"x\":\""))
+                block = chunked(b"x" * 65536)
+                while True:
+                    conn.sendall(block)
+            elif mode == "floodevents":  # valid token events at full speed, never an end marker
+                conn.sendall(_head(200, "text/event-stream"))
+                block = chunked(sse(*[CHAT_CHUNK] * 600))
+                while True:
+                    conn.sendall(block)
+            elif mode == "floodhead":  # a header block that never ends, at full speed
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Junk: ")
+                block = b"j" * 65536
+                while True:
+                    conn.sendall(block)
+            elif mode == "tricklehead":  # a header block that never ends, one byte at a time
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Junk: ")
+                while True:
+                    conn.sendall(b"j")
+                    time.sleep(0.01)
+            elif mode == "bigjson":  # a complete non-streamed 2xx answer far over 64 KiB
+                text = "word " * 40000
+                body = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 40000},
+                    }
+                ).encode()
+                conn.sendall(_head(200, "application/json", length=len(body)) + body)
             else:
                 conn.sendall(_head(404, "text/plain", length=2) + b"no")
     except OSError:

@@ -1,0 +1,77 @@
+"""A Locust process that does not stop at the run's end is killed, and the run says exactly that.
+
+Seen before the fix: a stuck Locust was SIGKILLed 55 s after the end, and the runner printed "Locust
+failed to start (exit -9)" while run.json said ``stop_reason: completed``. The stand-in here is a
+real child process that ignores SIGTERM, as a Locust whose loop never yields does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen import runner
+from loadgen.record import read_manifest
+
+SCENARIO = """
+name: overrun
+seed: 1
+target: {url: "http://127.0.0.1:9", profile: vllm, metrics: null}
+tiers: [{name: t, priority: 5}]
+personas:
+  - kind: chat
+    name: c
+    tier: t
+    arrival: {process: constant, rate: 1}
+    turns: 1
+    system_prompt_tokens: 0
+    prompt_tokens: 8
+    output_tokens: 4
+phases: [{name: p, duration: 1s}]
+drain_s: 0
+"""
+STUCK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+POLITE = "import time; time.sleep(600)"  # dies on SIGTERM
+
+
+class _Console:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.is_terminal = False
+
+    def print(self, text: Any, **_: Any) -> None:
+        self.lines.append(str(text))
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> tuple[runner.RunResult, _Console]:
+    monkeypatch.setattr(runner, "locust_command", lambda *a, **k: [sys.executable, "-c", code])
+    monkeypatch.setattr(runner, "OVERRUN_MARGIN_S", 1.0)
+    monkeypatch.setattr(runner, "STOP_GRACE_S", 1.0)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    console = _Console()
+    result = runner.run_scenario(str(scenario), runner.RunOptions(out_dir=tmp_path / "runs"), console=console)
+    return result, console
+
+
+def test_stuck_locust_is_reported_as_killed_for_overrunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, console = _run(tmp_path, monkeypatch, STUCK)
+    assert result.run_dir is not None and result.stop_reason == "overrun_killed"
+    assert result.exit_code == runner.EXIT_INTERRUPTED
+    manifest = read_manifest(result.run_dir)
+    assert manifest["stop_reason"] == "overrun_killed" and manifest["locust_exit_code"] == -9
+    assert manifest["overrun_killed_after_end_s"] >= 1.0
+    text = "\n".join(console.lines)
+    assert "after the run's end; killed (SIGKILL)" in text and "Locust did not stop within" in text
+    assert "failed to start" not in text
+
+
+def test_locust_stopped_by_sigterm_after_overrunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, console = _run(tmp_path, monkeypatch, POLITE)
+    assert result.run_dir is not None and result.stop_reason == "overrun_stopped"
+    assert read_manifest(result.run_dir)["stop_reason"] == "overrun_stopped"
+    assert any("stopped (SIGTERM)" in line for line in console.lines)
+    assert not any("failed to start" in line for line in console.lines)
