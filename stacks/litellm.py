@@ -68,7 +68,9 @@ def read_reason(headers: Mapping[str, str], status: int) -> str | None:
 TOTAL = "litellm_proxy_total_requests_metric_total"
 FAILED = "litellm_proxy_failed_requests_metric_total"
 METRICS = Metrics(
-    prefixes=("litellm_",),
+    # a real proxy exports hundreds of series (one per key, user agent, client IP …): keep what is read
+    names=(TOTAL, FAILED, "litellm_deployment_state", "litellm_deployment_cooled_down_total",
+           "litellm_deployment_success_responses_total", "litellm_deployment_failure_responses_total"),
     checks=(
         CounterCheck("served", TOTAL, select={"status_code": ("200",)}, by="api_key_alias",
                      note="proxy requests answered 200, per key alias where the alias is the tier name"),

@@ -100,7 +100,9 @@ class Metrics:
     path: str = "/metrics"  # the default path under the target URL
 
     def keeps(self, name: str) -> bool:
-        """Whether the scraper keeps a sample of this name."""
+        """Whether the scraper keeps a sample of this name (never a ``_created`` timestamp)."""
+        if name.endswith("_created"):
+            return False
         return name.startswith(self.prefixes) or name in self.names or _base(name) in self.names
 
 
