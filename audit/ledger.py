@@ -27,8 +27,9 @@ LEDGER_SCHEMA = pa.schema([
 ])
 # Classes only the client can see: no ledger line is expected for them.
 CLIENT_ONLY = ("not_sent", "transport")
-# The server logs a client that gave up as ``cancelled``; the client knows it was its own timeout.
-EQUIVALENT = {"timeout": "cancelled"}
+# The server logs a client that gave up as ``cancelled``; the client knows it was its own timeout, or
+# that the generator stopped while the request was in flight (``unfinished``).
+EQUIVALENT = {"timeout": "cancelled", "unfinished": "cancelled"}
 TTFT_QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
@@ -129,7 +130,12 @@ def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | Non
     offset = (both["arrival_ns"] - both["sent_ns"]).to_numpy(dtype=np.float64) / NS_PER_MS
     offset = offset[np.isfinite(offset)]
     out.arrival_offset_ms_p50 = float(np.median(offset)) if len(offset) else None
-    # TTFT: the ledger's arrival → first token of served requests vs the audit's figures for the tier
+    # TTFT: the ledger's arrival → first token of served requests vs the audit's, per tier
+    served_rows = (attempts["cls"].astype(str) == "served").to_numpy()
+    audit_ttft = attempts["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    audit_tier = attempts["tier"].astype(str).to_numpy()
+    audit_served = {t.name: audit_ttft[served_rows & (audit_tier == t.name) & np.isfinite(audit_ttft)]
+                    for t in summary.tiers}
     for tier in summary.tiers:
         served = both[(both["tier"] == tier.name) & (both["outcome"] == "served")]
         values = served["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
@@ -137,7 +143,10 @@ def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | Non
         table: dict[str, tuple[float | None, float | None]] = {}
         for name, q in TTFT_QUANTILES.items():
             ledger_v = float(np.quantile(values, q)) if len(values) else None
-            table[name] = (getattr(tier.latency.ttft_ms, name), ledger_v)
+            mine = audit_served[tier.name]
+            # like with like: the served requests' TTFT (the summary's figure also weighs the waits
+            # the run cut, as censored observations, which the ledger's served rows cannot show)
+            table[name] = (float(np.quantile(mine, q)) if len(mine) else None, ledger_v)
         out.ttft_ms[tier.name] = table
     return out
 
