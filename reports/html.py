@@ -153,7 +153,9 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "run": summary.run,
         "colours": colours,
         "verdict_line": sentences.verdict_line(summary),
-        "headline": sentences.headline(summary)[1:],
+        # the unclassified lines have their own box under the verdict
+        "headline": [line for line in sentences.headline(summary)[1:]
+                     if line not in sentences.unclassified_lines(summary)],
         "never_dropped": sentences.never_dropped(summary),
         "whole_run": [sentences.whole_run_line(t) for t in summary.tiers],
         "fairness_lines": {t.name: sentences.fairness_line(t) for t in summary.tiers},

@@ -158,3 +158,35 @@ def test_degenerate_summaries_render(summary: Summary, variant: str) -> None:
     html = render_html(s, None)
     embedded(html)
     assert render_markdown(s) and render_junit(s)
+
+
+def test_unclassified_answers_are_shown_under_the_verdict(summary: Summary) -> None:
+    """Issue 12: answers no rule knows are named prominently, not buried in the findings."""
+    from audit.summary import Finding
+
+    f = Finding(kind="unclassified", severity="error", tier="batch",
+                message='51 × 503 "The engine is currently busy…": no rule for profile vllm (counted as not served)')
+    html = render_html(summary.model_copy(update={"findings": [f, *summary.findings]}), None)
+    box = html.index('id="unclassified"')
+    assert box < html.index('id="glance"'), "the box sits above the at-a-glance table"
+    assert "51 × 503 &#34;The engine is currently busy…&#34;: no rule for profile vllm" in html
+    assert html.count("no rule for profile vllm") == 1  # not repeated in the findings table
+
+
+def test_censored_percentile_renders_as_a_bound(summary: Summary) -> None:
+    batch = summary.tier("batch")
+    ttft = batch.latency.ttft_ms.model_copy(update={"p99": 12200.0, "lower_bound": ["p99", "max"], "censored": 44})
+    latency = batch.latency.model_copy(update={"ttft_ms": ttft})
+    tiers = [t if t.name != "batch" else t.model_copy(update={"latency": latency}) for t in summary.tiers]
+    html = render_html(summary.model_copy(update={"tiers": tiers}), None)
+    assert "≥ 12.2 s" in html and "of which 44 censored" in html
+
+
+def test_interrupted_and_inconclusive_are_said(summary: Summary) -> None:
+    run = summary.run.model_copy(update={"stop_reason": "budget", "interrupted": True})
+    v = summary.verdicts[0].model_copy(update={"passed": False, "inconclusive": True,
+                                               "message": "interactive ttft_ms.p99: inconclusive: 1 sample(s)"})
+    s = summary.model_copy(update={"run": run, "verdicts": [v], "passed": False, "exit_code": 2})
+    html = render_html(s, None)
+    assert "the run was interrupted (stop reason: budget)" in html
+    assert 'id="badge">INCONCLUSIVE<' in html and "INCONCLUSIVE: 1 of 1 SLO checks could not be judged" in html

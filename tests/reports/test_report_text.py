@@ -123,3 +123,24 @@ def test_never_dropped_only_when_everything_was_served(summary: Summary) -> None
     line = sentences.tier_line(s, broken)
     assert "never dropped" not in line and sentences.never_dropped(s) == ""
     assert "not served" in line and "no HTTP answer" in line and "unfinished at run end" in line
+
+
+def test_gate_output_names_interruption_and_unclassified(summary: Summary) -> None:
+    from audit.summary import Finding
+
+    run = summary.run.model_copy(update={"stop_reason": "interrupted", "interrupted": True})
+    f = Finding(kind="unclassified", severity="error", tier="batch", message='3 × 529 "x": no rule for profile llm-d')
+    s = summary.model_copy(update={"run": run, "findings": [f]})
+    console = Console(record=True, width=200, color_system=None)
+    print_verdicts(s, console)
+    text = console.export_text()
+    assert "The run was interrupted (stop reason: interrupted)" in text
+    assert 'unclassified: batch: 3 × 529 "x": no rule for profile llm-d' in text
+    md = render_markdown(s)
+    assert "the run was interrupted (stop reason: interrupted)" in md and "no rule for profile llm-d" in md
+
+
+def test_junit_marks_inconclusive(summary: Summary) -> None:
+    v = summary.verdicts[0].model_copy(update={"passed": False, "inconclusive": True})
+    text = render_junit(summary.model_copy(update={"verdicts": [v]}))
+    assert 'type="inconclusive"' in text
