@@ -1,0 +1,143 @@
+"""``rushhour doctor``'s parent side: write the plan, run the probe child by PID, scrape /metrics once.
+
+The probes themselves run in ``python -m loadgen.doctor`` (gevent stays out of this process, as
+for the calibration probes); this module only orchestrates, and hands what it collected to
+``audit.doctor`` for judgement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.doctor import FILLER_TIER, PLAN_FILE
+from loadgen.record import iter_run
+from loadgen.testbed_proc import child_env, stop_pid
+from scenarios.model import Scenario
+
+PROBE_DEADLINE_S = 180.0
+DOCTOR_TIMEOUTS = {"connect_s": 5.0, "ttft_s": 30.0, "total_s": 60.0}
+
+
+@dataclass
+class Collected:
+    """What the probes and the scrape left: records, and the metric names /metrics exposed."""
+
+    folder: Path
+    records: list[dict[str, Any]]
+    metric_names: set[str] = field(default_factory=set)
+    metrics_error: str | None = None
+    probe_error: str | None = None
+
+
+def doctor_scenario(url: str, profile: str, model: str, tiers: list[tuple[str, int]] | None = None) -> Scenario:
+    """A minimal scenario for the probes when the user names only a target: two tiers, far apart."""
+    tiers = tiers or [("doctor-high", 100), ("doctor-low", -1)]
+    return Scenario.model_validate({
+        "name": "doctor",
+        "target": {"url": url, "profile": profile, "model": model},
+        "tiers": [{"name": name, "priority": prio} for name, prio in tiers],
+        "personas": [{"kind": "chat", "name": "doctor", "tier": tiers[0][0], "arrival": {"rate": 0.1}}],
+        "phases": [{"name": "probe", "duration": "1s"}],
+        "calibration": {"probes": 0},
+    })
+
+
+def with_doctor_timeouts(scenario: Scenario) -> Scenario:
+    """The probes' own deadlines (short: a doctor must answer in a minute or two, not a run's length)."""
+    t = scenario.resilience.timeouts.model_copy(update=DOCTOR_TIMEOUTS)
+    return scenario.model_copy(update={"resilience": scenario.resilience.model_copy(update={"timeouts": t})})
+
+
+def with_filler_tier(scenario: Scenario) -> Scenario:
+    """The scenario plus the fillers' tier, halfway between its lowest and highest priority (same credential
+    as the lowest tier); unchanged when the tiers are too close to have a middle."""
+    tiers = sorted(scenario.tiers, key=lambda t: t.priority)
+    low, high = tiers[0], tiers[-1]
+    if high.priority - low.priority < 2:
+        return scenario
+    filler = low.model_copy(update={"name": FILLER_TIER, "priority": (low.priority + high.priority) // 2,
+                                    "objective": FILLER_TIER, "slo": low.slo})
+    return scenario.model_copy(update={"tiers": [*scenario.tiers, filler]})
+
+
+def new_folder(runs_dir: Path) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = Path(runs_dir) / f"doctor-{stamp}-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=False)
+    return folder
+
+
+def run_probes(scenario: Scenario, target: str, folder: Path, fillers: int,
+               deadline_s: float = PROBE_DEADLINE_S) -> str | None:
+    """Run the probe child to completion (or kill it at ``deadline_s``); an error text, or None."""
+    plan = {"run_id": folder.name, "target": target, "fillers": fillers,
+            "scenario": with_filler_tier(with_doctor_timeouts(scenario)).model_dump(mode="json")}
+    (folder / PLAN_FILE).write_text(json.dumps(plan))
+    log = folder / "doctor.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "loadgen.doctor", "--dir", str(folder)], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=child_env())
+        started = time.monotonic()
+        try:
+            proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            stop_pid(proc, 5.0)
+            return f"the probes did not finish within {deadline_s:g} s (stopped; see {log})"
+        finally:
+            if proc.poll() is None:
+                stop_pid(proc, 5.0)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return f"the probe process exited {proc.returncode} after {time.monotonic() - started:.1f} s: {tail[0][:200]}"
+    return None
+
+
+def served_models(target: str, key: str | None = None, timeout_s: float = 5.0) -> tuple[list[str], str | None]:
+    """The model ids ``GET <target>/v1/models`` lists, or an error text (never raises)."""
+    import urllib.error
+    import urllib.request
+
+    url = target.rstrip("/") + "/v1/models"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - the user's own target URL
+            body = json.loads(resp.read(1 << 20))
+    except urllib.error.HTTPError as exc:
+        return [], f"GET {url}: HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return [], f"GET {url}: {exc}"
+    data = body.get("data") if isinstance(body, dict) else None
+    return [str(m.get("id")) for m in data or [] if isinstance(m, dict) and m.get("id")], None
+
+
+def scrape_names(metrics_url: str | None, credential: str | None = None, timeout_s: float = 5.0
+                 ) -> tuple[set[str], str | None]:
+    """The metric family names ``metrics_url`` exposes, or an error text (never raises)."""
+    from loadgen import scrape
+
+    if metrics_url is None:
+        return set(), "no metrics URL"
+    try:
+        text = scrape.fetch(metrics_url, timeout_s)
+    except Exception as exc:  # a doctor reports every failure as a line, whatever it is
+        return set(), str(exc) or type(exc).__name__
+    return {s.name for s in scrape.parse_metrics_text(text)}, None
+
+
+def collect(scenario: Scenario, target: str, runs_dir: Path, fillers: int,
+            metrics_url: str | None) -> Collected:
+    """Probe, then scrape once; the folder keeps the probes' shard and log for inspection."""
+    folder = new_folder(runs_dir)
+    probe_error = run_probes(scenario, target, folder, fillers)
+    records = list(iter_run(folder, kind="request"))
+    names, metrics_error = scrape_names(metrics_url)
+    return Collected(folder, records, names, metrics_error, probe_error)
