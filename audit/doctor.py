@@ -105,22 +105,43 @@ def check_streaming(inp: DoctorInput) -> list[Check]:
     out: list[Check] = []
     probes = _by_persona(inp.records, "doctor-tier")
     served = [r for r in probes if outcome(inp.profile, r) == "served"]
-    cut = [r for r in probes if 200 <= int(r.get("status") or 0) < 300 and not r.get("complete")
-           and not r.get("in_band_error")]
+    cut = [
+        r
+        for r in probes
+        if 200 <= int(r.get("status") or 0) < 300 and not r.get("complete") and not r.get("in_band_error")
+    ]
     if cut:
-        out.append(Check("streams end", "fail", f"{len(cut)} streamed answer(s) never sent the end marker "
-                                                 f"({_cut(cut[0].get('error'))}): served requests would read as failed"))
+        out.append(
+            Check(
+                "streams end",
+                "fail",
+                f"{len(cut)} streamed answer(s) never sent the end marker "
+                f"({_cut(cut[0].get('error'))}): served requests would read as failed",
+            )
+        )
     elif served:
         tokens = [int(r.get("tokens") or 0) for r in served]
-        out.append(Check("streams", "pass", f"{len(served)} streamed answer(s) ended with the end marker "
-                                              f"({min(tokens)}–{max(tokens)} content events)"))
+        out.append(
+            Check(
+                "streams",
+                "pass",
+                f"{len(served)} streamed answer(s) ended with the end marker "
+                f"({min(tokens)}–{max(tokens)} content events)",
+            )
+        )
     if served:
         with_usage = [r for r in served if r.get("output_tokens") is not None and r.get("prompt_tokens") is not None]
         if len(with_usage) == len(served):
             out.append(Check("usage", "pass", "the stream reports prompt and output tokens"))
         else:
-            out.append(Check("usage", "warn", f"{len(served) - len(with_usage)} of {len(served)} served answers carried "
-                                               "no usage: token counts fall back to the client's count of stream events"))
+            out.append(
+                Check(
+                    "usage",
+                    "warn",
+                    f"{len(served) - len(with_usage)} of {len(served)} served answers carried "
+                    "no usage: token counts fall back to the client's count of stream events",
+                )
+            )
     return out
 
 
@@ -137,8 +158,14 @@ def check_tiers(inp: DoctorInput) -> list[Check]:
         if cls == "served":
             out.append(Check(f"tier {tier}", "pass", f"accepted and served (status {int(rec.get('status') or 0)})"))
         elif 400 <= int(rec.get("status") or 0) < 500 and int(rec.get("status") or 0) not in (408, 429):
-            out.append(Check(f"tier {tier}", "fail", f"refused: {describe(inp.profile, rec)} — the tier's mapping "
-                                                        f"(profile {inp.profile}) is not accepted by this stack"))
+            out.append(
+                Check(
+                    f"tier {tier}",
+                    "fail",
+                    f"refused: {describe(inp.profile, rec)} — the tier's mapping "
+                    f"(profile {inp.profile}) is not accepted by this stack",
+                )
+            )
         else:
             out.append(Check(f"tier {tier}", "warn", f"not served: {describe(inp.profile, rec)}"))
     return out
@@ -211,18 +238,32 @@ def check_polarity(inp: DoctorInput) -> Check | None:
 
     verdict = polarity_verdict({t: first_of_pair(r.get("high"), r.get("low")) for t, r in found.items()})
     if verdict is None:
-        return Check("priority polarity", "warn", f"could not tell (a pair was not served, or the orders "
-                                                    f"disagree): {detail}")
+        return Check(
+            "priority polarity", "warn", f"could not tell (a pair was not served, or the orders disagree): {detail}"
+        )
     if not (queued("a") and queued("b")):
-        return Check("priority polarity", "info", f"no queueing seen in both trials, so priority could not act "
-                                                    f"({detail}); raise --fillers to test it")
+        return Check(
+            "priority polarity",
+            "info",
+            f"no queueing seen in both trials, so priority could not act ({detail}); raise --fillers to test it",
+        )
     if verdict == "honoured":
-        return Check("priority polarity", "pass", f"the higher tier got its first token first in both trials ({detail})")
+        return Check(
+            "priority polarity", "pass", f"the higher tier got its first token first in both trials ({detail})"
+        )
     if verdict == "reversed":
-        return Check("priority polarity", "fail", f"the LOWER tier went first in both trials ({detail}): the stack reads "
-                                                    f"priority the other way round from profile {inp.profile}")
-    return Check("priority polarity", "warn", f"served in send order or together in both trials ({detail}): "
-                                                f"priority had no visible effect (is priority scheduling on?)")
+        return Check(
+            "priority polarity",
+            "fail",
+            f"the LOWER tier went first in both trials ({detail}): the stack reads "
+            f"priority the other way round from profile {inp.profile}",
+        )
+    return Check(
+        "priority polarity",
+        "warn",
+        f"served in send order or together in both trials ({detail}): "
+        f"priority had no visible effect (is priority scheduling on?)",
+    )
 
 
 def _fmt(ms: float | None) -> str:
@@ -235,7 +276,7 @@ def check_error_shapes(inp: DoctorInput) -> list[Check]:
     for rec in _by_persona(inp.records, "doctor-error-"):
         what = str(rec["persona"]).removeprefix("doctor-error-")
         cls = outcome(inp.profile, rec)
-        status = "fail" if cls in ("unclassified", "served") else "pass"
+        status: Status = "fail" if cls in ("unclassified", "served") else "pass"
         note = " (the stack accepted an impossible request)" if cls == "served" else ""
         out.append(Check(f"error shape: {what}", status, describe(inp.profile, rec) + note))
     return out
@@ -247,8 +288,11 @@ def check_unrecognised(inp: DoctorInput) -> Check:
     if not unknown:
         return Check("recognised answers", "pass", f"every answer matched a rule of profile {inp.profile}")
     shapes = sorted({describe(inp.profile, r) for r in unknown})
-    return Check("recognised answers", "fail", f"{len(unknown)} answer(s) no rule of profile {inp.profile} knows: "
-                                                 + "; ".join(shapes[:3]))
+    return Check(
+        "recognised answers",
+        "fail",
+        f"{len(unknown)} answer(s) no rule of profile {inp.profile} knows: " + "; ".join(shapes[:3]),
+    )
 
 
 def check_metrics(inp: DoctorInput) -> Check:
@@ -257,10 +301,18 @@ def check_metrics(inp: DoctorInput) -> Check:
     if not inp.metrics_wanted:
         return Check("metrics", "info", f"profile {inp.profile} names no server metrics")
     if not inp.metrics_found:
-        return Check("metrics", "warn", f"none of the profile's metrics ({', '.join(inp.metrics_wanted[:4])}…) "
-                                         "were exposed — no server cross-check")
-    return Check("metrics", "pass", f"{len(inp.metrics_found)} of {len(inp.metrics_wanted)} of the profile's metrics "
-                                      f"readable ({', '.join(inp.metrics_found[:3])}…)")
+        return Check(
+            "metrics",
+            "warn",
+            f"none of the profile's metrics ({', '.join(inp.metrics_wanted[:4])}…) "
+            "were exposed — no server cross-check",
+        )
+    return Check(
+        "metrics",
+        "pass",
+        f"{len(inp.metrics_found)} of {len(inp.metrics_wanted)} of the profile's metrics "
+        f"readable ({', '.join(inp.metrics_found[:3])}…)",
+    )
 
 
 def judge(inp: DoctorInput) -> list[Check]:

@@ -40,14 +40,16 @@ class Collected:
 def doctor_scenario(url: str, profile: str, model: str, tiers: list[tuple[str, int]] | None = None) -> Scenario:
     """A minimal scenario for the probes when the user names only a target: two tiers, far apart."""
     tiers = tiers or [("doctor-high", 100), ("doctor-low", -1)]
-    return Scenario.model_validate({
-        "name": "doctor",
-        "target": {"url": url, "profile": profile, "model": model},
-        "tiers": [{"name": name, "priority": prio} for name, prio in tiers],
-        "personas": [{"kind": "chat", "name": "doctor", "tier": tiers[0][0], "arrival": {"rate": 0.1}}],
-        "phases": [{"name": "probe", "duration": "1s"}],
-        "calibration": {"probes": 0},
-    })
+    return Scenario.model_validate(
+        {
+            "name": "doctor",
+            "target": {"url": url, "profile": profile, "model": model},
+            "tiers": [{"name": name, "priority": prio} for name, prio in tiers],
+            "personas": [{"kind": "chat", "name": "doctor", "tier": tiers[0][0], "arrival": {"rate": 0.1}}],
+            "phases": [{"name": "probe", "duration": "1s"}],
+            "calibration": {"probes": 0},
+        }
+    )
 
 
 def with_doctor_timeouts(scenario: Scenario) -> Scenario:
@@ -63,8 +65,14 @@ def with_filler_tier(scenario: Scenario) -> Scenario:
     low, high = tiers[0], tiers[-1]
     if high.priority - low.priority < 2:
         return scenario
-    filler = low.model_copy(update={"name": FILLER_TIER, "priority": (low.priority + high.priority) // 2,
-                                    "objective": FILLER_TIER, "slo": low.slo})
+    filler = low.model_copy(
+        update={
+            "name": FILLER_TIER,
+            "priority": (low.priority + high.priority) // 2,
+            "objective": FILLER_TIER,
+            "slo": low.slo,
+        }
+    )
     return scenario.model_copy(update={"tiers": [*scenario.tiers, filler]})
 
 
@@ -75,17 +83,27 @@ def new_folder(runs_dir: Path) -> Path:
     return folder
 
 
-def run_probes(scenario: Scenario, target: str, folder: Path, fillers: int,
-               deadline_s: float = PROBE_DEADLINE_S) -> str | None:
+def run_probes(
+    scenario: Scenario, target: str, folder: Path, fillers: int, deadline_s: float = PROBE_DEADLINE_S
+) -> str | None:
     """Run the probe child to completion (or kill it at ``deadline_s``); an error text, or None."""
-    plan = {"run_id": folder.name, "target": target, "fillers": fillers,
-            "scenario": with_filler_tier(with_doctor_timeouts(scenario)).model_dump(mode="json")}
+    plan = {
+        "run_id": folder.name,
+        "target": target,
+        "fillers": fillers,
+        "scenario": with_filler_tier(with_doctor_timeouts(scenario)).model_dump(mode="json"),
+    }
     (folder / PLAN_FILE).write_text(json.dumps(plan))
     log = folder / "doctor.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "loadgen.doctor", "--dir", str(folder)], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=child_env())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen.doctor", "--dir", str(folder)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=child_env(),
+        )
         started = time.monotonic()
         try:
             proc.wait(timeout=deadline_s)
@@ -109,7 +127,7 @@ def served_models(target: str, key: str | None = None, timeout_s: float = 5.0) -
     url = target.rstrip("/") + "/v1/models"
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310 - the user's own target URL
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             body = json.loads(resp.read(1 << 20))
     except urllib.error.HTTPError as exc:
         return [], f"GET {url}: HTTP {exc.code}"
@@ -119,8 +137,9 @@ def served_models(target: str, key: str | None = None, timeout_s: float = 5.0) -
     return [str(m.get("id")) for m in data or [] if isinstance(m, dict) and m.get("id")], None
 
 
-def scrape_names(metrics_url: str | None, credential: str | None = None, timeout_s: float = 5.0
-                 ) -> tuple[set[str], str | None]:
+def scrape_names(
+    metrics_url: str | None, credential: str | None = None, timeout_s: float = 5.0
+) -> tuple[set[str], str | None]:
     """The metric family names ``metrics_url`` exposes, or an error text (never raises)."""
     from loadgen import scrape
 
@@ -133,8 +152,7 @@ def scrape_names(metrics_url: str | None, credential: str | None = None, timeout
     return {s.name for s in scrape.parse_metrics_text(text)}, None
 
 
-def collect(scenario: Scenario, target: str, runs_dir: Path, fillers: int,
-            metrics_url: str | None) -> Collected:
+def collect(scenario: Scenario, target: str, runs_dir: Path, fillers: int, metrics_url: str | None) -> Collected:
     """Probe, then scrape once; the folder keeps the probes' shard and log for inspection."""
     folder = new_folder(runs_dir)
     probe_error = run_probes(scenario, target, folder, fillers)

@@ -59,8 +59,19 @@ def probe_tiers(ctx: WorkerContext, route: RouteWire) -> None:
     for tier in ctx.scenario.tiers:
         if tier.name == FILLER_TIER:
             continue
-        _send(ctx, route, _logical(ctx, tier.name, tier.tenant_ids[0], "doctor-tier", TIER_PROMPT_TOKENS,
-                                   TIER_OUTPUT_TOKENS, f"tier:{tier.name}"))
+        _send(
+            ctx,
+            route,
+            _logical(
+                ctx,
+                tier.name,
+                tier.tenant_ids[0],
+                "doctor-tier",
+                TIER_PROMPT_TOKENS,
+                TIER_OUTPUT_TOKENS,
+                f"tier:{tier.name}",
+            ),
+        )
 
 
 def probe_polarity(ctx: WorkerContext, route: RouteWire, fillers: int) -> None:
@@ -79,16 +90,35 @@ def probe_polarity(ctx: WorkerContext, route: RouteWire, fillers: int) -> None:
     filler = next((t for t in ctx.scenario.tiers if t.name == FILLER_TIER), low)
     for trial, first, second in (("a", low, high), ("b", high, low)):
         filler_jobs = [
-            gevent.spawn(_send, ctx, route, _logical(ctx, filler.name, filler.tenant_ids[0], "doctor-filler",
-                                                     TIER_PROMPT_TOKENS, FILLER_OUTPUT_TOKENS, f"filler:{trial}:{i}"))
+            gevent.spawn(
+                _send,
+                ctx,
+                route,
+                _logical(
+                    ctx,
+                    filler.name,
+                    filler.tenant_ids[0],
+                    "doctor-filler",
+                    TIER_PROMPT_TOKENS,
+                    FILLER_OUTPUT_TOKENS,
+                    f"filler:{trial}:{i}",
+                ),
+            )
             for i in range(fillers)
         ]
         gevent.sleep(FILLER_HEAD_START_S)
         pair = []
         for tier in (first, second):
             role = "high" if tier is high else "low"
-            req = _logical(ctx, tier.name, tier.tenant_ids[0], f"doctor-polarity-{trial}-{role}", TIER_PROMPT_TOKENS,
-                           POLARITY_OUTPUT_TOKENS, f"polarity:{trial}:{role}")
+            req = _logical(
+                ctx,
+                tier.name,
+                tier.tenant_ids[0],
+                f"doctor-polarity-{trial}-{role}",
+                TIER_PROMPT_TOKENS,
+                POLARITY_OUTPUT_TOKENS,
+                f"polarity:{trial}:{role}",
+            )
             pair.append(gevent.spawn(_send, ctx, route, req))
             gevent.sleep(POLARITY_GAP_S)
         gevent.joinall(pair + filler_jobs)
@@ -97,11 +127,32 @@ def probe_polarity(ctx: WorkerContext, route: RouteWire, fillers: int) -> None:
 def probe_errors(ctx: WorkerContext, route: RouteWire) -> None:
     """Two requests the stack must refuse: an impossible ``max_tokens`` and an unknown model."""
     tier = ctx.scenario.tiers[0]
-    _send(ctx, route, _logical(ctx, tier.name, tier.tenant_ids[0], "doctor-error-max-tokens", TIER_PROMPT_TOKENS,
-                               IMPOSSIBLE_MAX_TOKENS, "error:max_tokens"))
-    _send(ctx, replace(route, model=UNKNOWN_MODEL),
-          _logical(ctx, tier.name, tier.tenant_ids[0], "doctor-error-model", TIER_PROMPT_TOKENS, TIER_OUTPUT_TOKENS,
-                   "error:model"))
+    _send(
+        ctx,
+        route,
+        _logical(
+            ctx,
+            tier.name,
+            tier.tenant_ids[0],
+            "doctor-error-max-tokens",
+            TIER_PROMPT_TOKENS,
+            IMPOSSIBLE_MAX_TOKENS,
+            "error:max_tokens",
+        ),
+    )
+    _send(
+        ctx,
+        replace(route, model=UNKNOWN_MODEL),
+        _logical(
+            ctx,
+            tier.name,
+            tier.tenant_ids[0],
+            "doctor-error-model",
+            TIER_PROMPT_TOKENS,
+            TIER_OUTPUT_TOKENS,
+            "error:model",
+        ),
+    )
 
 
 def run(ctx: WorkerContext, fillers: int) -> None:

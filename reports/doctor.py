@@ -16,8 +16,13 @@ _STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "info
 
 def print_doctor(checks: Sequence[Check], console: Console, *, target: str, profile: str, folder: str) -> None:
     """The checks as one table, then the verdict and where the probes' records are."""
-    table = Table(title=f"rushhour doctor · {target} · profile {profile}", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False, show_header=False)
+    table = Table(
+        title=f"rushhour doctor · {target} · profile {profile}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_header=False,
+    )
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("detail", overflow="fold")
@@ -28,6 +33,7 @@ def print_doctor(checks: Sequence[Check], console: Console, *, target: str, prof
     if failed:
         console.print(f"[bold red]rushhour would misread this stack:[/] {escape(', '.join(failed))}", highlight=False)
     else:
-        console.print("[bold green]rushhour understands this stack[/] (warnings, if any, only limit the report)",
-                      highlight=False)
+        console.print(
+            "[bold green]rushhour understands this stack[/] (warnings, if any, only limit the report)", highlight=False
+        )
     console.print(f"probe records: {escape(folder)}", highlight=False)

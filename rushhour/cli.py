@@ -311,19 +311,19 @@ def gate(
 
 @app.command()
 def doctor(
-    scenario: Annotated[str | None, typer.Argument(help="scenario file or built-in name (its tiers are probed)")] = None,
+    scenario: Annotated[str | None, typer.Argument(help="scenario file or built-in name (probes its tiers)")] = None,
     target: Annotated[str | None, typer.Option(help="the stack's base URL, e.g. http://127.0.0.1:8000")] = None,
     profile: Annotated[str | None, typer.Option(help="the stack profile (vllm, litellm, llm-d, …)")] = None,
     model: Annotated[str | None, typer.Option(help="model name to request (default: the scenario's)")] = None,
-    fillers: Annotated[int, typer.Option(help="concurrent long requests for the priority-polarity trial (0: skip)")] = 8,
+    fillers: Annotated[int, typer.Option(help="long requests per polarity trial (0: skip it)")] = 8,
     metrics: Annotated[str | None, typer.Option(help="metrics URL (default: the target's /metrics)")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the probes' records")] = Path("runs"),
 ) -> None:
     """A handful of probes and one scrape: does rushhour understand this stack? Exit 1 if it would misread it."""
     from audit.doctor import DoctorInput, exit_code, judge
     from loadgen.diagnose import collect, doctor_scenario, served_models
-    from loadgen.tiers import TierError, credential
     from loadgen.scrape import metrics_url
+    from loadgen.tiers import TierError, credential
     from reports.doctor import print_doctor
     from scenarios import ScenarioError, load_scenario
     from scenarios.model import PROFILES

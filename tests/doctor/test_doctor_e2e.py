@@ -20,9 +20,25 @@ pytestmark = pytest.mark.e2e
 def testbed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """`python -m testbed` (profile from the test's parameter) on an ephemeral port, stopped by PID."""
     port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file),
-                             "--profile", request.param, "--preset", "tiny", "--replicas", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--profile",
+            request.param,
+            "--preset",
+            "tiny",
+            "--replicas",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -35,9 +51,13 @@ def testbed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rushhour.cli", "doctor", "--out", str(tmp_path / "runs"), *args],
-                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
-                                                                             "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "rushhour.cli", "doctor", "--out", str(tmp_path / "runs"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )
 
 
 @pytest.mark.parametrize("testbed", ["vllm"], indirect=True)
@@ -60,14 +80,14 @@ def test_doctor_catches_a_reversed_polarity(testbed: str, tmp_path: Path) -> Non
 class _Unknown(BaseHTTPRequestHandler):
     """Lists one model; answers every completion with a 503 whose text no profile knows."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         body = json.dumps({"data": [{"id": "m"}]}).encode() if self.path == "/v1/models" else b"nope"
         self.send_response(200 if self.path == "/v1/models" else 404)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         body = json.dumps({"error": {"message": "The frobnicator is saturated", "type": "Frob"}}).encode()
         self.send_response(503)
@@ -84,8 +104,9 @@ def test_doctor_names_an_answer_no_rule_knows(tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Unknown)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        done = doctor(tmp_path, "--target", f"http://127.0.0.1:{server.server_port}", "--profile", "vllm",
-                      "--fillers", "0")
+        done = doctor(
+            tmp_path, "--target", f"http://127.0.0.1:{server.server_port}", "--profile", "vllm", "--fillers", "0"
+        )
     finally:
         server.shutdown()
     assert done.returncode == 1, done.stdout + done.stderr

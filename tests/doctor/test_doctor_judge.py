@@ -9,32 +9,68 @@ from audit.doctor import DoctorInput, exit_code, first_of_pair, judge, polarity_
 MS = 1_000_000
 
 
-def rec(persona: str, tier: str, *, status: int = 200, sent: float = 0, first: float | None = 5, complete: bool = True,
-        error: str | None = None, usage: bool = True, **extra: Any) -> dict[str, Any]:
+def rec(
+    persona: str,
+    tier: str,
+    *,
+    status: int = 200,
+    sent: float = 0,
+    first: float | None = 5,
+    complete: bool = True,
+    error: str | None = None,
+    usage: bool = True,
+    **extra: Any,
+) -> dict[str, Any]:
     """A probe record; times in ms."""
     out: dict[str, Any] = {
-        "persona": persona, "tier": tier, "status": status, "complete": complete, "error": error,
-        "sent_ns": int(sent * MS), "first_token_ns": None if first is None else int((sent + first) * MS), "tokens": 4,
-        "prompt_tokens": 64 if usage else None, "output_tokens": 4 if usage else None,
+        "persona": persona,
+        "tier": tier,
+        "status": status,
+        "complete": complete,
+        "error": error,
+        "sent_ns": int(sent * MS),
+        "first_token_ns": None if first is None else int((sent + first) * MS),
+        "tokens": 4,
+        "prompt_tokens": 64 if usage else None,
+        "output_tokens": 4 if usage else None,
     }
     out.update(extra)
     return out
 
 
 def pair(trial: str, high_ttft: float, low_ttft: float, high_sent: float, low_sent: float) -> list[dict[str, Any]]:
-    return [rec(f"doctor-polarity-{trial}-high", "hi", sent=high_sent, first=high_ttft),
-            rec(f"doctor-polarity-{trial}-low", "lo", sent=low_sent, first=low_ttft)]
+    return [
+        rec(f"doctor-polarity-{trial}-high", "hi", sent=high_sent, first=high_ttft),
+        rec(f"doctor-polarity-{trial}-low", "lo", sent=low_sent, first=low_ttft),
+    ]
 
 
 def healthy(**changes: Any) -> DoctorInput:
-    records = [rec("doctor-tier", "hi"), rec("doctor-tier", "lo"),
-               *pair("a", 200, 2400, 20, 0), *pair("b", 200, 2400, 0, 20),
-               rec("doctor-error-max-tokens", "hi", status=400, first=None, complete=False,
-                   error="This model's maximum context length is 4096 tokens"),
-               rec("doctor-error-model", "hi", status=404, first=None, complete=False, error="model does not exist")]
-    base = DoctorInput(profile="vllm", target="http://127.0.0.1:1", tiers={"hi": 100, "lo": -1}, records=records,
-                       metrics_found=["vllm:request_success_total"], metrics_wanted=["vllm:request_success_total"],
-                       model="tiny", models=["tiny"])
+    records = [
+        rec("doctor-tier", "hi"),
+        rec("doctor-tier", "lo"),
+        *pair("a", 200, 2400, 20, 0),
+        *pair("b", 200, 2400, 0, 20),
+        rec(
+            "doctor-error-max-tokens",
+            "hi",
+            status=400,
+            first=None,
+            complete=False,
+            error="This model's maximum context length is 4096 tokens",
+        ),
+        rec("doctor-error-model", "hi", status=404, first=None, complete=False, error="model does not exist"),
+    ]
+    base = DoctorInput(
+        profile="vllm",
+        target="http://127.0.0.1:1",
+        tiers={"hi": 100, "lo": -1},
+        records=records,
+        metrics_found=["vllm:request_success_total"],
+        metrics_wanted=["vllm:request_success_total"],
+        model="tiny",
+        models=["tiny"],
+    )
     for key, value in changes.items():
         setattr(base, key, value)
     return base
@@ -51,8 +87,19 @@ def test_healthy_stack_passes() -> None:
 
 
 def test_unreachable_fails() -> None:
-    inp = healthy(records=[rec("doctor-tier", "hi", status=0, first=None, complete=False, transport_error=True,
-                               error="connection refused")])
+    inp = healthy(
+        records=[
+            rec(
+                "doctor-tier",
+                "hi",
+                status=0,
+                first=None,
+                complete=False,
+                transport_error=True,
+                error="connection refused",
+            )
+        ]
+    )
     checks = judge(inp)
     assert exit_code(checks) == 1 and "connection refused" in checks[0].detail
 
@@ -64,11 +111,13 @@ def test_wrong_model_fails() -> None:
 
 def test_refused_tier_fails() -> None:
     inp = healthy()
-    inp.records[1] = rec("doctor-tier", "lo", status=400, first=None, complete=False,
-                         error="Priority scheduling is not enabled.")
+    inp.records[1] = rec(
+        "doctor-tier", "lo", status=400, first=None, complete=False, error="Priority scheduling is not enabled."
+    )
     checks = judge(inp)
-    assert status_of(checks, "tier lo") == "fail" and "not accepted" in next(c.detail for c in checks
-                                                                               if c.name == "tier lo")
+    assert status_of(checks, "tier lo") == "fail" and "not accepted" in next(
+        c.detail for c in checks if c.name == "tier lo"
+    )
 
 
 def test_stream_without_end_marker_fails() -> None:
