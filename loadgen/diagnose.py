@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.doctor import FILLER_TIER, PLAN_FILE
 from loadgen.record import iter_run
 from loadgen.testbed_proc import child_env, stop_pid
 from scenarios.model import Scenario
 
+PLAN_FILE = "doctor.json"
+FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
 PROBE_DEADLINE_S = 180.0
 DOCTOR_TIMEOUTS = {"connect_s": 5.0, "ttft_s": 30.0, "total_s": 60.0}
 

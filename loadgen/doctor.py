@@ -26,6 +26,7 @@ import gevent
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_once
 from loadgen.context import RouteWire, WorkerContext, build_routes
+from loadgen.diagnose import FILLER_TIER, PLAN_FILE
 from loadgen.record import Anchor, RequestRecord, ShardWriter
 from scenarios.model import Scenario
 
@@ -37,8 +38,6 @@ POLARITY_GAP_S = 0.02  # the first of a pair is sent this much earlier: FCFS wou
 FILLER_HEAD_START_S = 0.5  # fillers get this long to occupy the engine before the pair is sent
 IMPOSSIBLE_MAX_TOKENS = 10**9
 UNKNOWN_MODEL = "rushhour-doctor-no-such-model"
-PLAN_FILE = "doctor.json"
-FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
 
 
 def _logical(ctx: WorkerContext, tier: str, tenant: str, persona: str, size: int, out: int, key: str) -> Logical:

@@ -24,6 +24,7 @@ FORBIDDEN = {
     "loadgen.record": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
     "loadgen.runner": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.tiers": {"locust", "gevent", "numpy", "pandas"},
+    "loadgen.diagnose": {"locust", "gevent", "numpy", "pandas"},
     "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
 }
 
