@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import stacks
 from audit.classify import classify_one
+from loadgen.diagnose import Collected, Plan
 
 Status = Literal["pass", "warn", "fail", "info"]
 TEXT_CUT = 90
@@ -333,3 +335,22 @@ def judge(inp: DoctorInput) -> list[Check]:
 def exit_code(checks: Iterable[Check]) -> int:
     """1 when any check fails (the audit of a run would be wrong), else 0."""
     return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def doctor_input(plan: Plan, got: Collected) -> DoctorInput:
+    """The judgement's input from what ``loadgen.diagnose`` collected."""
+    scenario = got.scenario or plan.scenario
+    metrics = stacks.get(plan.profile).metrics
+    return DoctorInput(
+        profile=plan.profile,
+        target=plan.url,
+        tiers={t.name: t.priority for t in scenario.tiers},
+        records=got.records,
+        metrics_found=sorted(n for n in got.metric_names if metrics.keeps(n)),
+        metrics_wanted=sorted({c.metric for c in metrics.checks} | set(metrics.names)),
+        metrics_error=got.metrics_error,
+        probe_error=got.probe_error,
+        model=scenario.target.model,
+        models=got.models,
+        models_error=got.models_error,
+    )

@@ -17,14 +17,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import stacks
 from loadgen.record import iter_run
+from loadgen.scrape import metrics_url, read_credential
 from loadgen.testbed_proc import child_env, stop_pid
+from loadgen.tiers import TierError, credential
+from scenarios import ScenarioError, load_scenario
 from scenarios.model import Scenario
 
 PLAN_FILE = "doctor.json"
 FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
 PROBE_DEADLINE_S = 180.0
 DOCTOR_TIMEOUTS = {"connect_s": 5.0, "ttft_s": 30.0, "total_s": 60.0}
+
+
+class DoctorError(ValueError):
+    """The doctor cannot start: a one-line reason (bad scenario, unknown profile, missing credential)."""
+
+
+@dataclass
+class Plan:
+    """What to probe: the scenario (its target, profile, model and tiers), the key and the metrics endpoint."""
+
+    scenario: Scenario
+    key: str | None
+    metrics_url: str | None
+    metrics_token: str | None
+
+    @property
+    def url(self) -> str:
+        return self.scenario.target.url
+
+    @property
+    def profile(self) -> str:
+        return self.scenario.target.profile
 
 
 @dataclass
@@ -36,6 +62,9 @@ class Collected:
     metric_names: set[str] = field(default_factory=set)
     metrics_error: str | None = None
     probe_error: str | None = None
+    scenario: Scenario | None = None  # as probed (the model filled in from /v1/models when none was named)
+    models: list[str] = field(default_factory=list)
+    models_error: str | None = None
 
 
 def doctor_scenario(url: str, profile: str, model: str, tiers: list[tuple[str, int]] | None = None) -> Scenario:
@@ -139,24 +168,71 @@ def served_models(target: str, key: str | None = None, timeout_s: float = 5.0) -
 
 
 def scrape_names(
-    metrics_url: str | None, credential: str | None = None, timeout_s: float = 5.0
+    metrics_url: str | None, token: str | None = None, credential_name: str | None = None, timeout_s: float = 5.0
 ) -> tuple[set[str], str | None]:
     """The metric family names ``metrics_url`` exposes, or an error text (never raises)."""
     from loadgen import scrape
 
     if metrics_url is None:
-        return set(), "no metrics URL"
+        return set(), "no metrics URL (target.metrics is null)"
     try:
-        text = scrape.fetch(metrics_url, timeout_s)
+        text = scrape.fetch(metrics_url, timeout_s, token=token, credential_name=credential_name)
+        return {s.name for s in scrape.parse_metrics_text(text)}, None
     except Exception as exc:  # a doctor reports every failure as a line, whatever it is
         return set(), str(exc) or type(exc).__name__
-    return {s.name for s in scrape.parse_metrics_text(text)}, None
 
 
-def collect(scenario: Scenario, target: str, runs_dir: Path, fillers: int, metrics_url: str | None) -> Collected:
+def collect(
+    scenario: Scenario, target: str, runs_dir: Path, fillers: int, metrics_url: str | None, token: str | None = None
+) -> Collected:
     """Probe, then scrape once; the folder keeps the probes' shard and log for inspection."""
     folder = new_folder(runs_dir)
     probe_error = run_probes(scenario, target, folder, fillers)
     records = list(iter_run(folder, kind="request"))
-    names, metrics_error = scrape_names(metrics_url)
+    options = scenario.target.metrics
+    names, metrics_error = scrape_names(metrics_url, token, options.credential if options else None)
     return Collected(folder, records, names, metrics_error, probe_error)
+
+
+def prepare(
+    scenario_name: str | None, *, target: str | None, profile: str | None, model: str | None, metrics: str | None
+) -> Plan:
+    """The probe plan from a scenario (overridden by the options) or from ``--target`` and ``--profile`` alone."""
+    if profile is not None and profile not in stacks.NAMES:
+        raise DoctorError(f"unknown profile {profile!r}; one of: {', '.join(stacks.NAMES)}")
+    try:
+        if scenario_name is not None:
+            loaded = load_scenario(scenario_name)
+            update = {
+                "url": target or loaded.target.url,
+                "profile": profile or loaded.target.profile,
+                "model": model or loaded.target.model,
+            }
+            loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update=update)})
+        elif not target or not profile:
+            raise DoctorError("doctor needs a SCENARIO, or --target URL and --profile P")
+        else:
+            loaded = doctor_scenario(target, profile, model or "")
+        if loaded.target.url == "testbed":
+            raise DoctorError("doctor probes a running stack: give --target URL (`rushhour serve` runs the testbed)")
+        key = credential(loaded.tiers[0])
+        options = loaded.target.metrics
+        token = read_credential(options.credential) if options is not None and options.credential else None
+    except (ScenarioError, TierError) as exc:
+        raise DoctorError(str(exc)) from None
+    except ValueError as exc:  # a metrics credential that is malformed or unset
+        raise DoctorError(str(exc).splitlines()[0]) from None
+    path = stacks.get(loaded.target.profile).metrics.path
+    where = metrics or (metrics_url(loaded.target.url, options.url, path) if options is not None else None)
+    return Plan(loaded, key, where, token)
+
+
+def diagnose(plan: Plan, runs_dir: Path, fillers: int) -> Collected:
+    """List the models, probe, scrape once; the result carries the judgement's input."""
+    models, models_error = served_models(plan.url, plan.key)
+    scenario = plan.scenario
+    if not scenario.target.model and models:  # no model named anywhere: probe what the stack serves first
+        scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"model": models[0]})})
+    got = collect(scenario, plan.url, runs_dir, fillers, plan.metrics_url, plan.metrics_token)
+    got.scenario, got.models, got.models_error = scenario, models, models_error
+    return got

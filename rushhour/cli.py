@@ -320,54 +320,20 @@ def doctor(
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the probes' records")] = Path("runs"),
 ) -> None:
     """A handful of probes and one scrape: does rushhour understand this stack? Exit 1 if it would misread it."""
-    from audit.doctor import DoctorInput, exit_code, judge
-    from loadgen.diagnose import collect, doctor_scenario, served_models
-    from loadgen.scrape import metrics_url
-    from loadgen.tiers import TierError, credential
+    from audit.doctor import doctor_input, exit_code, judge
+    from loadgen.diagnose import DoctorError, diagnose, prepare
     from reports.doctor import print_doctor
-    from scenarios import ScenarioError, load_scenario
-    from scenarios.model import PROFILES
 
     try:
-        if scenario is not None:
-            loaded = load_scenario(scenario)
-            url = target or loaded.target.url
-            loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update={
-                "url": url, "profile": profile or loaded.target.profile, "model": model or loaded.target.model})})
-        else:
-            if not target or not profile:
-                raise _fail("doctor needs a SCENARIO, or --target URL and --profile P")
-            loaded = doctor_scenario(target, profile, model or "testbed")
-        key = credential(loaded.tiers[0])
-    except (ScenarioError, TierError) as exc:
+        plan = prepare(scenario, target=target, profile=profile, model=model, metrics=metrics)
+    except DoctorError as exc:
         raise _fail(str(exc)) from None
-    if loaded.target.url == "testbed":
-        raise _fail("doctor probes a running stack: give --target URL (use `rushhour serve` for the testbed)")
-    if loaded.target.profile not in PROFILES:
-        raise _fail(f"unknown profile {loaded.target.profile!r}; one of: {', '.join(sorted(PROFILES))}")
-    url = loaded.target.url
-    models, models_error = served_models(url, key)
-    if not model and scenario is None and models:  # no model named anywhere: probe what the stack serves
-        loaded = loaded.model_copy(update={"target": loaded.target.model_copy(update={"model": models[0]})})
-    console.print(f"doctor: probing {url} as profile {loaded.target.profile} "
-                  f"({len(loaded.tiers)} tiers, {fillers} fillers) …", highlight=False)
-    got = collect(loaded, url, out_dir, fillers, metrics or metrics_url(url, "auto"))
-    wanted = sorted(_profile_metrics(loaded.target.profile))
-    found = sorted(n for n in got.metric_names if n in wanted or n.removesuffix("_total") in wanted)
-    checks = judge(DoctorInput(
-        profile=loaded.target.profile, target=url, tiers={t.name: t.priority for t in loaded.tiers},
-        records=got.records, metrics_found=found, metrics_wanted=wanted, metrics_error=got.metrics_error,
-        probe_error=got.probe_error, model=loaded.target.model, models=models, models_error=models_error,
-    ))
-    print_doctor(checks, out, target=url, profile=loaded.target.profile, folder=str(got.folder))
+    console.print(f"doctor: probing {plan.url} as profile {plan.profile} "
+                  f"({len(plan.scenario.tiers)} tiers, {fillers} fillers) …", highlight=False)
+    found = diagnose(plan, out_dir, fillers)
+    checks = judge(doctor_input(plan, found))
+    print_doctor(checks, out, target=plan.url, profile=plan.profile, folder=str(found.folder))
     raise typer.Exit(exit_code(checks))
-
-
-def _profile_metrics(profile: str) -> set[str]:
-    """The server metric names the audit reads for ``profile``."""
-    from audit.metrics import WANTED
-
-    return set(WANTED)
 
 
 def main() -> None:  # pragma: no cover - console entry point
