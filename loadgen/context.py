@@ -129,6 +129,10 @@ class WorkerContext:
     def write(self, record: Record) -> None:
         if not self.writer.closed:
             self.writer.write(record)
+            if self.writer.error is not None and self.stop_reason != "disk_full":
+                # the shard cannot be written (a full disk): stop offering load whose records would be lost
+                self.stopping = True
+                self.stop_reason = "disk_full"
 
     def event(self, name: str, **detail: Any) -> None:
         self.write(EventRecord(self.run_id, self.writer.next_seq(), self.now_ns(), name, detail))

@@ -9,6 +9,7 @@ started without a run id makes one, so the workers of one run always share it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,15 @@ from locust import User, events, task
 from locust.env import Environment
 
 from loadgen.context import WorkerContext, build_routes
-from loadgen.record import START_FAILED_MARK, Anchor, BreakerRecord, RequestRecord, ShardWriter, short_text
+from loadgen.record import (
+    START_FAILED_MARK,
+    Anchor,
+    BreakerRecord,
+    RequestRecord,
+    ShardWriter,
+    is_disk_full,
+    short_text,
+)
 from loadgen.worker import Worker
 from scenarios import load_scenario
 from scenarios.model import Scenario
@@ -135,20 +144,27 @@ class RushhourDriver(User):
             self.worker.cancel()
             _write_stop(ctx)
             self.worker.close()
+        if ctx.writer.error is not None:  # a full disk: the runner finalises run.json with what is missing
+            env.process_exit_code = LOCUST_DISK_FULL
+            with contextlib.suppress(OSError):
+                os.write(2, f"rushhour: cannot write records ({ctx.writer.error.strerror}); "
+                            f"{ctx.writer.lost_lines} line(s) lost\n".encode())
         runner.quit()  # this process is done; a master ends the run when its last worker quits
 
 
 _WORKERS: list[Worker] = []
 _CONTEXTS: list[WorkerContext] = []
 _START_FAILED: list[str] = []
+LOCUST_DISK_FULL = 4  # loadgen/runner.py reads this exit code as a full disk
 
 
 def _fail_start(env: Environment, exc: Exception) -> None:
     """One line on stderr (locust.log), a non-zero exit code, and this process quits."""
     line = f"{START_FAILED_MARK} {short_text(f'{type(exc).__name__}: {exc}', 300)}"
     _START_FAILED.append(line)
-    os.write(2, (line + "\n").encode(errors="replace"))
-    env.process_exit_code = 3
+    with contextlib.suppress(OSError):  # the log may sit on the full disk itself
+        os.write(2, (line + "\n").encode(errors="replace"))
+    env.process_exit_code = LOCUST_DISK_FULL if is_disk_full(exc) else 3
     if env.runner is not None:
         env.runner.quit()
 

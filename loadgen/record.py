@@ -14,7 +14,9 @@ ledger, which stores raw ``CLOCK_MONOTONIC`` nanoseconds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -319,13 +321,30 @@ class Anchor:
         return (time.monotonic_ns() if mono_ns is None else mono_ns) - self.mono_ns
 
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An ``OSError`` that means the storage is full (no space, quota, file too large)."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
-    """Write ``run.json`` atomically (a reader never sees half a manifest)."""
+    """Write ``run.json`` atomically (a reader never sees half a manifest).
+
+    When the write fails (a full disk) the old ``run.json`` stays as it was and no ``run.json.tmp``
+    is left behind; the ``OSError`` propagates.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_MANIFEST
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return path
 
 
@@ -367,6 +386,8 @@ class ShardWriter:
         self._last_flush_ns = time.monotonic_ns()
         self._seq = 0
         self.closed = False
+        self.error: OSError | None = None  # the first failed write (a full disk): later lines are counted
+        self.lost_lines = 0
         header = {
             "kind": KIND_SHARD,
             "schema": SCHEMA_VERSION,
@@ -413,17 +434,28 @@ class ShardWriter:
             self._flush_locked(time.monotonic_ns())
             try:
                 os.fsync(self._fd)
+            except OSError as exc:
+                self.error = self.error or exc
             finally:
                 os.close(self._fd)
                 self.closed = True
 
     def _flush_locked(self, now_ns: int) -> None:
         if self._buffer:
-            self._write_now(b"".join(self._buffer))
+            lines = len(self._buffer)
+            try:
+                self._write_now(b"".join(self._buffer))
+            except OSError as exc:
+                # A full disk must not crash the greenlet that happened to flush: the writer keeps the
+                # first error (the worker stops the run on it) and counts what could not be written.
+                self.error = self.error or exc
+                self.lost_lines += lines
             self._buffer.clear()
         self._last_flush_ns = now_ns
 
     def _write_now(self, data: bytes) -> None:
+        if self.error is not None:
+            raise self.error  # once the disk was full, no half lines after the cut
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)

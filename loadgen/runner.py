@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import platform
@@ -27,7 +28,15 @@ from rich.markup import escape
 
 import stacks
 from loadgen.live import ShardTail, render
-from loadgen.record import START_FAILED_MARK, Anchor, read_manifest, register_secret, shard_paths, write_manifest
+from loadgen.record import (
+    START_FAILED_MARK,
+    Anchor,
+    is_disk_full,
+    read_manifest,
+    register_secret,
+    shard_paths,
+    write_manifest,
+)
 from loadgen.schedule import scale_phases
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
@@ -37,6 +46,12 @@ from scenarios.loader import Problem, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
+LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/locustfile.py)
+# Space set aside in every run folder and given back when the disk fills up, so that the final run.json
+# can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 512 * 1024
 STARTUP_LEAD_S = 3.0  # the schedule starts this long after the anchor is taken: Locust needs to start
 STOP_GRACE_S = 15.0
 # Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
@@ -184,7 +199,16 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         return _dry_run(scenario, console)
     run_id = new_run_id()
     run_dir = (Path(options.out_dir) / run_id).resolve()
-    (run_dir / "records").mkdir(parents=True)
+    try:
+        (run_dir / "records").mkdir(parents=True)
+        _reserve(run_dir)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _remove_empty(run_dir)
+        _say(console, f"[bold red]error:[/] no space left on the device holding {escape(str(options.out_dir))}: "
+                      "nothing was started")
+        return RunResult(None, EXIT_DISK_FULL, "disk_full")
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "scenario_name": scenario.name,
@@ -221,9 +245,16 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
                 write_manifest(run_dir, manifest)
                 _say(console, f"interrupted during {stage[0]}; partial run in {run_dir}")
                 return RunResult(run_dir, EXIT_INTERRUPTED, "interrupted")
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    raise
+                sigs.raising = False
+                _stop_started(testbeds, before)
+                return _disk_full(run_dir, manifest, exc, stage[0], console)
     finally:
         for tb in reversed(list(testbeds.values())):  # every testbed we started, by its PID
             tb.stop()
+        _release(run_dir)
 
 
 def _start_and_drive(
@@ -307,6 +338,60 @@ def _start_and_drive(
         return _drive(scenario, options, run_dir, run_id, anchor, route_urls, manifest, console)
     finally:
         sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+
+
+def _reserve(run_dir: Path) -> None:
+    """Set ``RESERVE_BYTES`` aside in the run folder (really written, not a sparse file)."""
+    fd = os.open(run_dir / RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, bytes(RESERVE_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _release(run_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        (run_dir / RESERVE_FILE).unlink()
+
+
+def _remove_empty(run_dir: Path) -> None:
+    """Remove a run folder that holds nothing yet (the disk was full before the run began)."""
+    _release(run_dir)
+    for path in (run_dir / "records", run_dir):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def _disk_full(run_dir: Path, manifest: dict[str, Any], exc: OSError, stage: str, console: Any) -> RunResult:
+    """The disk filled up: give the reserve back, finalise run.json with what is missing, say it in one line."""
+    _release(run_dir)
+    anchor = manifest.get("mono_anchor_ns")
+    at_s = round((time.monotonic_ns() - anchor) / 1e9, 3) if isinstance(anchor, int) else None
+    with contextlib.suppress(OSError, ValueError):
+        manifest = read_manifest(run_dir) | manifest  # what an earlier write got onto the disk, then ours
+    manifest.update(
+        stop_reason="disk_full",
+        ended_at=_iso(),
+        shards=[p.name for p in shard_paths(run_dir)],
+        error=f"no space left on the device holding {run_dir} ({exc.strerror or exc}) during {stage}",
+        disk_full={
+            "during": stage,
+            "at_s": at_s,
+            "file": str(getattr(exc, "filename", None) or ""),
+            "missing": "every record, log line and metrics sample after the disk filled up "
+                       "(the load was stopped there)",
+        },
+    )
+    try:
+        write_manifest(run_dir, manifest)
+        final = "run.json is final"
+    except OSError:
+        final = "run.json could not be finalised either"
+    when = f" at t = {at_s:.1f} s" if at_s is not None and at_s >= 0 else f" during {stage}"
+    _say(console, f"[bold red]error:[/] the disk holding {escape(str(run_dir))} is full{when}: the run stopped "
+                  f"and its records end there ({final}; `rushhour audit` says what is missing)")
+    return RunResult(run_dir, EXIT_DISK_FULL, "disk_full")
 
 
 def _stop_started(testbeds: dict[str, TestbedProcess], before: set[int]) -> None:
@@ -600,6 +685,9 @@ def _drive(
         stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
     shards = shard_paths(run_dir)
     load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
+    if proc.returncode == LOCUST_DISK_FULL or (scraper is not None and getattr(scraper, "write_error", None)):
+        manifest["locust_exit_code"] = proc.returncode
+        raise OSError(errno.ENOSPC, "No space left on device (the load could not be recorded)", str(run_dir))
     start_failure = None if interrupted else _start_failure(log_path)
     if start_failure and not any(_has_requests(p) for p in load_shards):
         stop_reason = "startup_error"  # a load process could not start: nothing ran, say so once

@@ -229,6 +229,7 @@ class MetricsScraper:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.out_path = Path(out_path)
+        self.write_error: str | None = None  # metrics.jsonl could not be written (a full disk)
         self.anchor = anchor
         self.keep = keep
         self.prefixes = tuple(prefixes) if prefixes is not None and keep is None else None
@@ -297,6 +298,12 @@ class MetricsScraper:
 
     def run(self) -> None:
         """The scrape loop (the thread's body); returns when stopped or after ``max_scrapes``."""
+        try:
+            self._loop()
+        except OSError as exc:  # a full disk: stop scraping, never a thread traceback on the user's screen
+            self.write_error = f"metrics: cannot write {self.out_path}: {exc.strerror or exc}"
+
+    def _loop(self) -> None:
         self.out_path.parent.mkdir(parents=True, exist_ok=True)
         with self.out_path.open("a", encoding="utf-8") as out:
             while not self._stop.is_set():

@@ -193,10 +193,11 @@ def run(
     except (ScenarioError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
     if dry_run or result.run_dir is None:
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(result.exit_code)
     out.print(f"run folder: {result.run_dir}", highlight=False)
-    if result.stop_reason == "startup_error":
-        raise typer.Exit(result.exit_code or EXIT_USAGE)  # nothing ran: there is nothing to audit
+    if result.stop_reason in ("startup_error", "disk_full"):
+        # nothing ran, or the disk is full (an audit could not write summary.json): `rushhour audit` later
+        raise typer.Exit(result.exit_code or EXIT_USAGE)
     if report:
         code = _audit_and_report(result.run_dir)
         raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
@@ -248,15 +249,38 @@ def audit(
     """Classify every attempt of a run and write summary.json (re-runnable on old runs)."""
     from audit import AuditError, run_audit
 
+    note = _disk_full_note(run_dir)
+    if note:
+        console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     try:
         summary = run_audit(run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot write the audit of {run_dir}: {exc.strerror or exc}") from None
     if not quiet:
         from reports import print_terminal
 
         print_terminal(summary, out)
     out.print(f"summary: {(run_dir / 'summary.json').resolve()}", highlight=False)
+
+
+def _disk_full_note(run_dir: Path) -> str | None:
+    """What a run stopped by a full disk is missing (run.json's ``disk_full``), in one line."""
+    import json
+
+    try:
+        manifest = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    info = manifest.get("disk_full") if isinstance(manifest, dict) else None
+    if manifest.get("stop_reason") != "disk_full" or not isinstance(info, dict):
+        return None
+    at = info.get("at_s")
+    when = f"at t = {at:.1f} s" if isinstance(at, int | float) and at >= 0 else f"during {info.get('during')}"
+    shards = manifest.get("shards") or []
+    return (f"this run stopped {when} because the disk was full: missing {info.get('missing')}; "
+            f"{len(shards)} shard(s) hold what was written before")
 
 
 @app.command()
