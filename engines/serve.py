@@ -215,7 +215,8 @@ def litellm_config(deployment: LitellmDeployment) -> dict[str, object]:
         "litellm_settings": {"callbacks": ["prometheus"], "num_retries": 0, "request_timeout": 120},
         "router_settings": {"num_retries": 0, "retry_after": 0},
         "general_settings": {"master_key": LITELLM_MASTER_KEY, "custom_auth": "custom_auth.user_api_key_auth",
-                             "disable_spend_logs": True, "require_auth_for_metrics_endpoint": False},
+                             "disable_spend_logs": True},
+        # /metrics stays behind auth (LiteLLM's default): a scraper sends a tier key, as in production.
     }
 
 

@@ -13,19 +13,28 @@ import sys
 from pathlib import Path
 
 # Bump when anything below changes: the cache beside the venvs is keyed on it.
-VERSION = 2
+VERSION = 3
 SEED = 1234
-VOCAB = 512
+VOCAB = 2048
 # Embedded training text for the tokenizer: any text tokenizes (byte-level), this only shapes merges.
+# It holds rushhour's prompt words (loadgen/prompts.py), so its prompts cost about one token a word,
+# near the 4-bytes-a-token convention the scenarios count in (a prompt of "2048 tokens" fits a 4096 context).
+PROMPT_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but "
+    "have an they you were her she there been one all we their has would when if so no will more can "
+    "out up other into time only some could new them these than first two may then do any like my "
+    "now over such our man me even most made after also did many before must through back years "
+    "where much your way well down should because each just those people how too little state good "
+    "very make world still own see men work long get here between both life being under never day "
+    "same another know while last might us great old year off come since against go came right used "
+    "take three queue token batch cache tier model serve route agent tool step stream "
+)
 CORPUS = """\
 The quick brown fox jumps over the lazy dog. A request waits in the queue until the scheduler
 admits it; interactive users expect the first token quickly, batch jobs can wait. When the queue
 is full the server turns new arrivals away, and a load test has to count every one of them.
-Priority scheduling lets urgent work overtake; admission limits bound the backlog of tokens.
-Summarise the following document. Translate this paragraph. Write a short poem about the sea.
-What is the capital of France? Explain the difference between latency and throughput.
-0 1 2 3 4 5 6 7 8 9 10 100 1000 {"role": "user", "content": "hello"} <|user|> <|assistant|>
-"""
+0 1 2 3 4 5 6 7 8 9 a b c d e f [ ] {"role": "user", "content": "hello"}
+""" + " ".join(PROMPT_WORDS.split() * 8)
 SPECIAL = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"

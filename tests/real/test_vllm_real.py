@@ -1,0 +1,53 @@
+"""A saturating rushhour run against a real vLLM 0.32: the audit's classes equal vLLM's own counters.
+
+vLLM labels no tier (no priority label on its counters), so the comparison is in total; per tier the
+test checks that every tier was turned away and that no rejection is failed, transport or unclassified.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .helpers import NEVER_FOR_A_REJECTION, SCENARIOS, attempts, run_rushhour, scrape, settle, tiers, total
+
+SUCCESS = "vllm:request_success_total"
+REJECTIONS = "vllm:admission_rejections_total"
+SERVED_REASONS = ("stop", "length", "repetition")  # FinishReason: abort and error are not served
+TIERS = ("interactive", "batch")
+
+
+def test_saturated_vllm_counts_equal_the_audit(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = vllm_server.url + "/metrics"
+
+    def idle(samples: list[tuple[str, dict[str, str], float]]) -> bool:
+        return total(samples, "vllm:num_requests_running") + total(samples, "vllm:num_requests_waiting") == 0
+
+    before = settle(lambda: scrape(url), idle)
+    summary = run_rushhour(SCENARIOS / "vllm-saturate.yaml", vllm_server.url, tmp_path / "runs")
+    after = settle(lambda: scrape(url), idle)
+
+    def delta(name: str, **labels: str | tuple[str, ...]) -> int:
+        return round(total(after, name, **labels) - total(before, name, **labels))
+
+    server = {
+        "served": delta(SUCCESS, finished_reason=SERVED_REASONS),
+        "aborted": delta(SUCCESS, finished_reason="abort"),
+        "rejected": delta(REJECTIONS),
+        "rejected_max_num_queued_reqs": delta(REJECTIONS, reason="max_num_queued_reqs"),
+        "rejected_max_num_queued_tokens": delta(REJECTIONS, reason="max_num_queued_tokens"),
+    }
+    per_tier = {t: {k: v for k, v in tiers(summary)[t]["attempts_by_class"].items() if v}  # type: ignore[union-attr]
+                for t in TIERS}
+    status = {t: tiers(summary)[t]["status_by_class"] for t in TIERS}
+    print(json.dumps({"vllm_counters": server, "audit": per_tier, "status_by_class": status}, indent=1))
+
+    assert sum(attempts(summary, t, "served") for t in TIERS) == server["served"], (server, per_tier)
+    assert sum(attempts(summary, t, "queue_full") for t in TIERS) == server["rejected"], (server, per_tier)
+    assert server["rejected"] > 0, "the run did not saturate vLLM's admission limits"
+    for tier in TIERS:
+        assert attempts(summary, tier, "queue_full") > 0, f"{tier}: never turned away ({per_tier[tier]})"
+        for cls in (*NEVER_FOR_A_REJECTION, "timeout", "not_sent"):
+            assert attempts(summary, tier, cls) == 0, f"{tier}: {cls} in {per_tier[tier]}"
+    # rushhour's own cross-check (its scraper, the vLLM profile's counter checks) agrees too.
+    checks = summary["crosscheck"]
+    assert checks and all(c["matches"] for c in checks), checks  # type: ignore[union-attr]
