@@ -6,6 +6,7 @@ from loadgen.wire.http import ResponseTooLarge
 
 MAX_EVENT_BYTES = 1024 * 1024  # one event (or one unterminated line) longer than this is refused
 EVENT_TOO_LARGE = "SSE event over 1 MiB"
+RESCAN_BYTES = 8192  # an unfinished event shorter than this is simply re-scanned with the next read
 
 
 class SSESplitter:
@@ -21,7 +22,7 @@ class SSESplitter:
     __slots__ = ("_buf", "_cr", "malformed")
 
     def __init__(self) -> None:
-        self._buf = b""  # the start of an event that has not ended (CR/CRLF already folded)
+        self._buf: bytes | bytearray = b""  # the start of an event not ended yet (CR/CRLF folded)
         self._cr = False  # a trailing \r held back: maybe the first half of a CRLF split across chunks
         self.malformed = 0  # lines that were neither a field nor a comment
 
@@ -35,7 +36,12 @@ class SSESplitter:
                 chunk = chunk[:-1]
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         pending = self._buf
-        buf = pending + chunk if pending else chunk
+        if not pending:
+            buf = chunk
+        elif self.absorb(chunk):
+            return []
+        else:
+            buf = bytes(pending) + chunk
         events: list[tuple[bytes | None, bytes]] = []
         start = 0
         scan = len(pending) - 1 if pending else 0  # an event end can only start at the held part's last byte
@@ -52,10 +58,26 @@ class SSESplitter:
             raise ResponseTooLarge(EVENT_TOO_LARGE)
         return events
 
+    def absorb(self, chunk: bytes) -> bool:
+        """Append ``chunk`` (CR-free) to a long unfinished event if it cannot end it; else False.
+
+        The held part is known to hold no event end, so a long event that arrives in many reads is
+        appended in place (amortised) and only the new bytes are searched: linear, not quadratic.
+        """
+        pending = self._buf
+        if len(pending) < RESCAN_BYTES or b"\n\n" in chunk or (pending[-1] == 10 and chunk[:1] == b"\n"):
+            return False
+        if type(pending) is bytes:
+            pending = self._buf = bytearray(pending)
+        pending += chunk
+        if len(pending) > MAX_EVENT_BYTES:
+            raise ResponseTooLarge(EVENT_TOO_LARGE)
+        return True
+
     @property
     def pending(self) -> bytes:
         """Bytes of an event that has not ended yet (a truncated stream leaves them here)."""
-        return self._buf + b"\r" if self._cr else self._buf
+        return bytes(self._buf) + b"\r" if self._cr else bytes(self._buf)
 
     def _parse_block(self, block: bytes) -> tuple[bytes | None, bytes] | None:
         # fast path: the overwhelmingly common single ``data: ...`` line

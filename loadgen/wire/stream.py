@@ -9,7 +9,7 @@ import orjson
 
 from loadgen.record import short_text
 from loadgen.wire.http import ResponseTooLarge
-from loadgen.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
+from loadgen.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
@@ -29,7 +29,6 @@ _CHAT_KEY = b'"content":"'
 _TEXT_KEY = b'"text":"'
 _DELTA_EVENT = b"event: content_block_delta\ndata: "
 _DELTA_EVENT_LEN = len(_DELTA_EVENT)
-_RESCAN_BYTES = 8192  # a held event start longer than this is not re-scanned on each read
 HEAD_BYTES = 512  # the start of a stream body kept for the record when it turns out not to be SSE
 
 
@@ -131,17 +130,12 @@ class StreamInterpreter:
         pending = sse._buf
         if not pending:
             buf = chunk
-        elif len(pending) < _RESCAN_BYTES:
-            buf = pending + chunk  # an event split across reads (common): re-scanning its start is cheap
+        elif len(pending) < RESCAN_BYTES:
+            buf = bytes(pending) + chunk  # an event split across reads (common): re-scanning its start is cheap
+        elif sse.absorb(chunk):
+            return  # a long event goes on: appended in place, only the new bytes searched
         else:
-            # The held part holds no event end (else it would have been parsed), so a long event
-            # that arrives in many reads is scanned once, in the new bytes only, not once per read.
-            buf = pending + chunk
-            if chunk.find(b"\n\n") < 0 and not (pending[-1] == 10 and chunk[:1] == b"\n"):
-                sse._buf = buf
-                if len(buf) > MAX_EVENT_BYTES:
-                    raise ResponseTooLarge(EVENT_TOO_LARGE)
-                return
+            buf = bytes(pending) + chunk
         find = buf.find
         startswith = buf.startswith
         openai = self.dialect != ANTHROPIC
