@@ -2,8 +2,10 @@
 
 Each ``CounterCheck`` names a server counter, the labels to keep, and what the client counts for it
 (``served``, ``admitted``, an outcome class, ``status:429``, ``no_endpoints``). The server's value is
-the counter's increase over the run (the last scrape minus a baseline scrape taken before the first
-request); attempts still in flight at the last scrape are the tolerance. Per tier where the counter
+the counter's increase from the first scrape (the baseline) to the last, against the client's attempts
+that ended after the baseline; with a single scrape, the counter's value against every attempt (a
+fresh server). Attempts still open at the last scrape, or that ended just after the baseline, are the
+tolerance. Per tier where the counter
 is labelled by the tier (``by``: llm-d's ``priority``, a gateway's key alias or team named like the
 tier), else in total. A mismatch is a finding.
 """
@@ -22,6 +24,9 @@ from audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
 from stacks import CounterCheck
 
 ALL_TIERS = "all"
+# a server counts an answer a little before the client has read it: attempts that ended this soon
+# after the baseline scrape may be in the baseline or not (part of the tolerance)
+BASELINE_RACE_NS = 0.25 * NS_PER_S
 
 
 def client_count(part: pd.DataFrame, kind: str) -> int:
@@ -62,16 +67,17 @@ def _legacy_labels(key: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in key.split(",") if "=" in kv)
 
 
-def _increase(frame: pd.DataFrame, first_request_ns: float | None) -> tuple[pd.Series, float]:
-    """Per ``by`` value: the counter's increase over the run, and the last scrape's time (s)."""
+def _increase(frame: pd.DataFrame) -> tuple[pd.Series, float, float | None]:
+    """Per ``by`` value: the counter's increase between the first and the last scrape (the last value
+    alone when there is one scrape: a fresh server), the last scrape's time and the baseline's (ns)."""
     last_ts = float(frame["ts_ns"].max())
     first_ts = float(frame["ts_ns"].min())
     per = frame.groupby(["ts_ns", "series", "by"])["value"].sum()
     last = per.xs(last_ts, level="ts_ns")
-    # the first scrape is a baseline only when taken before the first request (else: a fresh server)
-    if first_request_ns is not None and first_ts < first_request_ns and first_ts != last_ts:
-        last = last - per.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
-    return last.groupby(level="by").sum(), last_ts / NS_PER_S
+    if first_ts == last_ts:
+        return last.groupby(level="by").sum(), last_ts, None
+    last = last - per.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
+    return last.groupby(level="by").sum(), last_ts, first_ts
 
 
 def _groups(check: CounterCheck, by_values: list[str], priorities: dict[str, int]
@@ -103,9 +109,6 @@ def crosscheck(
         stack = stacks.get(None)
     sent = _primary(attempts)
     extra = _primary(probes) if probes is not None and len(probes) else None
-    first_ns = float(np.nanmin(sent["sent_ns"].to_numpy(dtype=np.float64))) if len(sent) else None
-    if extra is not None and len(extra):
-        first_ns = min(first_ns or np.inf, float(np.nanmin(extra["sent_ns"].to_numpy(dtype=np.float64))))
     checks: list[CrossCheck] = []
     findings: list[Finding] = []
     for check in stack.metrics.checks:
@@ -115,16 +118,24 @@ def crosscheck(
         name, frame = found
         if len(frame) == 0:
             continue
-        server_by, last_s = _increase(frame, first_ns)
+        server_by, last_ns, base_ns = _increase(frame)
         for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities):
             part = sent[isin(sent["tier"], tiers)]
             if extra is not None and label == ALL_TIERS:
                 part = pd.concat([part, extra], ignore_index=True)
+            ends = part["t_end_ns"].to_numpy(dtype=np.float64)
+            pending = int((ends > last_ns).sum())  # still open at the last scrape: counted or not
+            if base_ns is not None:  # what ended before the baseline scrape is in the baseline
+                starts = part["sent_ns"].to_numpy(dtype=np.float64)
+                # open at the baseline (a server counts some events at admission, others at the end),
+                # or ended just after it (the server counts a little before the client reads the answer)
+                pending += int(((starts < base_ns) & (ends >= base_ns)).sum()
+                               + ((starts >= base_ns) & (ends >= base_ns) & (ends < base_ns + BASELINE_RACE_NS)).sum())
+                part = part[~(ends < base_ns)]
             client = client_count(part, check.client)
             server = float(server_by.reindex(values).fillna(0.0).sum())
             if server == 0 and client == 0:
                 continue
-            pending = int((part["t_end_ns"].to_numpy(dtype=np.float64) > last_s * NS_PER_S).sum())
             ok = abs(client - server) <= pending
             selector = ",".join(f"{k}={'|'.join(v)}" for k, v in check.select.items())
             metric = f"{name}{{{selector}}}" if selector else name

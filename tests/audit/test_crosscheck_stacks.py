@@ -159,3 +159,22 @@ def test_no_counters_no_checks(tmp_path: Path) -> None:
     _write_scrapes(tmp_path, "vllm", [(60 * S, page)])
     assert crosscheck(_vllm_client(3, 0, 0, 0), {"interactive": 1, "batch": 0}, load_metrics(tmp_path, None),
                       profile="vllm") == ([], [])
+
+
+def test_a_server_with_earlier_traffic_is_compared_from_the_baseline(tmp_path: Path) -> None:
+    """As in a real run against vLLM 0.32: the calibration probes ended before the first scrape, and the
+    server had served 40 other requests before; only what ended after the baseline scrape is compared."""
+    before = VLLM_BEFORE.replace('finished_reason="stop",model_name="tiny"} 4.0',
+                                 'finished_reason="stop",model_name="tiny"} 49.0')
+    after = VLLM_AFTER.replace('finished_reason="stop",model_name="tiny"} 10.0',
+                               'finished_reason="stop",model_name="tiny"} 55.0')
+    _write_scrapes(tmp_path, "vllm", [(int(0.5 * S), before), (60 * S, after)])
+    probes = _attempts([("interactive", 200, "served", False)] * 2)  # ended at 0.2 s and 0.3 s
+    probes["sent_ns"] = [0.1 * S, 0.2 * S]
+    probes["t_end_ns"] = [0.2 * S, 0.3 * S]
+    attempts = _vllm_client(served=12, busy_503=3, busy_in_band=2, backlog=1)
+    checks, findings = crosscheck(attempts, {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
+                                  profile="vllm", probes=probes)
+    served = next(c for c in checks if c.metric == "vllm:request_success_total")
+    assert (served.client, served.server, served.matches) == (12, 12.0, True)
+    assert findings == []

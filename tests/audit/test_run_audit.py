@@ -66,17 +66,18 @@ def build_run(root: Path) -> Path:
         b.health(t * S, 2 * MS, 30.0)
     b.breaker(30 * S, "primary", "open", "closed")
     b.breaker(40 * S, "primary", "closed", "open")
+    # a baseline scrape before the first request (counters zero), then one a second from 5 s
     b.metrics([
         (ts * S, [
-            (FLOW, {"priority": "-1", "outcome": "Dispatched"}, 11.0 if ts > 30 else 5.0),
+            (FLOW, {"priority": "-1", "outcome": "Dispatched"}, 0.0 if ts < 0 else 11.0 if ts > 30 else 5.0),
             (FLOW, {"priority": "-1", "outcome": "RejectedCapacity"}, 10.0 if ts > 30 else 0.0),
             (FLOW, {"priority": "-1", "outcome": "EvictedTTL"}, 5.0 if ts > 30 else 0.0),
-            (FLOW, {"priority": "0", "outcome": "RejectedCapacity"}, 9.0),  # client saw 5: a mismatch
+            (FLOW, {"priority": "0", "outcome": "RejectedCapacity"}, 0.0 if ts < 0 else 9.0),  # client saw 5
             ("llm_d_epp_flow_control_queue_size", {"priority": "-1"}, 3.0 if 20 <= ts < 30 else 0.0),
             ("vllm:kv_cache_usage_perc", {"pod": "a"}, 0.5),
             ("vllm:num_preemptions_total", {"pod": "a"}, float(ts // 10)),
         ])
-        for ts in range(5, 62, 1)
+        for ts in [-1, *range(5, 62, 1)]
     ])
     run = b.close()
     # a killed writer's half line, and a corrupt line in the middle of the other shard
