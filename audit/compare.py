@@ -336,6 +336,10 @@ class Comparison(_Model):
     regressions: list[str]
     warnings: list[str]
     verdict: Literal["ok", "regression", "invalid"]
+    slo_flips: list[str] = Field(default_factory=list, description="SLO checks that passed in the baseline and "
+                                 "fail (or cannot be judged) in the candidate, significant or not")
+    changes: list[str] = Field(default_factory=list, description="what differs between the runs besides the "
+                               "code under test: scenario, target, profile")
 
 
 class CompareResult(_Model):
@@ -416,8 +420,10 @@ def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summ
     rule = rule or RegressionRule()
     warnings: list[str] = []
     base_side, cand_side = _side(Path(base_dir), base), _side(Path(cand_dir), cand)
-    if base.run.scenario != cand.run.scenario:
-        warnings.append(f"different scenarios: {base.run.scenario!r} vs {cand.run.scenario!r}")
+    changes = [f"{what} changed: {a!r} → {b!r}" for what, a, b in (
+        ("scenario", base.run.scenario, cand.run.scenario), ("target", base.run.target, cand.run.target),
+        ("profile", base.run.profile, cand.run.profile)) if a != b]
+    warnings += [f"{c}: the runs may not be comparable" for c in changes]
     for label, side in (("baseline", base_side), ("candidate", cand_side)):
         if not side.valid:
             warnings.append(f"{label} run is invalid: {'; '.join(side.reasons) or 'see its summary'}")
@@ -485,16 +491,38 @@ def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summ
         test.regression = test.judged and test.practical and is_regression(p_adj, worse, limit, rule.alpha)
         if test.regression:
             regressions.append(describe_test(test))
+    flips = slo_flips(base, cand)
+    for flip in flips:
+        if " failed" in flip:  # a pass that became a fail changes the gate's answer: never only a footnote
+            regressions.append(flip)
+        else:
+            warnings.append(flip)
     invalid = not rows or (not rule.allow_invalid and (not base_side.valid or not cand_side.valid))
     verdict: Literal["ok", "regression", "invalid"] = "invalid" if invalid else ("regression" if regressions else "ok")
     return Comparison(baseline=base_side, candidate=cand_side, tiers=rows, tests=tests, shifts=shifts,
-                      regressions=regressions, warnings=warnings, verdict=verdict)
+                      regressions=regressions, warnings=warnings, verdict=verdict, slo_flips=flips, changes=changes)
+
+
+def slo_flips(base: Summary, cand: Summary) -> list[str]:
+    """SLO checks (same tier and check) that passed in the baseline and do not pass in the candidate.
+
+    Judged on each run's own verdicts, whatever the significance tests say: the gate's answer changed.
+    """
+    before = {(v.tier, v.check): v for v in base.verdicts}
+    out = []
+    for v in cand.verdicts:
+        old = before.get((v.tier, v.check))
+        if old is None or not old.passed or v.passed:
+            continue
+        state = "inconclusive" if v.inconclusive else "failed"
+        out.append(f"{v.tier} {v.check}: passed in the baseline, {state} in the candidate ({v.message})")
+    return out
 
 
 def describe_test(test: Test) -> str:
     """One sentence for a test result."""
     if test.metric == "drop_rate":
-        return (f"{test.tier}: drop rate {_pct(test.base)} → {_pct(test.cand)} "
+        return (f"{test.tier}: not served {_pct(test.base)} → {_pct(test.cand)} "
                 f"({_signed_points(test.diff)}, 95 % CI {_signed_points(test.low)} … {_signed_points(test.high)}; "
                 f"p = {test.p_adjusted:.3g} adjusted)")
     name = test.metric.replace("_p99", "").upper()

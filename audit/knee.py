@@ -102,6 +102,7 @@ class TierStep(_Model):
     drop_low: float | None
     drop_high: float | None
     drop_by_class: dict[str, float] = Field(default_factory=dict)
+    unfinished: int = Field(default=0, description="requests the step's run ended while they were in flight")
     ttft_p99_ms: float | None
     ttft_p99_ci: tuple[float, float] | None
     e2e_p99_ms: float | None
@@ -156,6 +157,7 @@ def step_from_summary(summary: Summary, index: int, scale: float, replicas: int 
             drop_rate=tier.drop_rate.value, drop_low=tier.drop_rate.low, drop_high=tier.drop_rate.high,
             drop_by_class={k: r.value for k, r in tier.drop_rate_by_class.items()
                            if k in UNSERVED_CLASSES and r.value},
+            unfinished=tier.by_class.get("unfinished", 0),
             ttft_p99_ms=ttft.p99, ttft_p99_ci=(ci[0], ci[1]) if ci else None, e2e_p99_ms=tier.latency.e2e_ms.p99,
             status=status, confident=confident, checks=checks,
         ))
@@ -254,7 +256,10 @@ def _fmt_check(c: Check) -> str:
 
 
 _CLASS_WORDS = {"queue_full": "rejected (queue full)", "queue_timeout": "timed out in queue", "shed": "shed",
-                "preempted": "preempted", "overloaded": "refused (overloaded)"}
+                "preempted": "preempted", "overloaded": "refused (overloaded)", "rate_limited": "rate limited",
+                "failed": "failed", "timeout": "timed out at the client", "transport": "unanswered (transport)",
+                "cancelled": "cancelled by the server", "unfinished": "cut unfinished by the run's end",
+                "unclassified": "answered with errors no rule knows (unclassified)"}
 
 
 def tier_knee(steps: Sequence[Step], tier: str, replicas: int | None = None, onset: float = 0.01) -> Knee:
@@ -307,12 +312,19 @@ def knee_sentence(k: Knee, steps: Sequence[Step]) -> str:
                 f"and fails from {_rps(k.fail_rps)} ({_scale(k.fail_scale)}{why})")
     if k.noisy and k.passes_again_scale is not None:
         text += f"; it passes again at {_scale(k.passes_again_scale)}: the boundary is noisy, rerun with longer steps"
+    rows = [t for t in (s.tier(k.tier) for s in steps) if t is not None]
+    worst = max((t.drop_rate or 0.0 for t in rows), default=0.0)
     if k.drop_onset_rps is not None and k.drop_onset_rate is not None:
-        how = _CLASS_WORDS.get(k.drop_onset_class or "", "dropped")
-        text += (f"; {k.tier} starts being {how} at {_rps(k.drop_onset_rps)} "
-                 f"({k.drop_onset_rate * 100:.1f} % of its requests)")
+        how = _CLASS_WORDS.get(k.drop_onset_class or "", "not served")
+        text += (f"; {k.tier} starts going unserved at {_rps(k.drop_onset_rps)} "
+                 f"({k.drop_onset_rate * 100:.1f} % of its requests, mostly {how})")
     elif k.status not in ("no_data",):
-        text += f"; {k.tier} is never dropped"
+        # "never dropped" only when every sent request of every step was served (fail closed)
+        text += (f"; {k.tier} is never dropped" if worst == 0 else
+                 f"; {k.tier} stays under 1 % not served (at most {worst * 100:.2f} %)")
+    cut = sum(t.unfinished for t in rows)
+    if cut:
+        text += f"; {cut} of its requests were still unfinished when steps ended (counted as not served)"
     return text + "."
 
 

@@ -55,7 +55,7 @@ def _markdown_one(c: Comparison, result: CompareResult) -> list[str]:
              f"({k.scenario}, {k.profile}, seed {k.seed})", ""]
     lines += [f"- **{r}**" for r in c.regressions]
     lines += [f"- warning: {w}" for w in c.warnings]
-    lines += ["", "| tier | requests | dropped | TTFT p50 | TTFT p99 | E2E p99 | goodput/s |",
+    lines += ["", "| tier | requests | not served | TTFT p50 | TTFT p99 | E2E p99 | goodput/s |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     for row in c.tiers:
         lines.append(
@@ -76,7 +76,8 @@ def _markdown_one(c: Comparison, result: CompareResult) -> list[str]:
                      f"{_p(s.p_two_sided)} |")
     lines += ["", f"Regression = one-sided p < {result.alpha:g} after {result.rule.get('correction', 'holm')} "
               f"correction AND p99 +{result.rule.get('latency_rel', 0.1) * 100:g} % / drop rate "
-              f"+{result.rule.get('drop_abs', 0.01) * 100:g} pt or worse.", ""]
+              f"+{result.rule.get('drop_abs', 0.01) * 100:g} pt or worse; or an SLO check that passed in the "
+              "baseline and fails in the candidate, significant or not.", ""]
     return lines
 
 

@@ -116,7 +116,7 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
             "charts": [
                 line_chart(series("goodput_per_s"), x_label="offered load (req/s)", y_label="goodput (req/s)",
                            title=f"goodput, {label}"),
-                line_chart(series("drop_rate", 100.0), x_label="offered load (req/s)", y_label="dropped (%)",
+                line_chart(series("drop_rate", 100.0), x_label="offered load (req/s)", y_label="not served (%)",
                            y_fmt="{:.0f}", title=f"drop rate, {label}"),
                 line_chart(series("ttft_p99_ms", 0.001), x_label="offered load (req/s)", y_label="TTFT p99 (s)",
                            y_fmt="{:.1f}", title=f"TTFT p99, {label}"),
@@ -156,7 +156,7 @@ def render_sweep_markdown(result: SweepResult) -> str:
         interval = f"{_n(k.knee_rps)} … {_n(k.fail_rps)}"
         lines.append(f"| {k.tier} | {k.replicas or '–'} | {k.status} | {interval} | "
                      f"{'yes' if k.confident_pass else 'no'} | {_n(k.drop_onset_rps)} |")
-    lines += ["", "| step | scale | replicas | offered req/s | tier | status | goodput/s | dropped | TTFT p99 |",
+    lines += ["", "| step | scale | replicas | offered req/s | tier | status | goodput/s | not served | TTFT p99 |",
               "|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     for s in result.steps:
         for t in s.tiers:
@@ -227,7 +227,7 @@ def render_study_markdown(result: StudyResult) -> str:
     lines = [f"## Multi-tier study ({result.study_id}): {result.runs} runs", ""]
     lines += [f"- {n}" for n in result.notes] + ["", "| claim (published) | ours | verdict |", "|---|---|---|"]
     lines += [f"| {c.claim} | {c.ours} | {c.agrees} |" for c in result.claims]
-    lines += ["", "| K | mix | load | policy | top P99 E2E | fifo top P99 E2E | speedup | CPL gain | dropped |",
+    lines += ["", "| K | mix | load | policy | top P99 E2E | fifo top P99 E2E | speedup | CPL gain | not served |",
               "|---:|---|---|---|---:|---:|---:|---:|---:|"]
     for r in sorted(result.rows, key=lambda r: (r.load, r.policy, r.mix, r.k)):
         lines.append(f"| {r.k} | {r.mix} | {r.load} | {r.policy} | {fmt.ms(r.top_e2e_p99_ms)} | "

@@ -73,3 +73,27 @@ def test_served_samples_from_records() -> None:
     s = served_samples(lines)["a"]
     assert s.ttft_ms.tolist() == [5.0, 10.0]  # send order
     assert s.e2e_ms.tolist() == [8.0, 50.0]
+
+
+def test_an_slo_pass_that_became_a_fail_is_flagged_without_significance() -> None:
+    """Issue 12: compare said 'ok' while a tier's gate went from pass to fail on a small, noisy change."""
+    from .helpers import verdicts_for
+
+    base_t = tier("batch", -1, 600, 6, 4000.0)
+    cand_t = tier("batch", -1, 600, 7, 4000.0)  # 1.0 % → 1.17 %: not significant, but over a 1.1 % ceiling
+    base = summary([base_t], verdicts_for(base_t, None, 0.011), run_id="a")
+    cand = summary([cand_t], verdicts_for(cand_t, None, 0.011), run_id="b")
+    cmp = compare_pair(base, {}, cand, {}, n_boot=200)
+    assert not any(t.regression for t in cmp.tests)
+    assert cmp.slo_flips and "batch max_drop_rate: passed in the baseline, failed in the candidate" in cmp.slo_flips[0]
+    assert cmp.verdict == "regression" and result_of([cmp], RegressionRule()).exit_code == 1
+
+
+def test_a_changed_target_profile_or_scenario_is_flagged() -> None:
+    base = _summary(1)
+    cand = _summary(2).model_copy(update={"run": _summary(2).run.model_copy(
+        update={"target": "http://127.0.0.1:9", "profile": "vllm", "scenario": "other"})})
+    cmp = compare_pair(base, _samples(1), cand, _samples(2), n_boot=200)
+    assert cmp.changes == ["scenario changed: 's' → 'other'", "target changed: 'testbed' → 'http://127.0.0.1:9'",
+                           "profile changed: 'llm-d' → 'vllm'"]
+    assert all(any(c in w for w in cmp.warnings) for c in cmp.changes)

@@ -52,7 +52,8 @@ def test_monotone_sweep_knees_and_sentences() -> None:
     assert "never dropped" in inter.sentence
     assert batch.knee_scale == 1.0 and batch.fail_scale == 1.5
     assert batch.drop_onset_scale == 1.0 and batch.drop_onset_class == "queue_full"
-    assert "batch starts being rejected (queue full) at 20 req/s" in batch.sentence
+    assert "batch starts going unserved at 20 req/s" in batch.sentence
+    assert "mostly rejected (queue full)" in batch.sentence
     assert "ttft_ms.p99 4.20 s > 3.00 s" in inter.fail_checks[0]
 
 
@@ -110,3 +111,17 @@ def test_study_claims_are_not_judged_where_the_policy_had_no_effect() -> None:
     assert claims["optimal_k"] == "inconclusive"
     assert claims["top_speedup"] == "inconclusive"
     assert claims["cost_per_latency"] == "inconclusive"
+
+
+def test_never_dropped_only_when_every_step_served_everything() -> None:
+    """Issue 12: a sweep said 'low is never dropped' while 52 of 95 requests were cut unfinished."""
+    from audit.knee import knee_sentence
+
+    steps = [_step(0, 0.5, 800, 0), _step(1, 1.0, 1500, 0)]
+    row = steps[1].tiers[1].model_copy(update={"drop_rate": 0.005, "unfinished": 3})
+    steps[1] = steps[1].model_copy(update={"tiers": [steps[1].tiers[0], row]})
+    knee = tier_knee(steps, "batch")
+    assert "never dropped" not in knee.sentence
+    assert "stays under 1 % not served (at most 0.50 %)" in knee.sentence
+    assert "3 of its requests were still unfinished" in knee.sentence
+    assert "never dropped" in knee_sentence(tier_knee(steps, "interactive"), steps)
