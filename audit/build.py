@@ -493,6 +493,7 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         processes=max(int(m.get("processes") or 0), data.processes),
         stop_reason=stop_reason,
         interrupted=interrupted,
+        drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
         versions={str(k): str(v) for k, v in (versions or {}).items()},
         command=str(command),
         phases=sc.phases,

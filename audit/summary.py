@@ -329,6 +329,8 @@ class RunInfo(_Model):
     stop_reason: str = Field(default="", description="run.json's stop_reason: completed, interrupted, budget, …")
     interrupted: bool = Field(default=False, description="the run did not end on its schedule (stop_reason is "
                               "not 'completed'): Ctrl-C, a budget stop, a lost worker, an overrun")
+    drain_s: float | None = Field(default=None, description="the scenario's drain after the last phase: requests "
+                                  "still in flight after it end 'unfinished'")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale

@@ -85,7 +85,8 @@ def _breakdown(by_class: dict[str, int], n: int, statuses: dict[str, dict[str, i
         k = by_class.get(cls, 0)
         if k and n:
             seen = sorted((statuses or {}).get(cls, {}).items(), key=lambda kv: -kv[1])
-            codes = "/".join(code for code, _ in seen if code != "0")
+            # error statuses only: a 200 (a stream cut, or unfinished) or 0 (no answer) names nothing
+            codes = "/".join(code for code, _ in seen if code.isdigit() and int(code) >= 300)
             words = _DROP_WORDS.get(cls, cls)
             if codes:
                 words = f"{words} {codes}"
@@ -208,7 +209,8 @@ def fairness_line(tier: TierSummary) -> str:
 
 def headline(summary: Summary) -> list[str]:
     """The few sentences a manager reads first."""
-    lines = [verdict_line(summary), *unclassified_lines(summary), saturation_line(summary)]
+    lines = [verdict_line(summary), *unclassified_lines(summary), saturation_line(summary),
+             unfinished_line(summary)]
     lines += [tier_line(summary, t) for t in summary.tiers]
     return [line for line in lines if line]
 
@@ -216,3 +218,15 @@ def headline(summary: Summary) -> list[str]:
 def unclassified_lines(summary: Summary) -> list[str]:
     """Each ``unclassified`` finding as a sentence: answers no rule knows are named, never hidden."""
     return [f"{f.tier + ': ' if f.tier else ''}{f.message}" for f in summary.findings if f.kind == "unclassified"]
+
+
+def unfinished_line(summary: Summary) -> str:
+    """'7 requests were still unfinished when the run ended (drain 10 s): …', or empty."""
+    parts = [f"{fmt.count(t.by_class.get('unfinished', 0))} of {t.name}" for t in summary.tiers
+             if t.by_class.get("unfinished", 0)]
+    if not parts:
+        return ""
+    total = sum(t.by_class.get("unfinished", 0) for t in summary.tiers)
+    drain = f" (drain {fmt.secs(summary.run.drain_s)} after the last phase)" if summary.run.drain_s is not None else ""
+    return (f"{fmt.count(total)} request(s) were still unfinished when the run ended{drain}: "
+            f"{', '.join(parts)}; they count as not served.")

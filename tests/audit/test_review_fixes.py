@@ -85,6 +85,8 @@ def test_unfinished_requests_count_as_not_served(tmp_path: Path) -> None:
     assert "60 % not served" in line and "40 % unfinished at run end" in line
     assert "20 % queue full 429" in line and "p99 ≥ 5.00 s" in line
     assert "never dropped" not in line and sentences.never_dropped(s) == ""
+    assert sentences.unfinished_line(s).startswith("4 request(s) were still unfinished when the run ended (drain")
+    assert "4 of batch" in sentences.unfinished_line(s)
 
 
 def test_saturation_sentence_counts_unfinished(tmp_path: Path) -> None:
