@@ -67,14 +67,17 @@ def read_reason(headers: Mapping[str, str], status: int) -> str | None:
 # litellm/types/integrations/prometheus.py: per-key labels (api_key_alias, team, …) and status codes.
 TOTAL = "litellm_proxy_total_requests_metric_total"
 FAILED = "litellm_proxy_failed_requests_metric_total"
+# the scraper's own requests (with a tier's key as its credential) are not the load's
+_SCRAPES = {"route": ("/metrics", "/metrics/")}
 METRICS = Metrics(
     # a real proxy exports hundreds of series (one per key, user agent, client IP …): keep what is read
     names=(TOTAL, FAILED, "litellm_deployment_state", "litellm_deployment_cooled_down_total",
            "litellm_deployment_success_responses_total", "litellm_deployment_failure_responses_total"),
     checks=(
-        CounterCheck("served", TOTAL, select={"status_code": ("200",)}, by="api_key_alias",
+        CounterCheck("served", TOTAL, select={"status_code": ("200",)}, exclude=_SCRAPES, by="api_key_alias",
                      note="proxy requests answered 200, per key alias where the alias is the tier name"),
-        CounterCheck("status:429", FAILED, select={"exception_status": ("429",)}, by="api_key_alias",
+        CounterCheck("status:429", FAILED, select={"exception_status": ("429",)}, exclude=_SCRAPES,
+                     by="api_key_alias",
                      note="proxy 429s (capacity and quota), per key alias where the alias is the tier name"),
     ),
 )

@@ -178,3 +178,15 @@ def test_a_server_with_earlier_traffic_is_compared_from_the_baseline(tmp_path: P
     served = next(c for c in checks if c.metric == "vllm:request_success_total")
     assert (served.client, served.server, served.matches) == (12, 12.0, True)
     assert findings == []
+
+
+def test_litellm_scrapes_are_not_load(tmp_path: Path) -> None:
+    """The scraper authenticates with a tier's key: if the proxy counts its /metrics requests, they are no load."""
+    page = LITELLM_AFTER + ('litellm_proxy_total_requests_metric_total{api_key_alias="interactive",'
+                            'route="/metrics/",status_code="200",team="None"} 30.0\n')
+    _write_scrapes(tmp_path, "litellm", [(60 * S, page)])
+    rows = [("interactive", 200, "served", False)] * 4 + [("batch", 200, "served", False)] * 2
+    rows += [("batch", 429, "rate_limited", False)] * 5
+    checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
+                                  profile="litellm")
+    assert all(c.matches for c in checks) and findings == []
