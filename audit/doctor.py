@@ -20,7 +20,7 @@ from loadgen.diagnose import Collected, Plan
 Status = Literal["pass", "warn", "fail", "info"]
 TEXT_CUT = 90
 QUEUEING_FACTOR = 2.0  # a pair whose TTFTs are both within this factor of the idle TTFT never queued
-TIE_SHARE = 0.25  # first tokens closer than this share of the shorter wait came in one batch: no order
+TIE_SHARE = 0.1  # first tokens closer than this share of the shorter wait came in one batch: no order
 
 
 @dataclass(frozen=True)
@@ -341,13 +341,15 @@ def doctor_input(plan: Plan, got: Collected) -> DoctorInput:
     """The judgement's input from what ``loadgen.diagnose`` collected."""
     scenario = got.scenario or plan.scenario
     metrics = stacks.get(plan.profile).metrics
+    # the counters the cross-check compares, and the families named one by one
+    wanted = {n.removesuffix("_total") for c in metrics.checks for n in c.names} | set(metrics.names)
     return DoctorInput(
         profile=plan.profile,
         target=plan.url,
         tiers={t.name: t.priority for t in scenario.tiers},
         records=got.records,
-        metrics_found=sorted(n for n in got.metric_names if metrics.keeps(n)),
-        metrics_wanted=sorted({c.metric for c in metrics.checks} | set(metrics.names)),
+        metrics_found=sorted(n for n in got.metric_names if n.removesuffix("_total") in wanted),
+        metrics_wanted=sorted(wanted),
         metrics_error=got.metrics_error,
         probe_error=got.probe_error,
         model=scenario.target.model,

@@ -88,6 +88,8 @@ def probe_polarity(ctx: WorkerContext, route: RouteWire, fillers: int) -> None:
     low, high = tiers[0], tiers[-1]
     filler = next((t for t in ctx.scenario.tiers if t.name == FILLER_TIER), low)
     for trial, first, second in (("a", low, high), ("b", high, low)):
+        # staggered lengths: slots free one at a time, so each goes to the most urgent waiter (fillers
+        # ending together would admit the pair together and hide the order)
         filler_jobs = [
             gevent.spawn(
                 _send,
@@ -99,7 +101,7 @@ def probe_polarity(ctx: WorkerContext, route: RouteWire, fillers: int) -> None:
                     filler.tenant_ids[0],
                     "doctor-filler",
                     TIER_PROMPT_TOKENS,
-                    FILLER_OUTPUT_TOKENS,
+                    FILLER_OUTPUT_TOKENS * (i + 1) // fillers,
                     f"filler:{trial}:{i}",
                 ),
             )

@@ -155,8 +155,8 @@ def test_polarity_rules() -> None:
     assert polarity_verdict({"a": "tie", "b": "tie"}) == "ignored"
     assert polarity_verdict({"a": "high", "b": "low"}) is None
     assert polarity_verdict({"a": None, "b": "high"}) is None
-    # within a quarter of the shorter wait: one batch, no order
-    assert first_of_pair(rec("x", "hi", sent=0, first=1000), rec("x", "lo", sent=0, first=1100)) == "tie"
+    # within a tenth of the shorter wait: one batch, no order
+    assert first_of_pair(rec("x", "hi", sent=0, first=1000), rec("x", "lo", sent=0, first=1050)) == "tie"
     assert first_of_pair(rec("x", "hi", sent=0, first=100), rec("x", "lo", sent=0, first=1100)) == "high"
 
 
