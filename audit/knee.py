@@ -284,7 +284,10 @@ def tier_knee(steps: Sequence[Step], tier: str, replicas: int | None = None, ons
             knee.drop_onset_scale, knee.drop_onset_rps, knee.drop_onset_rate = s.scale, s.offered_rps, t.drop_rate
             knee.drop_onset_class = max(t.drop_by_class, key=lambda k: t.drop_by_class[k]) if t.drop_by_class else None
             break
-    knee.sentence = knee_sentence(knee, [s for s, _ in pairs])
+    used = [s for s, _ in pairs]
+    knee.sentence = knee_sentence(knee, used)
+    if any(not s.valid for s in used):
+        knee.sentence = knee.sentence[:-1] + caveat(used) + "."
     return knee
 
 
@@ -386,8 +389,24 @@ def capacity_answer(knees: Sequence[Knee], steps: Sequence[Step], target_scale: 
     else:
         tried = ", ".join(str(r) for r in sorted(per))
         sentence = f"No replica count tried ({tried}) keeps every tier within its SLO at {load}."
+    sentence = sentence[:-1] + caveat(steps, knees) + "."
     return CapacityAnswer(target_scale=target_scale, target_rps=rps, replicas_needed=needed, per_replicas=per,
                           failing=failing, sentence=sentence)
+
+
+def caveat(steps: Sequence[Step], knees: Sequence[Knee] = ()) -> str:
+    """' — but 6 of 8 steps were invalid and 2 passes are not confident', or empty: said in the same sentence."""
+    parts = []
+    bad = [s for s in steps if not s.valid]
+    if bad:
+        parts.append(f"{len(bad)} of {len(steps)} step{'s' if len(steps) != 1 else ''} "
+                     f"{'was' if len(bad) == 1 else 'were'} invalid (scales "
+                     f"{', '.join(_scale(s.scale) for s in sorted(bad, key=lambda s: s.scale))})")
+    unsure = [k for k in knees if k.status in ("within", "always_passes") and k.confident_pass is False]
+    if unsure:
+        parts.append(f"{len(unsure)} pass{'es are' if len(unsure) != 1 else ' is'} not confident "
+                     f"({', '.join(sorted({k.tier for k in unsure}))})")
+    return (" — but " + " and ".join(parts)) if parts else ""
 
 
 class SweepResult(_Model):
@@ -507,6 +526,8 @@ class StudyRow(_Model):
     top_speedup: float | None  # fifo P99 / policy P99 of the top tier (>1 = better)
     cpl_gain: float | None  # 1 - CPL(policy) / CPL(fifo) (>0 = cheaper per latency)
     drop_rate: float | None
+    excluded: str = Field(default="", description="why this row is left out of the verdicts (an invalid cell "
+                          "or baseline); its ratios are then null")
 
 
 class ClaimCheck(_Model):
@@ -549,6 +570,15 @@ def study_rows(cells: Sequence[StudyCell], baseline: str = "fifo") -> list[Study
             continue
         b = base.get((c.k, c.mix, c.load))
         speed = gain = None
+        # verdicts come from valid cells only: an invalid run's latencies say nothing about the policy
+        excluded = ("invalid cell" if not c.valid else
+                    f"invalid {baseline} baseline" if b is not None and not b.valid else "")
+        if excluded:
+            b_shown = b.top_e2e_p99_ms if b else None
+            rows.append(StudyRow(k=c.k, mix=c.mix, load=c.load, policy=c.policy, top_e2e_p99_ms=c.top_e2e_p99_ms,
+                                 fifo_top_e2e_p99_ms=b_shown, top_speedup=None, cpl_gain=None,
+                                 drop_rate=c.drop_rate, excluded=excluded))
+            continue
         if b is not None and b.top_e2e_p99_ms and c.top_e2e_p99_ms:
             speed = b.top_e2e_p99_ms / c.top_e2e_p99_ms
         if b is not None and b.cost_per_latency and c.cost_per_latency is not None:
@@ -653,10 +683,84 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
     return claims, best_k, speedup_by_k
 
 
+OUTLIER_X = 1.5  # a baseline cell this far from its (mix, load) median across K is an outlier
+
+
+def baseline_outliers(cells: Sequence[StudyCell], baseline: str = "fifo") -> list[str]:
+    """Valid baseline cells whose top-tier P99 E2E is ≥ 1.5× off the median of the same (mix, load) over K.
+
+    FIFO ignores tiers, so its top-tier latency should not depend on K: a cell far from the others
+    is noise that would make any policy look good or bad at that K.
+    """
+    groups: dict[tuple[str, str], list[StudyCell]] = {}
+    for c in cells:
+        if c.policy == baseline and c.valid and c.top_e2e_p99_ms:
+            groups.setdefault((c.mix, c.load), []).append(c)
+    out = []
+    for (mix, load), group in sorted(groups.items()):
+        if len(group) < 3:
+            continue
+        values = sorted(c.top_e2e_p99_ms or 0.0 for c in group)
+        median = values[len(values) // 2]
+        for c in sorted(group, key=lambda c: c.k):
+            ratio = (c.top_e2e_p99_ms or 0.0) / median if median else 1.0
+            if ratio >= OUTLIER_X or ratio <= 1 / OUTLIER_X:
+                out.append(f"{baseline} K={c.k} ({mix} mix, {load} load): top-tier P99 E2E "
+                           f"{(c.top_e2e_p99_ms or 0.0) / 1000:.2f} s vs a median of {median / 1000:.2f} s over K")
+    return out
+
+
+def own_trend(cells: Sequence[StudyCell], policy: str) -> dict[str, dict[int, float | None]]:
+    """The policy's own mean top-tier P99 E2E (ms) per K, per load, from valid cells."""
+    by: dict[str, dict[int, list[float | None]]] = {}
+    for c in cells:
+        if c.policy == policy and c.valid:
+            by.setdefault(c.load, {}).setdefault(c.k, []).append(c.top_e2e_p99_ms)
+    return {load: {k: _mean(v) for k, v in sorted(ks.items())} for load, ks in by.items()}
+
+
+def _own_check(claim: ClaimCheck, trend: dict[str, dict[int, float | None]]) -> ClaimCheck:
+    """The optimal-K claim also needs the policy's own top-tier P99 to stop improving at K = 4."""
+    texts, against = [], False
+    for load, ks in sorted(trend.items()):
+        multi = {k: v for k, v in ks.items() if k > 1 and v is not None}
+        if not multi or 4 not in multi:
+            continue
+        best = min(multi, key=lambda k: multi[k])
+        texts.append(f"{load}: best own K = {best}")
+        if best > 4 and multi[best] < 0.9 * multi[4]:
+            against = True  # still falling clearly beyond 4: the "optimum" came from the baseline
+    if not texts:
+        return claim
+    verdict = claim.agrees
+    if against and verdict == "agrees":
+        verdict = "partly"
+    return claim.model_copy(update={"ours": claim.ours + " | the policy's own top-tier P99 E2E — "
+                                    + "; ".join(texts), "agrees": verdict})
+
+
 def analyse_study(cells: Sequence[StudyCell], *, study_id: str, created_at: str, grid: dict[str, list[Any]],
                   policy: str = "headroom", notes: Sequence[str] = ()) -> StudyResult:
-    """Rows against fifo, the best K per policy and load, and the claims checked."""
+    """Rows against fifo (valid cells only), the best K per policy and load, and the claims checked.
+
+    The claims name how many cells were invalid and any baseline cell that is an outlier, in the
+    same line, and the optimal K is also checked on the policy's own trend.
+    """
     rows = study_rows(cells)
     claims, best_k, speedup_by_k = check_claims(rows, policy)
+    claims = [_own_check(c, own_trend(cells, policy)) if c.key == "optimal_k" else c for c in claims]
+    invalid = [c for c in cells if not c.valid]
+    outliers = baseline_outliers(cells)
+    caveats = []
+    if invalid:
+        caveats.append(f"{len(invalid)} of {len(cells)} cells were invalid and left out")
+    if outliers:
+        caveats.append(f"outlier baseline cell(s): {'; '.join(outliers)}")
+    if caveats:
+        tail = " (" + "; ".join(caveats) + ")"
+        claims = [c.model_copy(update={"ours": c.ours + tail}) for c in claims]
+    all_notes = list(notes) + [f"outlier baseline: {o}" for o in outliers]
+    if invalid:
+        all_notes.append(f"{len(invalid)} of {len(cells)} cells invalid: excluded from every verdict")
     return StudyResult(study_id=study_id, created_at=created_at, grid=grid, runs=len(cells), cells=list(cells),
-                       rows=rows, best_k=best_k, speedup_by_k=speedup_by_k, claims=claims, notes=list(notes))
+                       rows=rows, best_k=best_k, speedup_by_k=speedup_by_k, claims=claims, notes=all_notes)

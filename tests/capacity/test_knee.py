@@ -125,3 +125,19 @@ def test_never_dropped_only_when_every_step_served_everything() -> None:
     assert "stays under 1 % not served (at most 0.50 %)" in knee.sentence
     assert "3 of its requests were still unfinished" in knee.sentence
     assert "never dropped" in knee_sentence(tier_knee(steps, "interactive"), steps)
+
+
+def test_answers_from_invalid_steps_say_so_in_the_same_sentence() -> None:
+    """Issue 12: '2 replicas keep every tier within its SLO…' was printed while 6 of 8 steps were invalid."""
+    steps = []
+    for r, slow in ((1, 2.0), (2, 1.0)):
+        for i, scale in enumerate((1.0, 2.0, 3.0)):
+            steps.append(_step(i, scale, 1200 * scale * slow, int(5 * scale * slow), replicas=r))
+    steps[4] = steps[4].model_copy(update={"valid": False, "reasons": ["generator loop lag p99 80 ms > 50 ms"]})
+    result = analyse_sweep(steps, sweep_id="x", scenario="demo", mode="steady", created_at="now", target_scale=2.0)
+    assert result.capacity is not None
+    assert "— but 1 of 6 steps was invalid (scales 2" in result.capacity.sentence
+    knee = next(k for k in result.knees if k.replicas == 2 and k.tier == "batch")
+    assert "— but 1 of 3 steps was invalid" in knee.sentence
+    clean = next(k for k in result.knees if k.replicas == 1)
+    assert "invalid" not in clean.sentence

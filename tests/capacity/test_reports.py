@@ -45,3 +45,23 @@ def test_study_analysis_and_report(tmp_path: Path) -> None:
     paths = write_study_reports(result, tmp_path)
     assert "Published claims" in paths["html"].read_text()
     assert "| 4 | uniform | moderate | headroom |" in render_study_markdown(result)
+
+
+def test_study_verdicts_come_from_valid_cells_and_name_the_caveats() -> None:
+    """Issue 12: '4 tiers optimal: agrees' rested on a slow FIFO cell at K = 4 and 17 of 26 invalid cells."""
+    cells = []
+    for k in (2, 4, 6, 8):
+        fifo = 12000.0 if k == 4 else 3000.0  # FIFO ignores tiers: K = 4's baseline is an outlier
+        cells.append(_cell(k, "fifo", "moderate", fifo))
+        cells.append(_cell(k, "headroom", "moderate", 2000.0 - 150.0 * k))  # the policy's own P99 keeps falling
+    cells.append(_cell(6, "headroom", "saturated", 100.0).model_copy(update={"valid": False}))
+    result = analyse_study(cells, study_id="s", created_at="now", grid={"k": [2, 4, 6, 8]})
+    claim = next(c for c in result.claims if c.key == "optimal_k")
+    assert result.best_k["headroom/moderate"] == 4  # the speedup peaks where the baseline was slow …
+    assert claim.agrees == "partly"  # … but the policy's own trend says K = 8
+    assert "best own K = 8" in claim.ours
+    assert "1 of 9 cells were invalid and left out" in claim.ours
+    assert "outlier baseline cell(s): fifo K=4 (uniform mix, moderate load)" in claim.ours
+    row = next(r for r in result.rows if r.load == "saturated")
+    assert row.excluded == "invalid cell" and row.top_speedup is None
+    assert any("1 of 9 cells invalid" in n for n in result.notes)
