@@ -38,7 +38,7 @@ COMPLETE_GRACE_NS = 1_000_000_000  # after the end marker, wait at most this lon
 # buffers; without this bound one attempt would never yield, and no deadline, other user or stop
 # signal would run in the process.
 MAX_READS_PER_WAKE = 4
-TLS_RECORD = 16384  # the largest TLS record: a full one from an SSL socket counts as a full read
+TLS_BYTES_PER_YIELD = MAX_READS_PER_WAKE * RECV_BYTES  # the same bound for TLS, counted in bytes
 # Drop an idle keep-alive connection before the server is likely to: uvicorn (vLLM, LiteLLM, SGLang)
 # closes idle connections after 5 s by default, and a request sent on one it has just closed dies
 # with no answer. A ``Keep-Alive: timeout=N`` response header shortens this further.
@@ -97,10 +97,8 @@ class ConnectionPool:
         sock = gsocket.create_connection((self.endpoint.host, self.endpoint.port), timeout=connect_s)
         sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
         if self.endpoint.scheme == "https":
-            from gevent import ssl as gssl
-
             if self._ssl_context is None:
-                self._ssl_context = gssl.create_default_context()
+                self._ssl_context = client_tls_context()
             sock = self._ssl_context.wrap_socket(sock, server_hostname=self.endpoint.host)
         self.opened += 1
         return sock
@@ -118,6 +116,22 @@ class ConnectionPool:
     def close(self) -> None:
         while self._idle:
             _close(self._idle.pop()[0])
+
+
+def client_tls_context(cafile: str | None = None) -> Any:
+    """A verifying TLS client context whose sockets are gevent's, monkey-patched process or not.
+
+    (``gevent.ssl.create_default_context`` is the standard library's: outside a patched process
+    it makes standard sockets, whose reads block the whole hub.)
+    """
+    from gevent import ssl as gssl
+
+    context = gssl.SSLContext(gssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names
+    if cafile is None:
+        context.load_default_certs()
+    else:
+        context.load_verify_locations(cafile)
+    return context
 
 
 def server_keepalive_s(headers: dict[str, str]) -> float | None:
@@ -298,10 +312,17 @@ def perform(
                         ready = len(data) == RECV_BYTES and burst < MAX_READS_PER_WAKE
                     else:
                         data = raw_recv(RECV_BYTES)
-                        burst = burst + 1 if len(data) >= TLS_RECORD else 0
-                        if burst >= MAX_READS_PER_WAKE:
-                            gevent.sleep(0)  # an SSL socket reads from its own buffer: yield by hand
+                        # gevent's SSL recv does not say whether it waited: count the bytes since
+                        # the last yield instead, and past a wake-up's worth wait for the socket to
+                        # be readable, a real turn of the loop (gevent.sleep(0) lets other greenlets
+                        # run but seldom lets the loop fire timers); unless TLS holds decrypted bytes
+                        burst += len(data)
+                        if burst >= TLS_BYTES_PER_YIELD:
                             burst = 0
+                            if sock.pending():
+                                gevent.sleep(0)
+                            else:
+                                gevent.get_hub().wait(sock._read_event)
                 except OSError as exc:
                     if may_retry and exc.errno in _STALE_ERRNOS and not parser.received_any:
                         stale = True

@@ -7,8 +7,12 @@ went back to the gevent hub: no deadline fired, no other greenlet ran, and the b
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import gevent
 import pytest
@@ -16,7 +20,7 @@ from test_wire_client import attempt
 from wire_fakes import FakeServer
 
 from loadgen.record import Anchor, RequestRecord
-from loadgen.wire.client import Cancelled, ConnectionPool, Timeouts, perform
+from loadgen.wire.client import Cancelled, ConnectionPool, Timeouts, client_tls_context, perform
 from loadgen.wire.http import Endpoint, build_request
 
 pytestmark = pytest.mark.timeout(120)  # before the fix, these hung until killed
@@ -114,3 +118,57 @@ def test_complete_2xx_json_over_64_kib_is_served(server: FakeServer) -> None:
     rec, _ = attempt(server.port, "bigjson", stream=False)
     assert rec.status == 200 and rec.complete and rec.error is None
     assert rec.prompt_tokens == 9 and rec.output_tokens == 40000
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeServer, Path]]:
+    """The same hostile server over HTTPS, with a throw-away self-signed certificate for 127.0.0.1."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv = FakeServer(tls=context).start()
+    yield srv, cert
+    srv.close()
+
+
+def _tls_attempt(port: int, cert: Path, mode: str, timeouts: Timeouts) -> RequestRecord:
+    ep = Endpoint.parse(f"https://127.0.0.1:{port}")
+    pool = ConnectionPool(ep)
+    pool._ssl_context = client_tls_context(str(cert))  # trust the test certificate
+    req = build_request(ep, "/v1/chat/completions", {"x-mode": mode}, b"{}")
+    rec = RequestRecord(run_id="r", seq=1, request_id="id", logical_id="l", tier="t", tenant="x", persona="p")
+    perform(pool, req, rec, anchor_ns=Anchor.now().mono_ns, dialect="openai-chat", stream=True, timeouts=timeouts)
+    return rec
+
+
+def test_tls_flood_is_cut_at_the_cap_and_valid_flood_at_the_deadline(tls_server: tuple[FakeServer, Path]) -> None:
+    """An SSL socket reads from its own buffer, so the loop yields by hand there: same outcomes as plain."""
+    srv, cert = tls_server
+    ok = _tls_attempt(srv.port, cert, "ok", Timeouts(connect_s=2, ttft_s=5, total_s=5))
+    assert ok.complete and ok.tokens == 3
+    rec = _tls_attempt(srv.port, cert, "flood", Timeouts(connect_s=2, ttft_s=30, total_s=30))
+    assert rec.status == 200 and rec.error == "SSE event over 1 MiB"
+    ticks = [0]
+
+    def tick() -> None:
+        while True:
+            gevent.sleep(0.02)
+            ticks[0] += 1
+
+    ticker = gevent.spawn(tick)
+    t0 = time.monotonic()
+    try:
+        rec = _tls_attempt(srv.port, cert, "floodevents", Timeouts(connect_s=2, ttft_s=2, total_s=2))
+    finally:
+        ticker.kill()
+    assert rec.client_timeout and rec.tokens > 1000 and time.monotonic() - t0 < 15
+    assert ticks[0] >= 10  # the process kept running while the flood was read

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -173,7 +174,8 @@ def handle(conn: socket.socket, pick: object = None) -> None:
 class FakeServer:
     """Listens on an ephemeral loopback port; one thread per connection."""
 
-    def __init__(self, pick: object = None) -> None:
+    def __init__(self, pick: object = None, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # serve HTTPS with this server-side context
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -192,7 +194,16 @@ class FakeServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            threading.Thread(target=handle, args=(conn, self.pick), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:
+                conn.close()
+                return
+        handle(conn, self.pick)
 
     def close(self) -> None:
         self.sock.close()
