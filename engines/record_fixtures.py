@@ -146,7 +146,7 @@ def chat(content: str, max_tokens: int, stream: bool, model: str = serve.MODEL_N
 
 
 def long_prompt(words: int) -> str:
-    """A prompt of roughly 3.7 tokens a word for the tiny model's tokenizer (``queue17`` → several tokens)."""
+    """A prompt of 2–3 tokens a word for the tiny model's tokenizer (``queue17`` → ``queue`` + digits)."""
     return " ".join(f"queue{i}" for i in range(words))
 
 
@@ -169,21 +169,21 @@ def record_vllm(out: Path) -> list[str]:
         rec.keep("vllm-503-queue-full", answers, lambda a: a.status == 503 and VLLM_BUSY in text(a),
                  "queue_full", f"24 simultaneous requests, {why}")
         time.sleep(1)
-        answers = burst(url, path, [chat("hello there", 200, True) for _ in range(24)])
+        answers = burst(url, path, [chat(long_prompt(60), 200, True) for _ in range(40)])
         rec.keep("vllm-200-stream-in-band-queue-full", answers, lambda a: in_band(a) and VLLM_BUSY in text(a),
-                 "queue_full", f"24 simultaneous streamed requests, {why}: the 503 comes inside a 200 stream")
+                 "queue_full", f"40 simultaneous streamed requests, {why}: the 503 comes inside a 200 stream")
         rec.keep("vllm-503-stream-queue-full", answers, lambda a: a.status == 503 and VLLM_BUSY in text(a),
-                 "queue_full", f"24 simultaneous streamed requests, {why}: rejected before the stream started")
+                 "queue_full", f"40 simultaneous streamed requests, {why}: rejected before the stream started")
         time.sleep(1)
-        prompt = long_prompt(350)  # ~1300 tokens: two fill a 2000-token backlog
+        prompt = long_prompt(500)  # ~1200 tokens: two overflow a 2000-token backlog
         answers = burst(url, path, [chat(prompt, 8, False) for _ in range(6)])
         rec.keep("vllm-503-token-backlog", answers, lambda a: a.status == 503 and VLLM_BACKLOG in text(a),
-                 "queue_full", f"6 simultaneous ~1300-token prompts, {why}")
+                 "queue_full", f"6 simultaneous ~1200-token prompts, {why}")
         time.sleep(1)
         answers = burst(url, path, [chat(prompt, 8, True) for _ in range(6)])
         rec.keep("vllm-200-stream-in-band-token-backlog", answers, lambda a: in_band(a) and VLLM_BACKLOG in text(a),
-                 "queue_full", f"6 simultaneous streamed ~1300-token prompts, {why}")
-        rec.keep("vllm-400-context-too-long", [send(url, path, chat(long_prompt(700), 8, False))],
+                 "queue_full", f"6 simultaneous streamed ~1200-token prompts, {why}")
+        rec.keep("vllm-400-context-too-long", [send(url, path, chat(long_prompt(2000), 8, False))],
                  lambda a: a.status == 400, "failed", "a prompt longer than --max-model-len 2048")
         return rec.written
     finally:
