@@ -32,6 +32,7 @@ import pandas as pd
 import stacks
 from audit.summary import OUTCOME_CLASSES
 from stacks import Rule
+from stacks.common import COMMON_STATUS_DEFAULTS as COMMON_STATUS_DEFAULTS_TABLE
 
 DEFAULT_PROFILE = stacks.DEFAULT
 
@@ -45,20 +46,16 @@ PROFILE_RULES: dict[str, list[Rule]] = {p.name: list(p.rules) for p in stacks.ST
 # When no rule matched an error status: what that status means on this profile.
 STATUS_DEFAULTS: dict[str, dict[int, str]] = {p.name: dict(p.status_defaults) for p in stacks.STACKS}
 
-# Every profile, after its own rules and defaults (TAXONOMY.md): statuses whose meaning does not depend
-# on the stack (a bad request, a crash, a bad gateway). 429/503/529/408 are deliberately absent: they
-# mean a policy on one stack and something else on another, so without a rule or a profile default
-# they are ``unclassified`` and named in a finding.
-COMMON_STATUS_DEFAULTS: dict[int, str] = {
-    400: "failed", 401: "failed", 403: "failed", 404: "failed", 405: "failed", 413: "failed", 422: "failed",
-    500: "failed", 502: "failed", 504: "failed",
-}
+# Every profile, after its own rules and defaults (TAXONOMY.md; the table lives in stacks/common.py):
+# a bad request, a crash, a bad gateway → failed; 429/503/529/408 without a rule → unclassified.
+COMMON_STATUS_DEFAULTS: dict[int, str] = dict(COMMON_STATUS_DEFAULTS_TABLE)
 
 
 def _check_classes() -> None:
     """Every class a profile can produce is one of the audit's classes (fail at import, not mid-audit)."""
     for profile in stacks.STACKS:
-        produced = [r.cls for r in profile.rules] + list(profile.status_defaults.values())
+        produced = ([r.cls for r in profile.rules] + list(profile.status_defaults.values())
+                    + list(COMMON_STATUS_DEFAULTS.values()))
         unknown = sorted(set(produced) - set(OUTCOME_CLASSES))
         if unknown:
             raise ValueError(f"stack profile {profile.name!r} produces unknown classes {unknown}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from stacks.common import COMMON_STATUS_DEFAULTS
 from stacks.registry import STACKS
 
 
@@ -18,6 +19,8 @@ def rules_markdown() -> str:
             lines.append(f"| {profile.name} | {order} | {pattern} | {statuses} | {first} | {rule.cls} | {rule.note} |")
         for status, cls in profile.status_defaults.items():
             lines.append(f"| {profile.name} | default |  | {status} |  | {cls} | status default |")
+    for status, cls in COMMON_STATUS_DEFAULTS.items():
+        lines.append(f"| * | default |  | {status} |  | {cls} | common status default (every profile) |")
     return "\n".join(lines)
 
 

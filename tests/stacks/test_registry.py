@@ -168,3 +168,20 @@ def test_capacity_429_is_never_quota_on_litellm() -> None:
     """The issue's report: the slots-in-use 429 matched the rate-limit pattern (quota) although it is capacity."""
     text = "litellm.RateLimitError: Deployment has all max_parallel_requests slots in use."
     assert classify_one("litellm", status=429, reason="429", error=text) == "queue_full"
+
+
+def test_docs_rules_table_is_current() -> None:
+    """docs/audit.md shows the rules as the registry has them (regenerate: ``python -m stacks rules``)."""
+    from stacks.__main__ import profiles_markdown, rules_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    assert rules_markdown() in (root / "docs" / "audit.md").read_text(), "run `python -m stacks rules`"
+    assert profiles_markdown() in (root / "docs" / "stacks.md").read_text(), "run `python -m stacks profiles`"
+
+
+def test_common_status_defaults_are_the_registrys() -> None:
+    from audit.classify import COMMON_STATUS_DEFAULTS
+    from stacks.common import COMMON_STATUS_DEFAULTS as TABLE
+
+    assert COMMON_STATUS_DEFAULTS == TABLE
+    assert 429 not in TABLE and 503 not in TABLE  # a policy on one stack, something else on another
