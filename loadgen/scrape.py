@@ -47,14 +47,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import stacks
 
-DEFAULT_PREFIXES: tuple[str, ...] = (
-    "vllm:",
-    "llm_d_epp_",
-    "inference_extension_",
-    "sglang:",
-    "smg_",
-    "testbed_",  # the embedded testbed's own health (e.g. step lag)
-)
+# without a profile (``python -m loadgen.scrape`` alone): every prefix any stack profile keeps
+DEFAULT_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for s in stacks.STACKS for p in s.metrics.prefixes))
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
