@@ -91,7 +91,8 @@ def _groups(check: CounterCheck, by_values: list[str], priorities: dict[str, int
         return [("+".join(names), prio, names, [str(prio)]) for prio, names in sorted(by_priority.items(),
                                                                                         reverse=True)]
     if check.by and set(by_values) & set(tiers):  # the gateway's key alias / team is named like the tier
-        return [(tier, priorities[tier], [tier], [tier]) for tier in tiers if tier in by_values]
+        # every tier, also one the counter has no series for (its server count is 0, not "unknown")
+        return [(tier, priorities[tier], [tier], [tier]) for tier in tiers]
     return [(ALL_TIERS, None, tiers, by_values)]
 
 

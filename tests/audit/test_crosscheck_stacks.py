@@ -190,3 +190,17 @@ def test_litellm_scrapes_are_not_load(tmp_path: Path) -> None:
     checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
                                   profile="litellm")
     assert all(c.matches for c in checks) and findings == []
+
+
+def test_litellm_a_tier_without_a_series_is_compared_with_zero(tmp_path: Path) -> None:
+    """batch has 200s on the client, none on the server: a mismatch, not a tier left out."""
+    page = LITELLM_AFTER.replace('api_key_alias="batch",status_code="200"', 'api_key_alias="other",status_code="200"')
+    _write_scrapes(tmp_path, "litellm", [(60 * S, page)])
+    rows = [("interactive", 200, "served", False)] * 4 + [("batch", 200, "served", False)] * 2
+    rows += [("batch", 429, "rate_limited", False)] * 5
+    checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
+                                  profile="litellm")
+    batch = next(c for c in checks if c.tier == "batch" and c.metric.startswith(
+        "litellm_proxy_total_requests_metric_total"))
+    assert (batch.client, batch.server, batch.matches) == (2, 0.0, False)
+    assert any(f.tier == "batch" for f in findings)
