@@ -30,7 +30,9 @@ BASELINE_RACE_NS = 0.25 * NS_PER_S
 
 
 def client_count(part: pd.DataFrame, kind: str) -> int:
-    """How many attempts of ``part`` the client counts as ``kind``."""
+    """How many attempts of ``part`` the client counts as ``kind`` (``a+b``: the sum of both)."""
+    if "+" in kind:
+        return sum(client_count(part, k) for k in kind.split("+"))
     if kind == "admitted":
         status = part["status"].to_numpy(dtype=np.float64)
         admitted = (((status >= 200) & (status < 300)) | eq(part["cls"], "preempted")

@@ -79,6 +79,15 @@ METRICS = Metrics(
         CounterCheck("status:429", FAILED, select={"exception_status": ("429",)}, exclude=_SCRAPES,
                      by="api_key_alias",
                      note="proxy 429s (capacity and quota), per key alias where the alias is the tier name"),
+        # 1.106.12 labels the router's 429s RateLimitError and the proxy limiter's HTTPException
+        CounterCheck("queue_full+overloaded", FAILED,
+                     select={"exception_status": ("429",), "exception_class": ("RateLimitError",)},
+                     exclude=_SCRAPES, by="api_key_alias",
+                     note="capacity 429s: deployment slots in use, no deployment available (router)"),
+        CounterCheck("rate_limited", FAILED,
+                     select={"exception_status": ("429",), "exception_class": ("HTTPException",)},
+                     exclude=_SCRAPES, by="api_key_alias",
+                     note="quota 429s: a key's / user's / team's limits (proxy rate limiter)"),
     ),
 )
 

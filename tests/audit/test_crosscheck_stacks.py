@@ -51,7 +51,10 @@ litellm_proxy_total_requests_metric_total{api_key_alias="interactive",status_cod
 litellm_proxy_total_requests_metric_total{api_key_alias="batch",status_code="200",team="None"} 2.0
 litellm_proxy_total_requests_metric_total{api_key_alias="batch",status_code="429",team="None"} 5.0
 # TYPE litellm_proxy_failed_requests_metric_total counter
-litellm_proxy_failed_requests_metric_total{api_key_alias="batch",exception_status="429",team="None"} 5.0
+litellm_proxy_failed_requests_metric_total{api_key_alias="batch",exception_class="RateLimitError",\
+exception_status="429"} 2.0
+litellm_proxy_failed_requests_metric_total{api_key_alias="batch",exception_class="HTTPException",\
+exception_status="429"} 3.0
 """
 
 
@@ -135,23 +138,28 @@ def test_litellm_per_key_alias(tmp_path: Path) -> None:
     rows += [("batch", 429, "queue_full", False)] * 2 + [("batch", 429, "rate_limited", False)] * 3
     checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
                                   profile="litellm")
-    got = {(c.tier, c.metric.split("{")[0]): (c.client, c.server, c.matches) for c in checks}
+    got = {(c.tier, c.metric.replace("{status_code=200}", "")): (c.client, c.server, c.matches) for c in checks}
     assert got == {
         ("interactive", "litellm_proxy_total_requests_metric_total"): (4, 4.0, True),
         ("batch", "litellm_proxy_total_requests_metric_total"): (2, 2.0, True),
-        ("batch", "litellm_proxy_failed_requests_metric_total"): (5, 5.0, True),
+        ("batch", "litellm_proxy_failed_requests_metric_total{exception_status=429}"): (5, 5.0, True),
+        ("batch", "litellm_proxy_failed_requests_metric_total{exception_status=429,exception_class=RateLimitError}"):
+            (2, 2.0, True),
+        ("batch", "litellm_proxy_failed_requests_metric_total{exception_status=429,exception_class=HTTPException}"):
+            (3, 3.0, True),
     }
     assert findings == []
 
 
 def test_litellm_unlabelled_tiers_compare_in_total(tmp_path: Path) -> None:
     _write_scrapes(tmp_path, "litellm", [(60 * S, LITELLM_AFTER)])
-    rows = [("gold", 200, "served", False)] * 6 + [("bronze", 429, "rate_limited", False)] * 4
+    rows = [("gold", 200, "served", False)] * 6 + [("bronze", 429, "queue_full", False)] * 2
+    rows += [("bronze", 429, "rate_limited", False)] * 2  # the server counted 3 quota 429s
     checks, findings = crosscheck(_attempts(rows), {"gold": 1, "bronze": 0}, load_metrics(tmp_path, None),
                                   profile="litellm")
-    assert {(c.tier, c.client, c.server, c.matches) for c in checks} == {("all", 6, 6.0, True),
-                                                                        ("all", 4, 5.0, False)}
-    assert len(findings) == 1 and "status:429" in findings[0].message
+    assert [(c.tier, c.client, c.server, c.matches) for c in checks] == [
+        ("all", 6, 6.0, True), ("all", 4, 5.0, False), ("all", 2, 2.0, True), ("all", 2, 3.0, False)]
+    assert len(findings) == 2 and "status:429" in findings[0].message and "rate_limited" in findings[1].message
 
 
 def test_no_counters_no_checks(tmp_path: Path) -> None:
@@ -186,7 +194,7 @@ def test_litellm_scrapes_are_not_load(tmp_path: Path) -> None:
                             'route="/metrics/",status_code="200",team="None"} 30.0\n')
     _write_scrapes(tmp_path, "litellm", [(60 * S, page)])
     rows = [("interactive", 200, "served", False)] * 4 + [("batch", 200, "served", False)] * 2
-    rows += [("batch", 429, "rate_limited", False)] * 5
+    rows += [("batch", 429, "queue_full", False)] * 2 + [("batch", 429, "rate_limited", False)] * 3
     checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
                                   profile="litellm")
     assert all(c.matches for c in checks) and findings == []
