@@ -69,13 +69,20 @@ def _legacy_labels(key: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in key.split(",") if "=" in kv)
 
 
-def _increase(frame: pd.DataFrame) -> tuple[pd.Series, float, float | None]:
+def _increase(frame: pd.DataFrame, scrapes: np.ndarray) -> tuple[pd.Series, float, float | None]:
     """Per ``by`` value: the counter's increase between the first and the last scrape (the last value
-    alone when there is one scrape: a fresh server), the last scrape's time and the baseline's (ns)."""
+    alone when there is one scrape: a fresh server), the last scrape's time and the baseline's (ns).
+
+    ``scrapes``: the times of every good scrape. A counter a server creates on its first event (LiteLLM's)
+    is absent from the scrapes before it: there its value was 0, so the first good scrape is the baseline.
+    """
     last_ts = float(frame["ts_ns"].max())
     first_ts = float(frame["ts_ns"].min())
     per = frame.groupby(["ts_ns", "series", "by"])["value"].sum()
     last = per.xs(last_ts, level="ts_ns")
+    earliest = float(scrapes.min()) if len(scrapes) else first_ts
+    if earliest < first_ts:
+        return last.groupby(level="by").sum(), last_ts, earliest
     if first_ts == last_ts:
         return last.groupby(level="by").sum(), last_ts, None
     last = last - per.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
@@ -121,7 +128,7 @@ def crosscheck(
         name, frame = found
         if len(frame) == 0:
             continue
-        server_by, last_ns, base_ns = _increase(frame)
+        server_by, last_ns, base_ns = _increase(frame, np.asarray(metrics.scrape_ts_ns, dtype=np.float64))
         for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities):
             part = sent[isin(sent["tier"], tiers)]
             if extra is not None and label == ALL_TIERS:

@@ -212,3 +212,18 @@ def test_litellm_a_tier_without_a_series_is_compared_with_zero(tmp_path: Path) -
         "litellm_proxy_total_requests_metric_total"))
     assert (batch.client, batch.server, batch.matches) == (2, 0.0, False)
     assert any(f.tier == "batch" for f in findings)
+
+
+def test_a_counter_created_by_its_first_event_starts_from_zero(tmp_path: Path) -> None:
+    """A fresh LiteLLM proxy has no litellm_proxy_* series until its first request: the scrapes before
+    that are the baseline (value 0), not the first scrape that shows the series (seen in a real run)."""
+    empty = "# TYPE litellm_in_flight_requests gauge\nlitellm_in_flight_requests 0.0\n"
+    early = ('litellm_proxy_total_requests_metric_total{api_key_alias="interactive",status_code="200"} 1.0\n')
+    _write_scrapes(tmp_path, "litellm", [(0, empty), (int(2.5 * S), early), (60 * S, LITELLM_AFTER)])
+    rows = [("interactive", 200, "served", False)] * 4 + [("batch", 200, "served", False)] * 2
+    rows += [("batch", 429, "queue_full", False)] * 2 + [("batch", 429, "rate_limited", False)] * 3
+    checks, findings = crosscheck(_attempts(rows), {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None),
+                                  profile="litellm")
+    served = next(c for c in checks if c.tier == "interactive")
+    assert (served.client, served.server) == (4, 4.0)
+    assert all(c.matches for c in checks) and findings == []
