@@ -82,5 +82,7 @@ def test_quick_study(tmp_path: Path) -> None:
     assert data["runs"] == 3 and {c["key"] for c in data["claims"]} == {
         "optimal_k", "top_speedup", "cost_per_latency", "saturation"}
     row = data["rows"][0]
-    assert row["k"] == 4 and row["policy"] == "headroom" and row["top_speedup"] is not None
+    assert row["k"] == 4 and row["policy"] == "headroom"
+    # verdicts come from valid cells only: on a busy machine a cell may be invalid, and then says why
+    assert (row["top_speedup"] is not None) != bool(row["excluded"]), row
     assert "Published claims" in (root / "study.html").read_text()
