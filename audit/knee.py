@@ -41,6 +41,7 @@ class Check(_Model):
     high: float | None
     passed: bool
     confident: bool  # the whole 95 % interval lies on the verdict's side of the threshold
+    inconclusive: bool = False  # too few samples (or censored): not a pass, and never a confident fail
 
 
 def _interval(tier: TierSummary, check: str) -> tuple[float | None, float | None, bool]:
@@ -75,14 +76,16 @@ def judge_check(tier: TierSummary, verdict: Verdict) -> Check:
     """A verdict plus whether its interval makes it confident."""
     low, high, higher_worse = _interval(tier, verdict.check)
     thr = verdict.threshold
-    if low is None or high is None:
+    if verdict.inconclusive:
+        confident = False
+    elif low is None or high is None:
         confident = verdict.judge == "bound"
     elif verdict.passed:
         confident = high <= thr if higher_worse else low >= thr
     else:
         confident = low > thr if higher_worse else high < thr
     return Check(check=verdict.check, threshold=thr, observed=verdict.observed, low=low, high=high,
-                 passed=verdict.passed, confident=bool(confident))
+                 passed=verdict.passed, confident=bool(confident), inconclusive=verdict.inconclusive)
 
 
 # --------------------------------------------------------------------------- steps
@@ -244,6 +247,8 @@ def _scale(v: float | None) -> str:
 
 
 def _fmt_check(c: Check) -> str:
+    if c.inconclusive:
+        return f"{c.check} inconclusive (too few samples to judge)"
     def num(v: float | None) -> str:
         if v is None:
             return "–"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.knee import KneePoint, analyse_sweep, capacity_answer, find_knee, step_from_summary, tier_knee
+from audit.summary import Verdict
 
 from .helpers import summary, tier, verdicts_for
 
@@ -141,3 +142,14 @@ def test_answers_from_invalid_steps_say_so_in_the_same_sentence() -> None:
     assert "— but 1 of 3 steps was invalid" in knee.sentence
     clean = next(k for k in result.knees if k.replicas == 1)
     assert "invalid" not in clean.sentence
+
+
+def test_an_inconclusive_check_is_named_not_called_a_miss() -> None:
+    from audit.knee import _fmt_check, judge_check
+
+    t = tier("interactive", 100, 20, 0, 900.0)
+    v = Verdict(tier="interactive", check="ttft_ms.p99", threshold=3000.0, observed=900.0, bound=None,
+                judge="point", passed=False, inconclusive=True, message="")
+    c = judge_check(t, v)
+    assert c.inconclusive and not c.confident and not c.passed
+    assert _fmt_check(c) == "ttft_ms.p99 inconclusive (too few samples to judge)"
