@@ -754,7 +754,7 @@ def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: A
         token = read_credential(metrics.credential)
         register_secret(token)
     return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor,
-                          keep=profile_filter(profile.name), token=token,
+                          keep=profile_filter(profile.name, scenario.target.is_testbed), token=token,
                           credential_name=metrics.credential).start()
 
 

@@ -95,9 +95,13 @@ def parse_counted(text: str, prefixes: Sequence[str] | None = None,
     return samples, seen
 
 
-def profile_filter(profile: str | None) -> Callable[[str], bool]:
-    """The metric families a stack profile's audit reads (``stacks/<name>.py``)."""
-    return stacks.get(profile).metrics.keeps
+def profile_filter(profile: str | None, testbed: bool = False) -> Callable[[str], bool]:
+    """The metric families a stack profile's audit reads (``stacks/<name>.py``); with ``testbed`` also
+    the embedded testbed's own health (``testbed_``, e.g. step lag). KeyError for an unknown profile."""
+    keeps = stacks.get(profile).metrics.keeps
+    if not testbed:
+        return keeps
+    return lambda name: keeps(name) or name.startswith("testbed_")
 
 
 class ScrapeError(Exception):
@@ -381,8 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.anchor_ns is not None:
         anchor = Anchor(mono_ns=args.anchor_ns, wall_ns=anchor.wall_ns)
     prefixes = None if args.all else (args.prefix or DEFAULT_PREFIXES)
-    keep = profile_filter(args.profile) if args.profile and not args.all else None
-    token = read_credential(args.credential) if args.credential else None
+    try:
+        keep = profile_filter(args.profile) if args.profile and not args.all else None
+        token = read_credential(args.credential) if args.credential else None
+    except (KeyError, ValueError) as exc:
+        parser.error(str(exc).strip('"'))
     scraper = MetricsScraper(
         args.url,
         args.interval_s,

@@ -190,3 +190,16 @@ def test_scenario_metrics_block() -> None:
         MetricsOptions.model_validate({"credential": "sk-literal-key"})
     with pytest.raises(ValueError, match="user or password"):
         MetricsOptions.model_validate({"url": "http://u:p@h/metrics"})
+
+
+def test_testbed_health_is_kept_for_a_testbed_target_and_bad_cli_input_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    assert profile_filter("vllm", testbed=True)("testbed_step_lag_seconds")
+    assert not profile_filter("vllm")("testbed_step_lag_seconds")
+    for args, text in ((["--profile", "nope"], "unknown stack profile 'nope'"),
+                       (["--credential", "sk-literal"], "env:VARIABLE")):
+        proc = subprocess.run([sys.executable, "-m", "loadgen.scrape", "http://127.0.0.1:9/metrics", "/dev/null",
+                               "--max-scrapes", "1", *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and text in proc.stderr and "Traceback" not in proc.stderr
