@@ -285,7 +285,7 @@ def perform(
             eof = False
             stale = False
             ready = False  # the last read filled the buffer: more is probably waiting
-            burst = 0  # reads since the greenlet last went back to the hub
+            burst = 0  # reads (plain) or bytes (TLS) since the greenlet last went back to the hub
             while not parser.done:
                 if _phase(attempt) != phase_now:
                     phase_now = _phase(attempt)
