@@ -108,10 +108,10 @@ def test_calibration_gives_up_after_one_timed_out_probe(tmp_path: Path, hanging:
     cal = manifest["calibration"]
     assert cal["sent"] == 1 and cal["served"] == 0 and cal["probes"] == 3
     assert "timed out" in cal["gave_up"]
-    assert cal["seconds"] < PROBE_TTFT_S + 8  # one short probe, not 3 × ttft_s (180 s)
+    assert cal["seconds"] < PROBE_TTFT_S + 30  # one short probe (+ a slow child start), not 3 × ttft_s (180 s)
     probes = _calibration_records(result.run_dir)
     assert len(probes) == 1 and probes[0]["client_timeout"] and probes[0]["persona"] == "calibration"
-    assert took < 40, f"the whole 5 s run took {took:.1f} s"
+    assert took < 90, f"the whole 5 s run took {took:.1f} s"  # the stuck probe alone used to take 180 s
 
 
 def _wait_for(predicate, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]

@@ -118,8 +118,10 @@ def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
     )
     assert len(diffs) > 50
     assert diffs[0] > -1.0, "client saw a token before the server sent it: clocks misaligned"
-    assert diffs[len(diffs) // 2] < 2.0
-    assert diffs[int(len(diffs) * 0.95)] < 10.0
+    # ~1 ms idle; a busy machine deschedules the client for tens of ms, so the bounds are generous: they
+    # catch a misaligned clock or a parser that holds tokens back, not scheduler noise
+    assert diffs[len(diffs) // 2] < 50.0
+    assert diffs[int(len(diffs) * 0.95)] < 500.0
 
     # agent fan-out and prefix reuse are visible to the server
     swarm = [r for r in records if r["persona"] == "swarm"]

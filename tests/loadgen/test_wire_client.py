@@ -106,7 +106,8 @@ def test_reset(server: FakeServer) -> None:
 def test_silent_server_hits_ttft_timeout(server: FakeServer) -> None:
     t0 = time.monotonic()
     rec, _ = attempt(server.port, "silent", timeouts=Timeouts(connect_s=1, ttft_s=0.3, total_s=5))
-    assert rec.client_timeout and rec.status == 0 and time.monotonic() - t0 < 1.5
+    # ended by the 0.3 s deadline, not by the server closing after its 3 s of silence (generous when busy)
+    assert rec.client_timeout and rec.status == 0 and time.monotonic() - t0 < 0.3 + 2.0
 
 
 def test_garbage_http(server: FakeServer) -> None:

@@ -50,7 +50,9 @@ def test_llmd_eviction_kills_inflight_sheddable_for_blocked_higher_band() -> Non
             c = await post(r, "/v1/chat/completions", chat(max_tokens=3), {**INTERACTIVE, "x-request-id": "c"})
             assert c.status == 200
             ares, bres = await a, await b
-            assert time.monotonic() - t0 < 1.0  # well before the 300-token batch work could end
+            # before the 300-token batch work could end (the ledger's output_tokens < 300 below is the proof;
+            # this bound is generous so that a busy machine does not fail it)
+            assert time.monotonic() - t0 < 5.0
             # non-streaming victim: the EPP's ImmediateResponse
             assert bres.status == 429 and bres.text == "request evicted by flow control"
             assert bres.headers["x-llm-d-request-dropped-reason"] == "evicted"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,13 +13,15 @@ from testbed_helpers import Running, chat, post, running, tiny
 OBJ = "x-llm-d-inference-objective"
 
 
-async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll server state (no fixed sleeps)."""
-    for _ in range(int(timeout / 0.005)):
+async def wait_until(pred: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll server state (no fixed sleeps); the deadline is generous so a busy machine does not fail it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if pred():
             return
         await asyncio.sleep(0.005)
-    raise AssertionError("condition not reached")
+    if not pred():
+        raise AssertionError("condition not reached")
 
 
 def gated(**fc: Any) -> dict[str, Any]:
