@@ -49,8 +49,15 @@ _REASON_PREFIX = "x-ratelimit-"
 
 
 def read_reason(headers: Mapping[str, str], status: int) -> str | None:
-    """On a 429: LiteLLM's ``rate_limit_type`` header and every exhausted ``x-ratelimit-*-remaining-*``."""
+    """On LiteLLM's 429: its ``rate_limit_type`` header and every exhausted ``x-ratelimit-*-remaining-*``.
+
+    Only a LiteLLM answer (an ``x-litellm-*`` header or ``rate_limit_type``): OpenAI's own 429s carry
+    ``x-ratelimit-*`` too, and there the body's error code (``insufficient_quota``, …) is the reason.
+    """
     if status != 429:
+        return None
+    names = {name.lower() for name in headers}
+    if "rate_limit_type" not in names and not any(name.startswith("x-litellm-") for name in names):
         return None
     parts: list[str] = []
     kind = headers.get("rate_limit_type")

@@ -91,7 +91,10 @@ def test_header_reasons() -> None:
     litellm_429 = {"rate_limit_type": "requests", "retry-after": "60", "x-ratelimit-api_key-remaining-requests": "0",
                    "x-ratelimit-api_key-limit-requests": "5", "x-ratelimit-remaining-tokens": "900"}
     assert stacks.header_reason(litellm_429, 429) == "rate_limit_type=requests x-ratelimit-api_key-remaining-requests=0"
-    assert stacks.header_reason({"x-ratelimit-remaining-requests": "0"}, 429) == "x-ratelimit-remaining-requests=0"
+    v1 = {"x-ratelimit-remaining-requests": "0", "x-litellm-call-id": "c1"}
+    assert stacks.header_reason(v1, 429) == "x-ratelimit-remaining-requests=0"
+    # OpenAI's own 429 has x-ratelimit-* too: its body's error code stays the reason
+    assert stacks.header_reason({"x-ratelimit-remaining-requests": "0"}, 429) is None
     # on a success the same headers are bookkeeping, not a reason
     assert stacks.header_reason(litellm_429, 200) is None
     assert stacks.header_reason({"content-type": "text/plain"}, 503) is None
