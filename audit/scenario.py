@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from audit.errors import AuditError
+from scenarios.loader import ScenarioError, load_yaml, read_scenario_text
 from scenarios.model import SLO, Scenario
 
 
@@ -105,9 +105,10 @@ def from_manifest(manifest: dict[str, Any]) -> RunScenario:
 def load_slo_file(path: Path) -> dict[str, SLO]:
     """``--slo FILE``: YAML ``{tiers: {name: SLO}}``; errors name the file and the tier."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise AuditError(f"cannot read SLO file {path}: {exc}") from None
+        # the scenario loader's limits: an alias bomb or deep nesting is refused before it expands
+        data = load_yaml(read_scenario_text(Path(path)), str(path))
+    except ScenarioError as exc:
+        raise AuditError(f"cannot read SLO file {path}: {exc.problems[0].render(str(path))}") from None
     if not isinstance(data, dict) or not isinstance(data.get("tiers"), dict):
         raise AuditError(f"SLO file {path}: expected a mapping 'tiers: {{<tier>: <slo>}}'")
     out: dict[str, SLO] = {}

@@ -267,12 +267,17 @@ def _problem(doc: Any, error: Any) -> Problem:
     return Problem(field=field, line=_line_of(doc, loc), message=message, hint=hint)
 
 
-def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
-    """Validate scenario YAML text; raises ``ScenarioError`` with located problems."""
+def load_yaml(text: str, path: str = "<yaml>") -> Any:
+    """Any rushhour YAML (a scenario, an SLO file) as plain data, under the same limits as a scenario:
+    size, nesting depth and alias expansion; YAML 1.2 booleans and numbers. Raises ``ScenarioError``."""
+    return _plain(_load_doc(text, path))
+
+
+def _load_doc(text: str, path: str) -> Any:
     if len(text) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(path, [Problem("", None, f"larger than {MAX_SCENARIO_BYTES // 1024} KiB: not a scenario")])
+        raise ScenarioError(path, [Problem("", None, f"larger than {MAX_SCENARIO_BYTES // 1024} KiB")])
     try:
-        doc = yaml.load(text, Loader=_LineLoader)
+        return yaml.load(text, Loader=_LineLoader)
     except _TooLarge as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else None
@@ -283,6 +288,11 @@ def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
         raise ScenarioError(path, [Problem("", line, f"YAML syntax: {exc.problem}")]) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(path, [Problem("", None, f"YAML syntax: {exc}")]) from None
+
+
+def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
+    """Validate scenario YAML text; raises ``ScenarioError`` with located problems."""
+    doc = _load_doc(text, path)
     if not isinstance(doc, dict):
         raise ScenarioError(path, [Problem("", 1, "a scenario is a YAML mapping (name:, tiers:, personas:, …)")])
     try:

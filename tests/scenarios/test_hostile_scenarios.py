@@ -160,3 +160,26 @@ def test_unreadable_scenario_files_are_one_line_errors(tmp_path: Path, kind: str
     with pytest.raises(ScenarioError) as info:
         load_scenario(path)
     assert len(info.value.problems) == 1
+
+
+_SLO_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from audit.errors import AuditError
+from audit.scenario import load_slo_file
+try:
+    load_slo_file(sys.argv[1])
+except AuditError as exc:
+    print(exc)
+"""
+
+
+def test_an_slo_file_bomb_is_refused_too(tmp_path: Path) -> None:
+    """`rushhour gate --slo FILE` reads YAML under the same limits as a scenario."""
+    slo = tmp_path / "slo.yaml"
+    slo.write_text(_bomb().replace("name: t", "tiers: {gold: {max_drop_rate: 0.1}}\nname: t"))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.run([sys.executable, "-c", _SLO_CHILD, str(slo)], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "an alias bomb" in child.stdout and len(child.stdout.strip().splitlines()) == 1
