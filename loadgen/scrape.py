@@ -97,11 +97,14 @@ def parse_counted(text: str, prefixes: Sequence[str] | None = None,
 
 def profile_filter(profile: str | None, testbed: bool = False) -> Callable[[str], bool]:
     """The metric families a stack profile's audit reads (``stacks/<name>.py``); with ``testbed`` also
-    the embedded testbed's own health (``testbed_``, e.g. step lag). KeyError for an unknown profile."""
+    those of the stack the testbed imitates and its own health (``testbed_``, e.g. step lag). KeyError
+    for an unknown profile."""
     keeps = stacks.get(profile).metrics.keeps
     if not testbed:
         return keeps
-    return lambda name: keeps(name) or name.startswith("testbed_")
+    # the testbed imitates another stack for some profiles (litellm → vllm): keep what it exports too
+    imitated = stacks.get(stacks.testbed_profile(stacks.canonical(profile) if profile else stacks.DEFAULT))
+    return lambda name: keeps(name) or imitated.metrics.keeps(name) or name.startswith("testbed_")
 
 
 class ScrapeError(Exception):

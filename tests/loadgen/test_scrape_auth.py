@@ -198,6 +198,8 @@ def test_testbed_health_is_kept_for_a_testbed_target_and_bad_cli_input_is_one_li
 
     assert profile_filter("vllm", testbed=True)("testbed_step_lag_seconds")
     assert not profile_filter("vllm")("testbed_step_lag_seconds")
+    assert profile_filter("litellm", testbed=True)("vllm:num_requests_waiting")  # the testbed imitates vLLM
+    assert not profile_filter("litellm")("vllm:num_requests_waiting")
     for args, text in ((["--profile", "nope"], "unknown stack profile 'nope'"),
                        (["--credential", "sk-literal"], "env:VARIABLE")):
         proc = subprocess.run([sys.executable, "-m", "loadgen.scrape", "http://127.0.0.1:9/metrics", "/dev/null",
