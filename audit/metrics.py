@@ -21,13 +21,9 @@ WAITING = ("vllm:num_requests_waiting",)
 RUNNING = ("vllm:num_requests_running",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
-FLOW_OUTCOMES = ("llm_d_epp_flow_control_requests_total",)
-GAIE_OUTCOMES = ("inference_extension_flow_control_request_queue_duration_seconds_count",)
-SMG_ADMIT = ("smg_scheduler_admit_total",)
 # the counters every stack profile's cross-check reads (stacks/<name>.py ``Metrics.checks``)
 CHECKED = tuple(sorted({name for p in stacks.STACKS for c in p.metrics.checks for name in c.names}))
-WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + FLOW_OUTCOMES
-                   + GAIE_OUTCOMES + SMG_ADMIT + CHECKED)
+WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + CHECKED)
 SUSTAINED_SCRAPES = 2  # waiting > 0 in this many consecutive scrapes = sustained queueing
 
 
@@ -257,24 +253,3 @@ def metric_saturation(metrics: ServerMetrics, grid: Grid) -> tuple[np.ndarray, l
             sat = sat[sat["stage"] == "effective"]
         mark(sat.groupby("ts_ns")["value"].max(), "pool_saturation>=1")
     return mask, signals
-
-
-def last_counters(metrics: ServerMetrics, names: tuple[str, ...], first_request_ns: float | None
-                  ) -> tuple[pd.DataFrame, float | None]:
-    """Counter values per (priority, outcome) at the last scrape, minus a pre-run baseline.
-
-    The first scrape is a baseline only when it was taken before the first request was sent;
-    otherwise the counters are taken as starting from zero with the run (a fresh testbed).
-    """
-    part = _family(metrics.samples, names)
-    if len(part) == 0:
-        return pd.DataFrame(columns=["priority", "outcome", "value"]), None
-    last_ts = float(part["ts_ns"].max())
-    first_ts = float(part["ts_ns"].min())
-    agg = part.groupby(["ts_ns", "priority", "outcome"], dropna=False)["value"].sum()
-    last = agg.xs(last_ts, level="ts_ns")
-    if first_request_ns is not None and first_ts < first_request_ns and first_ts != last_ts:
-        base = agg.xs(first_ts, level="ts_ns").reindex(last.index).fillna(0.0)
-        last = last - base
-    out = last.reset_index().rename(columns={0: "value"})
-    return out, last_ts / NS_PER_S
