@@ -166,6 +166,61 @@ def check_routes(scenario: Scenario, where: str) -> None:
         raise ScenarioError(where, problems)
 
 
+FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, gevent's hub
+
+
+def _ceiling(dist: Any) -> float:
+    """The largest value a distribution can draw (its ``max``, a constant, a uniform's top, a mixture's)."""
+    from scenarios.distributions import Constant, Mixture, Uniform
+
+    inner = float("inf")
+    if isinstance(dist, Constant):
+        inner = dist.value
+    elif isinstance(dist, Uniform):
+        inner = dist.high
+    elif isinstance(dist, Mixture):
+        inner = max(_ceiling(part.dist) for part in dist.parts)
+    return min(inner, dist.max if dist.max is not None else float("inf"))
+
+
+def peak_connections(scenario: Scenario, processes: int) -> int:
+    """Sockets one load process may hold at once: chat sessions, agents × their widest fan-out, replays."""
+    from scenarios.model import AgentSwarmPersona, ChatPersona
+
+    scale = max((p.agents_scale if p.agents_scale is not None else p.rate_scale for p in scenario.phases),
+                default=1.0)
+    total = 0.0
+    for persona in scenario.personas:
+        if isinstance(persona, ChatPersona):
+            total += persona.max_concurrent_sessions
+        elif isinstance(persona, AgentSwarmPersona):
+            agents = persona.agents if persona.start == "arrivals" else persona.agents * max(1.0, scale)
+            total += agents * max(1.0, _ceiling(persona.fanout))
+        else:
+            total += persona.max_in_flight
+    return int(total / max(1, processes)) + FD_OVERHEAD
+
+
+def check_machine(scenario: Scenario, processes: int, where: str) -> None:
+    """Open-file limit against the connections the scenario may hold: raise the soft limit if it is too
+    low (the load processes inherit it), refuse in one line if even the hard limit is."""
+    import resource
+
+    need = peak_connections(scenario, processes)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else hard, hard))
+            return
+    more = -(-need * processes // max(1, hard - FD_OVERHEAD))
+    raise ScenarioError(where, [Problem(
+        "personas", None,
+        f"up to {need:,} connections per load process, but this machine allows {hard:,} open files "
+        f"(ulimit -n)", f"use --processes {more} or fewer agents/sessions/max_in_flight")])
+
+
 def _versions() -> dict[str, str]:
     def version(name: str) -> str:
         try:
@@ -191,6 +246,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     scenario = apply_overrides(load_scenario(name_or_path), options)
     check_mapping(scenario, str(name_or_path))
     check_routes(scenario, str(name_or_path))
+    check_machine(scenario, options.processes, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
     scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
     if options.processes < 1:

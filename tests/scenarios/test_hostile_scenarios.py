@@ -183,3 +183,21 @@ def test_an_slo_file_bomb_is_refused_too(tmp_path: Path) -> None:
                            timeout=120, env=env)
     assert child.returncode == 0, child.stderr[-2000:]
     assert "an alias bomb" in child.stdout and len(child.stdout.strip().splitlines()) == 1
+
+
+def test_a_swarm_bigger_than_the_open_file_limit_is_refused(tmp_path: Path) -> None:
+    """Within every field's limit, but 10 000 agents × 1 000 parallel calls need more sockets than the machine."""
+    import resource
+
+    from loadgen.runner import RunOptions, peak_connections, run_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + "  - {kind: agent_swarm, name: s, tier: a, agents: 10000, fanout: 1000}\n")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard > 10_000_000:
+        pytest.skip("no open-file limit to check against")
+    assert peak_connections(load_scenario(path), 1) > hard
+    with pytest.raises(ScenarioError) as info:
+        run_scenario(str(path), RunOptions(out_dir=tmp_path / "runs", dry_run=True))
+    assert "ulimit -n" in str(info.value) and "--processes" in str(info.value)
+    assert peak_connections(load_scenario("demo"), 1) < 1024  # the library fits a default limit
