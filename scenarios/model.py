@@ -143,7 +143,7 @@ def check_url(value: str) -> str:
 # Header and body names that carry credentials, and values shaped like one (an OpenAI/Anthropic key, a
 # bearer or basic credential, a JWT, or a long random-looking token). Such a value written in a scenario
 # would travel into run.json and every copy of the scenario: it is named as 'env:VAR' instead.
-_SECRET_NAME = re.compile(r"(?i)auth|api[-_]?key|^key$|[-_]key$|token|secret|passw|cookie|credential|signature")
+_SECRET_NAME = re.compile(r"(?i)auth|api[-_]?key|^key$|[-_]key$|token(?!s)|secret|passw|cookie|credential|signature")
 _SECRET_VALUE = re.compile(
     r"(?i)^\s*(?:bearer|basic|token)\s+\S{8,}|sk-[A-Za-z0-9_\-]{8,}|eyJ[A-Za-z0-9_\-]{10,}\."
 )

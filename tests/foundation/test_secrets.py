@@ -44,7 +44,8 @@ def test_literal_secrets_are_refused(extra: str) -> None:
 @pytest.mark.parametrize(
     "extra",
     ["headers: {x-api-key: 'env:MY_KEY'}", "headers: {x-request-source: batch-pipeline}",
-     "headers: {x-llm-d-inference-objective: interactive}", "body: {max_tokens: 64}"],
+     "headers: {x-llm-d-inference-objective: interactive}", "body: {max_tokens: 64}",
+     "headers: {x-max-tokens: '100'}"],
 )
 def test_named_secrets_and_plain_headers_pass(extra: str) -> None:
     parse_scenario(BASE.format(extra=extra), "s.yaml")
