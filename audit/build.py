@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from audit import calibration, fairness, tasks, timeline
 from audit.classify import classify_frame, normalise_profile
@@ -43,6 +44,7 @@ from audit.summary import (
     Verdict,
     Window,
 )
+from audit.table import build_table
 from audit.validity import check_validity, with_shortfall
 from scenarios.model import SLO
 
@@ -641,11 +643,27 @@ def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
         routes = req["route"].astype(object).fillna("primary") if "route" in req.columns else pd.Series(
             "primary", index=req.index)
         profiles = routes.map(route_profile).fillna(route_profile["primary"])
-    return prepare_attempts(req, classify_frame(req, profiles), inplace=True)
+    out = prepare_attempts(req, classify_frame(req, profiles), inplace=True)
+    out["profile"] = pd.Categorical(profiles.to_numpy())
+    return out
+
+
+@dataclass
+class Audited:
+    """One audit's result: the summary and, when asked for, the classified attempts table."""
+
+    summary: Summary
+    table: pa.Table | None = None
 
 
 def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None) -> Summary:
     """Audit a run folder and return its Summary (does not write it)."""
+    return audit(run_dir, slo_file=slo_file, judge=judge).summary
+
+
+def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None,
+          with_table: bool = False) -> Audited:
+    """Audit a run folder: its Summary, and its attempts table when ``with_table`` (nothing is written)."""
     if judge not in (None, "point", "bound"):
         raise AuditError(f"judge must be 'point' or 'bound', not {judge!r}")
     data = load_run(Path(run_dir))
@@ -653,6 +671,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
     slo_override = load_slo_file(slo_file) if slo_file else None
     n_records = len(data.requests)
     all_attempts = classified_attempts(data, sc)  # adds columns to data.requests in place
+    attempts_table = build_table(all_attempts) if with_table else None
     base = calibration.baseline(all_attempts)
     probes = eq(all_attempts["persona"], CALIBRATION_PERSONA)
     probe_rows = all_attempts[probes] if probes.any() else None  # the server counted them too (cross-check)
@@ -719,7 +738,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
          "previous": _none_if_na(r["previous"]), "cause": _none_if_na(r["cause"])}
         for r in data.breakers.sort_values("ts_ns").to_dict("records")
     ]
-    return Summary(
+    summary = Summary(
         run=_run_info(data, sc, duration_s, max(0, starts - stops)),
         validity=validity,
         tiers=tier_summaries,
@@ -736,6 +755,7 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
         records=n_records,
         tasks=len(data.tasks),
     )
+    return Audited(summary, attempts_table)
 
 
 def write_summary(summary: Summary, run_dir: Path) -> Path:

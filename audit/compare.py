@@ -1,8 +1,8 @@
 """Run comparison: per-tier significance tests on raw latency samples and drop rates, and the regression rule.
 
 The statistics are pure numpy functions (``mann_whitney_u``, ``two_proportion_z``,
-``bootstrap_quantile_diff``, ``holm``); ``compare_runs`` reads two run folders (their raw request
-records and their ``summary.json``) and applies the regression rule: a candidate regresses when it is
+``bootstrap_quantile_diff``, ``holm``); ``compare_runs`` reads two run folders (their audited
+attempts tables and their ``summary.json``) and applies the regression rule: a candidate regresses when it is
 significantly worse (after a Holm correction over every gated test) AND worse by more than a
 practical threshold, so two identical runs with different seeds do not raise a false alarm.
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from audit.summary import Summary
@@ -364,34 +365,30 @@ class TierSamples:
     e2e_ms: np.ndarray
 
 
-def served_samples(lines: Sequence[dict[str, Any]] | Any) -> dict[str, TierSamples]:
-    """TTFT (first_token - sent) and E2E (done - sent) of served attempts, per tier, in send order."""
-    rows: dict[str, list[tuple[int, float, float]]] = {}
-    for rec in lines:
-        if rec.get("kind", "request") != "request":
-            continue
-        sent, first = rec.get("sent_ns"), rec.get("first_token_ns")
-        if sent is None or first is None or rec.get("status") != 200 or not rec.get("complete"):
-            continue
-        if rec.get("in_band_error") or rec.get("cancelled"):
-            continue
-        end = rec.get("done_ns") or rec.get("last_token_ns") or first
-        rows.setdefault(str(rec.get("tier", "")), []).append((sent, (first - sent) / 1e6, (end - sent) / 1e6))
+def served_samples(table: pd.DataFrame) -> dict[str, TierSamples]:
+    """TTFT and E2E (ms) of the served attempts of the audit's attempts table, per tier, in send order.
+
+    "Served" is the audit's class, and calibration probes are left out, as in every tier figure.
+    """
+    rows = table[table["class"].eq("served").to_numpy() & ~table["probe"].to_numpy()]
+    rows = rows.sort_values("sent_ns", kind="stable")
     out: dict[str, TierSamples] = {}
-    for tier, items in rows.items():
-        items.sort(key=lambda r: r[0])
-        arr = np.asarray([(t, e) for _, t, e in items], dtype=float).reshape(-1, 2)
-        out[tier] = TierSamples(arr[:, 0], arr[:, 1])
+    for tier, part in rows.groupby("tier", observed=True, sort=False):
+        ttft = part["ttft_ns"].to_numpy(dtype=np.float64) / 1e6
+        e2e = part["e2e_ns"].to_numpy(dtype=np.float64) / 1e6
+        out[str(tier)] = TierSamples(ttft[np.isfinite(ttft)], e2e[np.isfinite(e2e)])
     return out
 
 
 def load_run(run_dir: Path) -> tuple[Summary, dict[str, TierSamples]]:
-    """A run's summary (audited now if missing) and its served latency samples."""
-    from audit import load_or_audit  # the audit package entry point
-    from loadgen.record import iter_run
+    """A run's summary (audited now if missing or stale) and its served latency samples (from the audit's table)."""
+    from audit import attempts, load_or_audit  # the audit package entry point
 
     summary = load_or_audit(Path(run_dir))
-    return summary, served_samples(iter_run(Path(run_dir), kind="request"))
+    return summary, served_samples(attempts(Path(run_dir), columns=_SAMPLE_COLUMNS))
+
+
+_SAMPLE_COLUMNS = ["tier", "class", "probe", "sent_ns", "ttft_ns", "e2e_ns"]
 
 
 # --------------------------------------------------------------------------- comparing

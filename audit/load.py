@@ -40,7 +40,7 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "done_ns": _I, "tokens": _I, "itl_max_ns": _I, "itl_mean_ns": _I, "status": _I, "reason": _S,
     "error": _S, "in_band_error": _S, "complete": _B, "cancelled": _B, "not_sent": _B,
     "client_timeout": _B, "transport_error": _B, "retry_after_s": _F, "prompt_tokens": _I,
-    "output_tokens": _I, "cached_tokens": _I, "service_tier": _S,
+    "output_tokens": _I, "cached_tokens": _I, "service_tier": _S, "reconnected": _B,
 }
 TASK_FIELDS: dict[str, pa.DataType] = {
     "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,
@@ -64,7 +64,7 @@ REQUEST_USED = (
     "route", "intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "done_ns", "tokens",
     "itl_max_ns", "status", "reason", "error", "in_band_error", "complete", "cancelled", "not_sent",
     "client_timeout", "transport_error", "retry_after_s", "prompt_tokens", "output_tokens", "prompt_bytes",
-    "service_tier",
+    "service_tier", "reconnected",
 )
 
 KIND_FIELDS: dict[str, dict[str, pa.DataType]] = {

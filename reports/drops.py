@@ -1,4 +1,4 @@
-"""``drops.csv``: every attempt that was not served, read from the run's raw records."""
+"""``drops.csv``: every attempt that was not served, in the audit's classes, from its attempts table."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from audit.summary import Summary
-from loadgen.record import KIND_REQUEST, iter_run, shard_paths
+import numpy as np
+import pandas as pd
+
+import audit
+from audit.summary import UNSERVED_CLASSES, Summary
 
 COLUMNS = (
     "request_id",
@@ -31,52 +34,29 @@ COLUMNS = (
 EMBED_LIMIT = 1_000_000
 
 
-def raw_outcome(rec: dict[str, Any]) -> str | None:
-    """A coarse label from raw facts, or None when the attempt was served (the audit classifies finely)."""
-    status = int(rec.get("status") or 0)
-    if rec.get("not_sent"):
-        return "not_sent"
-    if rec.get("cancelled"):
-        return "unfinished"  # the generator stopped while it was in flight
-    if rec.get("client_timeout"):
-        return "timeout"
-    if rec.get("transport_error"):
-        return "transport"
-    if status == 200 and rec.get("in_band_error"):
-        return "in_band_error"
-    if status == 200 and rec.get("complete"):
-        return None
-    if status == 200:
-        return "incomplete"
-    return f"http_{status}" if status else "no_response"
+def _none(value: Any) -> Any:
+    return None if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) else value
 
 
-def _t_s(rec: dict[str, Any]) -> float | None:
-    ns = rec.get("sent_ns")
-    if ns is None:
-        ns = rec.get("intended_ns")
-    return None if ns is None else round(ns / 1e9, 3)
-
-
-def rows_from_records(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Not-served request attempts from the shards, sorted by time within each shard."""
-    for rec in iter_run(run_dir, KIND_REQUEST):
-        outcome = raw_outcome(rec)
-        if outcome is None:
-            continue
+def rows_from_table(table: pd.DataFrame) -> Iterator[dict[str, Any]]:
+    """Not-served attempts of the audit's table (calibration probes left out, as in every tier figure)."""
+    drops = table[table["class"].isin(UNSERVED_CLASSES).to_numpy() & ~table["probe"].to_numpy()]
+    when = drops["sent_ns"].fillna(drops["intended_ns"])
+    for row, t_ns in zip(drops.to_dict("records"), when.to_numpy(), strict=True):
+        status = _none(row["status"])
         yield {
-            "request_id": rec.get("request_id", ""),
-            "logical_id": rec.get("logical_id", ""),
-            "tier": rec.get("tier", ""),
-            "tenant": rec.get("tenant", ""),
-            "t_s": _t_s(rec),
-            "status": rec.get("status", 0),
-            "outcome": outcome,
-            "reason": rec.get("reason"),
-            "retry_after_s": rec.get("retry_after_s"),
-            "route": rec.get("route", ""),
-            "attempt": rec.get("attempt", 1),
-            "error": rec.get("error") or rec.get("in_band_error"),
+            "request_id": row["request_id"],
+            "logical_id": row["logical_id"],
+            "tier": row["tier"],
+            "tenant": _none(row["tenant"]) or "",
+            "t_s": None if np.isnan(t_ns) else round(float(t_ns) / 1e9, 3),
+            "status": 0 if status is None else int(status),
+            "outcome": str(row["class"]),
+            "reason": _none(row["reason"]),
+            "retry_after_s": _none(row["retry_after_s"]),
+            "route": _none(row["route"]) or "",
+            "attempt": int(_none(row["attempt"]) or 1),
+            "error": _none(row["error"]),
         }
 
 
@@ -100,9 +80,9 @@ def rows_from_evidence(summary: Summary) -> Iterator[dict[str, Any]]:
 
 
 def drop_rows(summary: Summary, run_dir: Path | None) -> list[dict[str, Any]]:
-    """All drops, from the records when present, else from the summary's evidence, by time."""
-    if run_dir is not None and shard_paths(run_dir):
-        rows = list(rows_from_records(run_dir))
+    """All drops, from the attempts table when the run has records, else from the summary's evidence, by time."""
+    if run_dir is not None and any((Path(run_dir) / "records").glob("*.jsonl")):
+        rows = list(rows_from_table(audit.attempts(run_dir)))
     else:
         rows = list(rows_from_evidence(summary))
     rows.sort(key=lambda r: (r["t_s"] is None, r["t_s"] or 0.0, str(r["request_id"])))

@@ -245,15 +245,20 @@ def serve(
 def audit(
     run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
     quiet: Annotated[bool, typer.Option(help="write summary.json only")] = False,
+    force: Annotated[bool, typer.Option(help="audit again even when nothing changed")] = False,
 ) -> None:
-    """Classify every attempt of a run and write summary.json (re-runnable on old runs)."""
-    from audit import AuditError, run_audit
+    """Classify every attempt of a run; write summary.json and attempts.parquet (re-runnable on old runs).
+
+    When neither the records, run.json, metrics.jsonl, the rules nor the audit's code changed since the
+    last audit (its attempts table's fingerprint), the existing summary is kept: nothing to redo.
+    """
+    from audit import AuditError, current_summary, run_audit
 
     note = _disk_full_note(run_dir)
     if note:
         console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     try:
-        summary = run_audit(run_dir)
+        summary = (None if force else current_summary(run_dir)) or run_audit(run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:

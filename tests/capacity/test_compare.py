@@ -60,18 +60,20 @@ def test_few_samples_are_reported_not_judged() -> None:
     assert all(not t.judged and not t.regression for t in lat)
 
 
-def test_served_samples_from_records() -> None:
-    lines = [
-        {"kind": "request", "tier": "a", "status": 200, "complete": True, "sent_ns": 2_000_000,
-         "first_token_ns": 12_000_000, "done_ns": 52_000_000},
-        {"kind": "request", "tier": "a", "status": 200, "complete": True, "sent_ns": 1_000_000,
-         "first_token_ns": 6_000_000, "done_ns": 9_000_000},
-        {"kind": "request", "tier": "a", "status": 429, "complete": False, "sent_ns": 0},
-        {"kind": "request", "tier": "a", "status": 200, "complete": False, "sent_ns": 0, "first_token_ns": 1},
-        {"kind": "health", "tier": "a"},
-    ]
-    s = served_samples(lines)["a"]
-    assert s.ttft_ms.tolist() == [5.0, 10.0]  # send order
+def test_served_samples_from_the_attempts_table() -> None:
+    """The audit's class decides "served", and calibration probes are not the first tier's latencies."""
+    import pandas as pd
+
+    table = pd.DataFrame({
+        "tier": ["a", "a", "a", "a", "a"],
+        "class": ["served", "served", "queue_full", "unclassified", "served"],
+        "probe": [False, False, False, False, True],
+        "sent_ns": [2e6, 1e6, 0.0, 0.0, 0.0],
+        "ttft_ns": [10e6, 5e6, float("nan"), 1.0, 1e6],
+        "e2e_ns": [50e6, 8e6, float("nan"), 1.0, 2e6],
+    })
+    s = served_samples(table)["a"]
+    assert s.ttft_ms.tolist() == [5.0, 10.0]  # send order, the probe left out
     assert s.e2e_ms.tolist() == [8.0, 50.0]
 
 

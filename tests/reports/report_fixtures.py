@@ -598,9 +598,11 @@ def dump(obj: Any) -> str:
 
 
 def write_records(run_dir: Path, run_id: str = "20250101-120000-demo") -> int:
-    """A small record shard with served, rejected, timed-out and hostile attempts; returns the drop count."""
-    from loadgen.record import Anchor, RequestRecord, ShardWriter
+    """A small run (run.json, one shard): served, rejected, timed-out and hostile attempts; returns the drops."""
+    from loadgen.record import Anchor, RequestRecord, ShardWriter, write_manifest
 
+    write_manifest(run_dir, {"run_id": run_id, "seed": 1, "mono_anchor_ns": 0, "wall_anchor_ns": 0,
+                             "target": {"url": "testbed", "profile": "llm-d"}})
     drops = 0
     with ShardWriter.for_process(run_dir, run_id=run_id, anchor=Anchor(mono_ns=0, wall_ns=0)) as writer:
         for i in range(40):

@@ -98,7 +98,8 @@ def test_drops_csv_from_records(summary: Summary, run_dir: Path) -> None:
     paths = write_reports(summary, run_dir)
     rows = list(csv.DictReader(io.StringIO(paths["drops_csv"].read_text())))
     assert len(rows) == expected
-    assert {r["outcome"] for r in rows} == {"http_429", "timeout"}
+    assert {r["outcome"] for r in rows} == {"queue_full", "timeout"}  # the audit's classes, never raw labels
+    assert (run_dir / "attempts.parquet").exists()  # read through the audit's table
     assert any(r["error"] == HOSTILE_ERROR for r in rows)
     assert all(not r["error"].startswith("=") for r in rows)  # formula injection neutralised
     assert rows == sorted(rows, key=lambda r: float(r["t_s"]))

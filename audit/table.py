@@ -1,0 +1,192 @@
+"""The classified attempts table (``attempts.parquet``): the audit's one row per attempt, read by every later stage.
+
+The audit is the only reader of records: it classifies every attempt once and writes this table
+beside ``summary.json``. ``drops.csv``, ``compare``, the evidence and the reports read the table (or
+the frame it was built from), never the shards, so "served" means one thing everywhere.
+
+Staleness: the table's metadata holds a fingerprint of its inputs (``run.json`` and every shard:
+name, size, mtime_ns and the SHA-256 of its last 64 KiB — shards only grow, so an append changes
+size and tail, and hashing the whole of a 1 GB run would cost seconds) and the classifier version
+(a hash of every stack profile's rule table). A table whose fingerprint differs is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from audit.classify import rules_table
+from audit.fold import CALIBRATION_PERSONA, eq
+from loadgen.record import RECORDS_DIR, RUN_MANIFEST
+
+ATTEMPTS_FILE = "attempts.parquet"
+TABLE_SCHEMA = "rushhour.attempts/1"
+ERROR_CUT = 200  # characters of the server's error text kept per attempt
+TAIL_BYTES = 64 << 10  # the tail of a shard that its fingerprint hashes
+META_KEY = b"rushhour"
+
+_TEXT = ("request_id", "logical_id", "tier", "tenant", "persona", "route", "profile", "reason", "error")
+_TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "done_ns", "ttft_ns", "e2e_ns", "tpot_ns")
+_FLAGS = ("probe", "reconnected", "in_band")
+
+# Column → what it holds (docs/audit.md repeats this table).
+COLUMNS: dict[str, str] = {
+    "request_id": "the attempt's id",
+    "logical_id": "the logical request it belongs to (retries and fallbacks share it)",
+    "attempt": "attempt number within the logical request (1 = first)",
+    "seq": "the writer's sequence number",
+    "tier": "tier", "tenant": "tenant", "persona": "persona (``calibration`` = an idle probe)", "route": "route",
+    "profile": "the stack profile whose rules classified it",
+    "class": "the audit's outcome class (summary.OUTCOME_CLASSES)",
+    "status": "raw HTTP status (0 = none)",
+    "reason": "raw reason (the stack's reason header, or the error's code/type)",
+    "error": f"error or in-band error text, cut to {ERROR_CUT} characters",
+    "retry_after_s": "the server's Retry-After",
+    "intended_ns": "intended send (ns from the run's anchor)",
+    "sent_ns": "actual send", "headers_ns": "response headers", "first_token_ns": "first token", "done_ns": "end",
+    "ttft_ns": "first token − send", "e2e_ns": "end − send", "tpot_ns": "(last − first token) / (tokens − 1)",
+    "prompt_tokens": "prompt tokens", "output_tokens": "output tokens",
+    "probe": "a calibration probe (excluded from every tier figure)",
+    "reconnected": "resent once on a fresh connection after a stale keep-alive one",
+    "in_band": "the error came inside a 2xx stream",
+}
+
+
+def classifier_version() -> str:
+    """A hash of every stack profile's rule table and status defaults: a new rule makes old tables stale."""
+    text = json.dumps(rules_table(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_print(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    with path.open("rb") as handle:
+        if st.st_size > TAIL_BYTES:
+            handle.seek(st.st_size - TAIL_BYTES)
+        tail = handle.read(TAIL_BYTES)
+    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "tail_sha256": hashlib.sha256(tail).hexdigest()}
+
+
+def fingerprint(run_dir: Path) -> dict[str, Any]:
+    """What the table was built from: ``run.json``, every shard, and the classifier version."""
+    run_dir = Path(run_dir)
+    manifest = run_dir / RUN_MANIFEST
+    shards = sorted((run_dir / RECORDS_DIR).glob("*.jsonl"))
+    return {
+        "schema": TABLE_SCHEMA,
+        "classifier": classifier_version(),
+        "run_json": file_print(manifest) if manifest.exists() else None,
+        "shards": [file_print(p) for p in shards],
+    }
+
+
+def _strings(series: pd.Series, cut: int | None = None) -> pa.Array:
+    """Text as a dictionary-encoded arrow column (a run has few distinct tiers, reasons, errors)."""
+    if not isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object).where(series.notna(), None).astype("category")
+    cats = series.cat.categories.astype(str)
+    if cut is not None:  # cut texts may collide: map each category to its cut value's index
+        cut_values = pd.Index([c[:cut] for c in cats])
+        uniques = pd.unique(cut_values.to_numpy())
+        remap = pd.Index(uniques).get_indexer(cut_values)
+    else:
+        uniques, remap = cats.to_numpy(), np.arange(len(cats))
+    codes = series.cat.codes.to_numpy()
+    missing = codes < 0
+    indices = pa.array(remap[np.where(missing, 0, codes)].astype(np.int32) if len(cats) else
+                       np.zeros(len(codes), dtype=np.int32), mask=missing)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(uniques), type=pa.string()))
+
+
+def _ints(frame: pd.DataFrame, name: str) -> pa.Array:
+    """A nullable int64 column from the frame's float64 (NaN = absent)."""
+    if name not in frame.columns:
+        return pa.nulls(len(frame), type=pa.int64())
+    values = frame[name].to_numpy(dtype=np.float64)
+    missing = ~np.isfinite(values)
+    return pa.array(np.where(missing, 0, values).astype(np.int64), mask=missing)
+
+
+def build_table(attempts: pd.DataFrame) -> pa.Table:
+    """The table from the audit's classified frame (every attempt, probes included and marked)."""
+    n = len(attempts)
+
+    def text(name: str) -> pd.Series:
+        return attempts[name] if name in attempts.columns else pd.Series([None] * n, index=attempts.index)
+
+    error = text("in_band_error")
+    in_band = error.notna().to_numpy() if n else np.zeros(0, dtype=bool)
+    if "error" in attempts.columns:
+        error = error.astype(object).where(in_band, attempts["error"].astype(object))
+    columns: dict[str, pa.Array] = {
+        "request_id": pa.array(text("request_id").astype(object).to_numpy(), type=pa.string()),
+        "logical_id": pa.array(text("logical_id").astype(object).to_numpy(), type=pa.string()),
+        "attempt": _ints(attempts, "attempt"),
+        "seq": _ints(attempts, "seq"),
+    }
+    for name in ("tier", "tenant", "persona", "route"):
+        columns[name] = _strings(text(name))
+    columns["profile"] = _strings(text("profile"))
+    columns["class"] = _strings(text("cls"))
+    columns["status"] = _ints(attempts, "status")
+    columns["reason"] = _strings(text("reason"))
+    columns["error"] = _strings(pd.Series(error, index=attempts.index), cut=ERROR_CUT)
+    columns["retry_after_s"] = pa.array(attempts["retry_after_s"].to_numpy(dtype=np.float64)
+                                        if "retry_after_s" in attempts.columns else np.full(n, np.nan),
+                                        from_pandas=True)
+    for name in _TIMES:
+        columns[name] = _ints(attempts, name)
+    for name in ("prompt_tokens", "output_tokens"):
+        columns[name] = _ints(attempts, name)
+    columns["probe"] = pa.array(eq(text("persona"), CALIBRATION_PERSONA) if n else np.zeros(0, dtype=bool))
+    columns["reconnected"] = pa.array(attempts["reconnected"].to_numpy(dtype=bool)
+                                      if "reconnected" in attempts.columns else np.zeros(n, dtype=bool))
+    columns["in_band"] = pa.array(in_band)
+    return pa.table(columns)
+
+
+def write_table(run_dir: Path, table: pa.Table, inputs: dict[str, Any]) -> Path:
+    """Write ``attempts.parquet`` atomically, its inputs' fingerprint in the file's metadata."""
+    path = Path(run_dir) / ATTEMPTS_FILE
+    meta = dict(table.schema.metadata or {})
+    meta[META_KEY] = json.dumps(inputs).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
+def stored_inputs(run_dir: Path) -> dict[str, Any] | None:
+    """The fingerprint an existing table was built from (None: no table, or unreadable)."""
+    path = Path(run_dir) / ATTEMPTS_FILE
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        value = json.loads(meta[META_KEY])
+    except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_fresh(run_dir: Path) -> bool:
+    """True when ``attempts.parquet`` exists and was built from the run's current inputs and rules."""
+    stored = stored_inputs(run_dir)
+    return stored is not None and stored == fingerprint(run_dir)
+
+
+def read_table(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """The stored table as a DataFrame (text columns categorical, times nullable Int64 → float64 ns)."""
+    table = pq.read_table(Path(run_dir) / ATTEMPTS_FILE, columns=columns)
+    frame = table.to_pandas()
+    for name in (*_TIMES, "attempt", "seq", "status", "prompt_tokens", "output_tokens"):
+        if name in frame.columns:
+            frame[name] = frame[name].astype("float64")
+    return frame
