@@ -1,7 +1,8 @@
 """Client counts against the server's own counters, per the stack profile's checks (stacks/<name>.py).
 
 Each ``CounterCheck`` names a server counter, the labels to keep, and what the client counts for it
-(``served``, ``admitted``, an outcome class, ``status:429``, ``no_endpoints``). The server's value is
+(``served``, ``admitted``, an outcome class, ``status:429``, ``match:<regex>`` on the error texts,
+``no_endpoints``; ``a+b`` sums). The server's value is
 the counter's increase from the first scrape (the baseline) to the last, against the client's attempts
 that ended after the baseline; with a single scrape, the counter's value against every attempt (a
 fresh server). Attempts still open at the last scrape, or that ended just after the baseline, are the
@@ -40,11 +41,27 @@ def client_count(part: pd.DataFrame, kind: str) -> int:
         return int(admitted.sum())
     if kind == "no_endpoints":
         return int(eq(part["reason"], "rejected-no-endpoints").sum())
+    if kind.startswith("match:"):  # the server's text (error or in-band error) says which limit it was
+        hit = np.zeros(len(part), dtype=bool)
+        for column in ("error", "in_band_error"):
+            if column in part.columns:
+                hit |= _contains(part[column], kind[6:])
+        return int(hit.sum())
     if kind.startswith("status:"):
         return int((part["status"].to_numpy(dtype=np.float64) == float(kind[7:])).sum())
     if kind in OUTCOME_CLASSES:
         return int(eq(part["cls"], kind).sum())
     raise ValueError(f"unknown client count {kind!r}")
+
+
+def _contains(series: pd.Series, pattern: str) -> np.ndarray:
+    """``pattern`` (a case-insensitive regex) found in each value; through the categories when categorical."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        found = np.asarray(series.cat.categories.astype(str).str.contains(pattern, case=False, regex=True),
+                           dtype=bool)
+        codes = series.cat.codes.to_numpy()
+        return np.where(codes >= 0, found[np.maximum(codes, 0)], False) if len(found) else np.zeros(len(series), bool)
+    return series.astype(object).fillna("").astype(str).str.contains(pattern, case=False, regex=True).to_numpy(bool)
 
 
 def _series(metrics: ServerMetrics, check: CounterCheck) -> tuple[str, pd.DataFrame] | None:

@@ -34,6 +34,12 @@ METRICS = Metrics(
                      note="finished requests except aborted and failed ones (FinishReason)"),
         CounterCheck("queue_full", ADMISSION_REJECTIONS,
                      note="admission rejections, every reason (max_num_queued_reqs, max_num_queued_tokens)"),
+        # per reason, by the text each limit answers with (503 or in-band): which limit turned them away
+        CounterCheck("match:engine is currently busy", ADMISSION_REJECTIONS,
+                     select={"reason": ("max_num_queued_reqs",)}, note="--max-num-queued-reqs (QueueOverflowError)"),
+        CounterCheck("match:prefill token backlog", ADMISSION_REJECTIONS,
+                     select={"reason": ("max_num_queued_tokens",)},
+                     note="--max-num-queued-tokens (MaxQueuedTokensError)"),
     ),
 )
 

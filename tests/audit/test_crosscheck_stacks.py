@@ -18,6 +18,8 @@ from audit.metrics import load_metrics
 from loadgen.scrape import parse_metrics_text, profile_filter
 
 S = 1_000_000_000
+BUSY = "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
+BACKLOG = "The engine has reached its prefill token backlog limit. Please try again later or on a different instance."
 
 VLLM_BEFORE = """\
 # HELP vllm:request_success_total Count of successfully processed requests.
@@ -66,10 +68,14 @@ def _write_scrapes(run_dir: Path, profile: str, pages: list[tuple[int, str]]) ->
             out.write(json.dumps({"ts_ns": ts_ns, "clock": "anchor", "samples": samples}) + "\n")
 
 
-def _attempts(rows: list[tuple[str, int, str, bool]]) -> pd.DataFrame:
-    """(tier, status, class, in flight at the end) per attempt, sent one second apart from t=1 s."""
+def _attempts(rows: list[tuple[str, int, str, bool]], texts: list[str | None] | None = None) -> pd.DataFrame:
+    """(tier, status, class, in flight at the end) per attempt, sent one second apart from t=1 s; ``texts``:
+    the server's error text per attempt (in-band when the status is 200)."""
     n = len(rows)
+    texts = texts or [None] * n
     return pd.DataFrame({
+        "error": pd.Categorical([t if r[1] != 200 else None for r, t in zip(rows, texts, strict=True)]),
+        "in_band_error": [t if r[1] == 200 else None for r, t in zip(rows, texts, strict=True)],
         "tier": [r[0] for r in rows],
         "status": np.array([r[1] for r in rows], dtype=np.int64),
         "cls": [r[2] for r in rows],
@@ -87,7 +93,8 @@ def _vllm_client(served: int, busy_503: int, busy_in_band: int, backlog: int) ->
     rows = [(tiers[i % 2], 200, "served", False) for i in range(served)]
     rows += [(tiers[i % 2], 503, "queue_full", False) for i in range(busy_503 + backlog)]
     rows += [(tiers[i % 2], 200, "queue_full", False) for i in range(busy_in_band)]
-    return _attempts(rows)
+    texts = [None] * served + [BUSY] * busy_503 + [BACKLOG] * backlog + [BUSY] * busy_in_band
+    return _attempts(rows, texts)
 
 
 @pytest.mark.parametrize("probes", [False, True])
@@ -103,6 +110,10 @@ def test_vllm_totals_match(tmp_path: Path, probes: bool) -> None:
     assert (served.tier, served.priority, served.client, served.server) == ("all", None, 12, 12.0)
     rejected = by_metric["vllm:admission_rejections_total"]
     assert (rejected.client, rejected.server) == (6, 6.0)  # 503s and in-band errors, both reasons
+    by_reason = by_metric["vllm:admission_rejections_total{reason=max_num_queued_reqs}"]
+    assert (by_reason.client, by_reason.server) == (5, 5.0)  # "currently busy": 3 × 503 + 2 in-band
+    by_reason = by_metric["vllm:admission_rejections_total{reason=max_num_queued_tokens}"]
+    assert (by_reason.client, by_reason.server) == (1, 1.0)  # "prefill token backlog"
     assert all(c.matches for c in checks) and findings == []
 
 
@@ -110,10 +121,11 @@ def test_vllm_mismatch_is_a_finding(tmp_path: Path) -> None:
     """The issue's run: vLLM counted rejections the client had not classified as queue_full."""
     _write_scrapes(tmp_path, "vllm", [(0, VLLM_BEFORE), (60 * S, VLLM_AFTER)])
     attempts = _vllm_client(served=12, busy_503=0, busy_in_band=0, backlog=0)
-    failed = _attempts([("interactive", 503, "failed", False)] * 6)
+    failed = _attempts([("interactive", 503, "failed", False)] * 6, [BUSY] * 5 + [BACKLOG])
     checks, findings = crosscheck(pd.concat([attempts, failed], ignore_index=True),
                                   {"interactive": 10, "batch": 0}, load_metrics(tmp_path, None), profile="vllm")
-    assert [c.matches for c in checks] == [True, False]
+    # served matches; the class count does not, though the texts say which limit each one was
+    assert [c.matches for c in checks] == [True, False, True, True]
     assert len(findings) == 1 and findings[0].kind == "crosscheck"
     assert findings[0].message.startswith("all: client counted 0 queue_full but the server's "
                                           "vllm:admission_rejections_total rose by 6 in total")
