@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit import calibration, fairness, tasks, timeline
+from audit import calibration, fairness, tasks, text, timeline
 from audit.classify import classify_frame, normalise_profile
 from audit.crosscheck import crosscheck
 from audit.errors import AuditError
@@ -552,9 +552,9 @@ def _masked_findings(tiers: list[TierSummary], routes: list[RouteSummary], durat
             continue
         out.append(Finding(
             kind="fallback_hid_outage", severity="warning", tier=tier.name,
-            message=f"the primary route was down {down_s:.0f} s of {duration_s:.0f} s ({share:.0%}); fallback "
-                    f"route(s) served {fb_served} of {served} {tier.name} requests, so the tier's drop rate "
-                    f"({drop:.1%}) hides the outage",
+            message=f"the primary route was down {text.seconds(down_s)} of {text.seconds(duration_s)} "
+                    f"({text.pct(share)}); fallback route(s) served {fb_served} of {served} {tier.name} requests, "
+                    f"so the tier's drop rate ({text.pct(drop)}) hides the outage",
             data={"primary_down_s": down_s, "duration_s": duration_s, "down_share": share,
                   "fallback_served": fb_served, "served": served,
                   "breaker_open_s": primary.breaker_open_s, "routes": {r.route: r.served for r in tier.route_detail}}))
@@ -572,13 +572,13 @@ def _findings(tiers: list[TierSummary]) -> list[Finding]:
         gap = tier.starvation_max_gap_s
         if gap is not None and gap >= STARVATION_FINDING_S:
             out.append(Finding(kind="starvation", severity="warning", tier=tier.name,
-                               message=f"{tier.name} had demand but got no service for {gap:.1f} s",
+                               message=f"{tier.name} had demand but got no service for {text.seconds(gap)}",
                                data={"max_gap_s": gap}))
         if tier.floor.passed is False:
             got = (f"{tier.name} got no goodput during saturation (no tier did)" if tier.floor.rate is None
-                   else f"{tier.name} got {tier.floor.share or 0.0:.1%} of goodput during saturation")
+                   else f"{tier.name} got {text.pct(tier.floor.share or 0.0)} of goodput during saturation")
             out.append(Finding(kind="floor", severity="error", tier=tier.name,
-                               message=f"{got}, below its floor {tier.floor.minimum or 0.0:.1%}",
+                               message=f"{got}, below its floor {text.pct(tier.floor.minimum or 0.0)}",
                                data={"share": tier.floor.share, "minimum": tier.floor.minimum}))
         fallback_served = sum(v for k, v in tier.routes.items() if k != "primary")
         if fallback_served and tier.by_class.get("served"):

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from audit import text
+from audit.stats import wilson
 from audit.summary import Summary
 
 COMPARE_SCHEMA = "rushhour.compare/1"
@@ -119,17 +121,6 @@ def _auc_interval(a: float, n1: int, n2: int) -> tuple[float, float]:
     return max(0.0, a - _Z95 * se), min(1.0, a + _Z95 * se)
 
 
-def wilson_interval(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
-    """Wilson score interval of k/n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 @dataclass(frozen=True)
 class TwoProportion:
     """Two-proportion z-test of p2 against p1 (pooled SE) with a Newcombe interval of p2 - p1."""
@@ -151,8 +142,9 @@ def two_proportion_z(k1: int, n1: int, k2: int, n2: int, alternative: Alternativ
     pooled = (k1 + k2) / (n1 + n2)
     se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
     z = 0.0 if se == 0 else (p2 - p1) / se
-    l1, u1 = wilson_interval(k1, n1)
-    l2, u2 = wilson_interval(k2, n2)
+    r1, r2 = wilson(k1, n1), wilson(k2, n2)  # n1, n2 > 0: both intervals exist
+    l1, u1 = float(r1.low or 0.0), float(r1.high or 0.0)
+    l2, u2 = float(r2.low or 0.0), float(r2.high or 0.0)
     d = p2 - p1
     low = d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2)
     high = d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
@@ -456,9 +448,9 @@ def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summ
             ))
             judged = len(a) >= rule.min_samples and len(b) >= rule.min_samples
             qd = bootstrap_quantile_diff(a, b, 0.99, n_boot=n_boot, seed=seed + 97 * t_index + m_index)
-            threshold = f"+{rule.latency_rel:.0%}"
+            threshold = f"+{text.pct(rule.latency_rel, 0)}"
             if rule.latency_abs_ms:
-                threshold += f" and +{rule.latency_abs_ms:g} ms"
+                threshold += f" and +{text.plain(rule.latency_abs_ms)} ms"
             practical = bool(
                 judged and not math.isnan(qd.rel) and qd.rel > rule.latency_rel and qd.diff > rule.latency_abs_ms
             )
@@ -475,7 +467,7 @@ def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summ
         tests.append(Test(
             tier=bt.name, metric="drop_rate", base=_fin(tp.p1), cand=_fin(tp.p2), diff=_fin(tp.diff),
             low=_fin(tp.low), high=_fin(tp.high), test="two-proportion z-test (pooled)", p=tp.p if judged else 1.0,
-            threshold=f"+{rule.drop_abs * 100:g} points", judged=judged,
+            threshold=f"+{text.plain(rule.drop_abs * 100)} points", judged=judged,
             practical=bool(judged and tp.diff > rule.drop_abs),
         ))
     adjusted = holm([t.p for t in tests]) if rule.correction == "holm" else [t.p for t in tests]
@@ -519,30 +511,13 @@ def slo_flips(base: Summary, cand: Summary) -> list[str]:
 def describe_test(test: Test) -> str:
     """One sentence for a test result."""
     if test.metric == "drop_rate":
-        return (f"{test.tier}: not served {_pct(test.base)} → {_pct(test.cand)} "
-                f"({_signed_points(test.diff)}, 95 % CI {_signed_points(test.low)} … {_signed_points(test.high)}; "
-                f"p = {test.p_adjusted:.3g} adjusted)")
+        ci = f"{text.signed_points(test.low)} … {text.signed_points(test.high)}"
+        return (f"{test.tier}: not served {text.pct(test.base, 1)} → {text.pct(test.cand, 1)} "
+                f"({text.signed_points(test.diff)}, 95 % CI {ci}; p = {text.p_value(test.p_adjusted)} adjusted)")
     name = test.metric.replace("_p99", "").upper()
-    return (f"{test.tier}: {name} p99 {_ms(test.base)} → {_ms(test.cand)} ({_signed_pct(test.rel)}, "
-            f"95 % CI {_signed_pct(test.rel_low)} … {_signed_pct(test.rel_high)}; p = {test.p_adjusted:.3g} adjusted)")
-
-
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:.1f} %"
-
-
-def _signed_points(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:+.1f} pt"
-
-
-def _signed_pct(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:+.0f} %"
-
-
-def _ms(v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.0f} ms"
+    ci = f"{text.signed_pct(test.rel_low)} … {text.signed_pct(test.rel_high)}"
+    return (f"{test.tier}: {name} p99 {text.ms(test.base)} → {text.ms(test.cand)} ({text.signed_pct(test.rel)}, "
+            f"95 % CI {ci}; p = {text.p_value(test.p_adjusted)} adjusted)")
 
 
 def compare_runs(run_dirs: Sequence[Path], rule: RegressionRule | None = None, seed: int = 0,

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 import stacks
+from audit import text
 from audit.fold import NS_PER_S, eq, isin
 from audit.metrics import ServerMetrics
 from audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
@@ -174,7 +175,7 @@ def crosscheck(
                 findings.append(Finding(
                     kind="crosscheck", severity="warning", tier=None if label == ALL_TIERS else label,
                     message=f"{label}: client counted {client} {check.client} but the server's {metric} rose by "
-                            f"{server:.0f} {where} (tolerance {pending} in flight at the last scrape)",
+                            f"{text.whole(server)} {where} (tolerance {pending} in flight at the last scrape)",
                     data={"priority": prio, "metric": metric, "client_count": check.client, "client": client,
                           "server": server, "in_flight_tolerance": pending, "profile": stack.name},
                 ))

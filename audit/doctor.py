@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import stacks
+from audit import text
 from audit.classify import classify_one
 from loadgen.diagnose import Collected, Plan
 
@@ -269,7 +270,7 @@ def check_polarity(inp: DoctorInput) -> Check | None:
 
 
 def _fmt(ms: float | None) -> str:
-    return "—" if ms is None else (f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.2f} s")
+    return "—" if ms is None else text.ms(ms)
 
 
 def check_error_shapes(inp: DoctorInput) -> list[Check]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from audit import text
 from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.stats import jain_index, longest_gap, wilson
 from audit.summary import Finding, Floor, Rate
@@ -124,7 +125,7 @@ def inversion_findings(pairs: list[InversionPair]) -> list[Finding]:
         if pair.p50_windows:
             w = pair.p50_windows[0]
             parts.append(f"{pair.low} was served faster at p50 than {pair.high} in {len(pair.p50_windows)} "
-                         f"window(s) (e.g. {w['low_p50_ms']:.0f} ms vs {w['high_p50_ms']:.0f} ms)")
+                         f"window(s) (e.g. {text.ms(w['low_p50_ms'])} vs {text.ms(w['high_p50_ms'])})")
         findings.append(Finding(
             kind="inversion", severity="warning", tier=pair.high, message="; ".join(parts),
             data={"high": pair.high, "low": pair.low, "count": pair.count, "buckets": len(pair.buckets),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from audit import text
 from audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
 from scenarios.model import SLO
 
@@ -27,9 +28,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_INVALID = 0, 1, 2
 
 def _show(check: str, value: float) -> str:
     """A value in the unit a person reads for this check: ms/s for latencies, % for shares."""
-    if "_ms" in check:
-        return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.2f} s"
-    return f"{value * 100:.2f} %"
+    return text.ms(value) if "_ms" in check else text.pct(value, 2)
 
 
 def _verdict(tier: str, check: str, threshold: float, observed: float | None, bound: float | None,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from audit import text
 from audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
 
 SWEEP_SCHEMA = "rushhour.sweep/1"
@@ -236,25 +237,13 @@ class Knee(_Model):
     sentence: str = ""
 
 
-def _rps(v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.0f} req/s" if v >= 10 else f"{v:.1f} req/s"
-
-
-def _scale(v: float | None) -> str:
-    return "–" if v is None else f"{v:.3g}×"
-
-
 def _fmt_check(c: Check) -> str:
     if c.inconclusive:
         return f"{c.check} inconclusive (too few samples to judge)"
     def num(v: float | None) -> str:
-        if v is None:
-            return "–"
-        if "_ms" in c.check:
-            return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.0f} ms"
-        return f"{v * 100:.1f} %" if v <= 1 else f"{v:g}"
+        if v is None or "_ms" in c.check:
+            return text.ms(v)
+        return text.pct(v, 1) if v <= 1 else text.plain(v)
 
     op = "<" if c.check.startswith("min_") else ">"
     return f"{c.check} {num(c.observed)} {op} {num(c.threshold)}"
@@ -302,38 +291,39 @@ def knee_sentence(k: Knee, steps: Sequence[Step]) -> str:
     lowest = min(steps, key=lambda s: s.scale) if steps else None
     highest = max(steps, key=lambda s: s.scale) if steps else None
     if k.status == "no_slo":
-        text = f"{k.tier} has no SLO to judge{where}"
+        answer = f"{k.tier} has no SLO to judge{where}"
     elif k.status == "no_data":
-        text = f"{k.tier} sent no requests{where}"
+        answer = f"{k.tier} sent no requests{where}"
     elif k.status == "always_passes":
-        top = f"{_rps(highest.offered_rps)} ({_scale(highest.scale)})" if highest else "–"
+        top = f"{text.rps(highest.offered_rps)} ({text.scale(highest.scale)})" if highest else "–"
         conf = "" if k.confident_pass else " (the pass at the top is not confident)"
-        text = f"{k.tier} holds its SLO at every load tested{where}, up to {top}{conf}"
+        answer = f"{k.tier} holds its SLO at every load tested{where}, up to {top}{conf}"
     elif k.status == "never_passes":
-        low = f"{_rps(lowest.offered_rps)} ({_scale(lowest.scale)})" if lowest else "–"
+        low = f"{text.rps(lowest.offered_rps)} ({text.scale(lowest.scale)})" if lowest else "–"
         why = f": {'; '.join(k.fail_checks)}" if k.fail_checks else ""
-        text = f"{k.tier} misses its SLO already at the lowest load tested{where}, {low}{why}"
+        answer = f"{k.tier} misses its SLO already at the lowest load tested{where}, {low}{why}"
     else:
         conf = "confident" if k.confident_pass else "not confident: an interval crosses the threshold"
         why = f": {'; '.join(k.fail_checks)}" if k.fail_checks else ""
-        text = (f"{k.tier} holds its SLO up to {_rps(k.knee_rps)}{where} ({_scale(k.knee_scale)}; pass {conf}) "
-                f"and fails from {_rps(k.fail_rps)} ({_scale(k.fail_scale)}{why})")
+        answer = (f"{k.tier} holds its SLO up to {text.rps(k.knee_rps)}{where} ({text.scale(k.knee_scale)}; "
+                  f"pass {conf}) and fails from {text.rps(k.fail_rps)} ({text.scale(k.fail_scale)}{why})")
     if k.noisy and k.passes_again_scale is not None:
-        text += f"; it passes again at {_scale(k.passes_again_scale)}: the boundary is noisy, rerun with longer steps"
+        answer += (f"; it passes again at {text.scale(k.passes_again_scale)}: the boundary is noisy, "
+                   "rerun with longer steps")
     rows = [t for t in (s.tier(k.tier) for s in steps) if t is not None]
     worst = max((t.drop_rate or 0.0 for t in rows), default=0.0)
     if k.drop_onset_rps is not None and k.drop_onset_rate is not None:
         how = _CLASS_WORDS.get(k.drop_onset_class or "", "not served")
-        text += (f"; {k.tier} starts going unserved at {_rps(k.drop_onset_rps)} "
-                 f"({k.drop_onset_rate * 100:.1f} % of its requests, mostly {how})")
+        answer += (f"; {k.tier} starts going unserved at {text.rps(k.drop_onset_rps)} "
+                 f"({text.pct(k.drop_onset_rate, 1)} of its requests, mostly {how})")
     elif k.status not in ("no_data",):
         # "never dropped" only when every sent request of every step was served (fail closed)
-        text += (f"; {k.tier} is never dropped" if worst == 0 else
-                 f"; {k.tier} stays under 1 % not served (at most {worst * 100:.2f} %)")
+        answer += (f"; {k.tier} is never dropped" if worst == 0 else
+                 f"; {k.tier} stays under 1 % not served (at most {text.pct(worst, 2)})")
     cut = sum(t.unfinished for t in rows)
     if cut:
-        text += f"; {cut} of its requests were still unfinished when steps ended (counted as not served)"
-    return text + "."
+        answer += f"; {cut} of its requests were still unfinished when steps ended (counted as not served)"
+    return answer + "."
 
 
 # --------------------------------------------------------------------------- capacity answer
@@ -384,7 +374,7 @@ def capacity_answer(knees: Sequence[Knee], steps: Sequence[Step], target_scale: 
         per[r] = ok
     needed = next((r for r, ok in sorted(per.items()) if ok), None)
     rps = _interp([s for s in steps if (s.replicas or 1) == (needed or min(per, default=1))], target_scale)
-    load = f"{target_scale:g}× today's peak" + (f" (≈ {_rps(rps)})" if rps else "")
+    load = f"{text.plain(target_scale)}× today's peak" + (f" (≈ {text.rps(rps)})" if rps else "")
     if needed is not None:
         fewer = [f"{r} fail{'s' if r == 1 else ''} ({', '.join(failing[r])})" for r in sorted(failing) if r < needed]
         sentence = f"{needed} replica{'s' if needed != 1 else ''} keep every tier within its SLO at {load}"
@@ -406,7 +396,7 @@ def caveat(steps: Sequence[Step], knees: Sequence[Knee] = ()) -> str:
     if bad:
         parts.append(f"{len(bad)} of {len(steps)} step{'s' if len(steps) != 1 else ''} "
                      f"{'was' if len(bad) == 1 else 'were'} invalid (scales "
-                     f"{', '.join(_scale(s.scale) for s in sorted(bad, key=lambda s: s.scale))})")
+                     f"{', '.join(text.scale(s.scale) for s in sorted(bad, key=lambda s: s.scale))})")
     unsure = [k for k in knees if k.status in ("within", "always_passes") and k.confident_pass is False]
     if unsure:
         parts.append(f"{len(unsure)} pass{'es are' if len(unsure) != 1 else ' is'} not confident "
@@ -450,7 +440,7 @@ def analyse_sweep(steps: Sequence[Step], *, sweep_id: str, scenario: str, mode: 
     if target_scale is not None and any(r is not None for r in replicas):
         capacity = capacity_answer(knees, steps, target_scale)
         answers.append(capacity.sentence)
-    notes = [f"step {s.index} ({_scale(s.scale)}) is invalid: {'; '.join(s.reasons)}" for s in steps if not s.valid]
+    notes = [f"step {s.index} ({text.scale(s.scale)}) is invalid: {'; '.join(s.reasons)}" for s in steps if not s.valid]
     return SweepResult(sweep_id=sweep_id, scenario=scenario, mode=mode, created_at=created_at,
                        scales=sorted({s.scale for s in steps}), replicas=replicas, steps=list(steps), knees=knees,
                        capacity=capacity, answers=answers, notes=notes, **extra)
@@ -594,14 +584,6 @@ def study_rows(cells: Sequence[StudyCell], baseline: str = "fifo") -> list[Study
     return rows
 
 
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}×"
-
-
-def _pc(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:.0f} %"
-
-
 def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: str = "moderate",
                  saturated: str = "saturated") -> tuple[list[ClaimCheck], dict[str, int | None],
                                                          dict[str, dict[int, float | None]]]:
@@ -619,7 +601,7 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
     # top-tier speedup of at least EFFECT_X): where nothing queues, the best K is noise.
     parts, judged = [], []
     for key in sorted(k for k in speedup_by_k if k.startswith(f"{policy}/")):
-        curve = ", ".join(f"K={k}: {_x(v)}" for k, v in speedup_by_k[key].items() if k > 1)
+        curve = ", ".join(f"K={k}: {text.times(v, 2)}" for k, v in speedup_by_k[key].items() if k > 1)
         effect = max((v for k, v in speedup_by_k[key].items() if k > 1 and v is not None), default=0.0)
         load_name = key.split("/", 1)[1]
         note = "" if effect >= EFFECT_X else " (no effect: not judged)"
@@ -650,7 +632,8 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
         verdict = "disagrees"
     at = f" (K={where.k}, {where.mix} mix, {where.load} load)" if where else ""
     claims.append(ClaimCheck(key="top_speedup", claim=STUDY_CLAIMS["top_speedup"],
-                             ours=f"up to {_x(top_speed)} for the top tier with {policy}{at}", agrees=verdict))
+                             ours=f"up to {text.times(top_speed, 2)} for the top tier with {policy}{at}",
+                             agrees=verdict))
     texts, ranges = [], []
     for load_name in sorted({r.load for r in rows}):
         gains = sorted(r.cpl_gain for r in rows
@@ -660,7 +643,8 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
         if gains:
             if effect:  # as for the optimal K: where the policy changed nothing, its cost figure is noise
                 ranges.append((gains[0], gains[-1]))
-            texts.append(f"{load_name}: {_pc(gains[0])} … {_pc(gains[-1])} (median {_pc(gains[len(gains) // 2])})"
+            median = text.pct(gains[len(gains) // 2], 0)
+            texts.append(f"{load_name}: {text.pct(gains[0], 0)} … {text.pct(gains[-1], 0)} (median {median})"
                          + ("" if effect else " (no effect: not judged)"))
     ours = f"cost per latency lower by, {policy}, K > 1 — " + "; ".join(texts) if texts else "–"
     if not ranges:
@@ -682,8 +666,8 @@ def check_claims(rows: Sequence[StudyRow], policy: str = "headroom", moderate: s
     else:
         verdict = "disagrees"
     claims.append(ClaimCheck(key="saturation", claim=STUDY_CLAIMS["saturation"],
-                             ours=f"mean top-tier speedup {_x(m)} at moderate load, {_x(s)} near saturation "
-                                  f"({policy}, K > 1)",
+                             ours=f"mean top-tier speedup {text.times(m, 2)} at moderate load, "
+                                  f"{text.times(s, 2)} near saturation ({policy}, K > 1)",
                              agrees=verdict))
     return claims, best_k, speedup_by_k
 
@@ -711,7 +695,7 @@ def baseline_outliers(cells: Sequence[StudyCell], baseline: str = "fifo") -> lis
             ratio = (c.top_e2e_p99_ms or 0.0) / median if median else 1.0
             if ratio >= OUTLIER_X or ratio <= 1 / OUTLIER_X:
                 out.append(f"{baseline} K={c.k} ({mix} mix, {load} load): top-tier P99 E2E "
-                           f"{(c.top_e2e_p99_ms or 0.0) / 1000:.2f} s vs a median of {median / 1000:.2f} s over K")
+                           f"{text.ms(c.top_e2e_p99_ms or 0.0)} vs a median of {text.ms(median)} over K")
     return out
 
 

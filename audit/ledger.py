@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from audit import text
 from audit.build import classified_attempts
 from audit.fold import CALIBRATION_PERSONA, NS_PER_MS
 from audit.load import load_run, read_jsonl_frame
@@ -76,7 +77,7 @@ class LedgerComparison:
                         problems.append(f"{tier} ttft {q}: audit {audit_v} vs ledger {ledger_v}")
                     continue
                 if abs(audit_v - ledger_v) > max(abs_ms, rel * ledger_v):
-                    problems.append(f"{tier} ttft {q}: audit {audit_v:.1f} ms vs ledger {ledger_v:.1f} ms")
+                    problems.append(f"{tier} ttft {q}: audit {text.ms(audit_v)} vs ledger {text.ms(ledger_v)}")
         return problems
 
 

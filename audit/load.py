@@ -240,7 +240,10 @@ def _with_logical_code(table: pa.Table) -> pa.Table:
         lid = pc.if_else(missing, rid, lid)
         table = table.set_column(table.schema.get_field_index("logical_id"), "logical_id", lid)
     # pandas' hash factorize on the arrow strings is ~2x faster than arrow's dictionary_encode here
-    codes, _ = pd.factorize(pd.Series(lid.combine_chunks(), dtype=pd.ArrowDtype(pa.string())))
+    codes, uniques = pd.factorize(pd.Series(lid.combine_chunks(), dtype=pd.ArrowDtype(pa.string())))
+    missing_ids = codes < 0
+    if missing_ids.any():  # neither id (a hand-written line): each such attempt is its own logical request
+        codes[missing_ids] = len(uniques) + np.arange(int(missing_ids.sum()))
     return table.append_column("logical_code", pa.array(codes.astype(np.int64)))
 
 

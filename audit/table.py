@@ -128,8 +128,8 @@ def build_table(attempts: pd.DataFrame) -> pa.Table:
     if "error" in attempts.columns:
         error = error.astype(object).where(in_band, attempts["error"].astype(object))
     columns: dict[str, pa.Array] = {
-        "request_id": pa.array(text("request_id").astype(object).to_numpy(), type=pa.string()),
-        "logical_id": pa.array(text("logical_id").astype(object).to_numpy(), type=pa.string()),
+        "request_id": pa.array(text("request_id").astype(object), type=pa.string(), from_pandas=True),
+        "logical_id": pa.array(text("logical_id").astype(object), type=pa.string(), from_pandas=True),
         "attempt": _ints(attempts, "attempt"),
         "seq": _ints(attempts, "seq"),
     }

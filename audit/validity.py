@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from audit import text
 from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.summary import Validity
 
@@ -18,10 +19,6 @@ BUDGET_REASON = "budget"  # loadgen/attempts.py: refused by the cost guard, reco
 UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
 UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
 NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
-
-
-def _fmt_s(value: float) -> str:
-    return f"{value:.1f} s"
 
 
 def dark_spans(sent_ns: np.ndarray, end_ns: np.ndarray, dark: np.ndarray, answers_ns: np.ndarray
@@ -76,11 +73,12 @@ def _reachability(attempts: pd.DataFrame, out: np.ndarray, duration_s: float) ->
         a, b, _ = max(long, key=lambda span: span[1] - span[0])
         length = (b - a) / NS_PER_S
         more = f" ({len(long) - 1} more such span(s))" if len(long) > 1 else ""
-        reasons.append(f"target unreachable from {_fmt_s(a / NS_PER_S)} to {_fmt_s(b / NS_PER_S)} "
-                       f"({_fmt_s(length)}, limit {_fmt_s(limit_s)}){more}: {k} of {n} attempts got no HTTP answer")
+        span = f"from {text.seconds(a / NS_PER_S)} to {text.seconds(b / NS_PER_S)}"
+        reasons.append(f"target unreachable {span} ({text.seconds(length)}, limit {text.seconds(limit_s)}){more}: "
+                       f"{k} of {n} attempts got no HTTP answer")
     elif k / n > NO_ANSWER_SHARE:
-        reasons.append(f"{k} of {n} attempts ({k / n:.0%}) got no HTTP answer from the target "
-                       f"(limit {NO_ANSWER_SHARE:.0%}): the run measured the network, not the stack")
+        reasons.append(f"{k} of {n} attempts ({text.pct(k / n)}) got no HTTP answer from the target "
+                       f"(limit {text.pct(NO_ANSWER_SHARE)}): the run measured the network, not the stack")
     return reasons
 
 
@@ -132,14 +130,14 @@ def check_validity(
     lags = attempts["schedule_lag_ns"].to_numpy(dtype=np.float64)[sent] if len(attempts) else np.array([])
     sched = _p99(lags / NS_PER_MS) if len(lags) else None
     if lag is not None and lag > LOOP_LAG_P99_MS:
-        reasons.append(f"generator loop lag p99 {lag:.0f} ms > {LOOP_LAG_P99_MS:.0f} ms")
+        reasons.append(f"generator loop lag p99 {text.ms(lag)} > {text.ms(LOOP_LAG_P99_MS)}")
     if busy_share > CPU_BUSY_SHARE:
-        reasons.append(f"generator CPU > {CPU_BUSY_PERCENT:.0f} % of a core in {busy_share:.0%} of samples "
-                       f"(limit {CPU_BUSY_SHARE:.0%})")
+        reasons.append(f"generator CPU > {text.pct(CPU_BUSY_PERCENT / 100)} of a core in {text.pct(busy_share)} "
+                       f"of samples (limit {text.pct(CPU_BUSY_SHARE)})")
     if not_sent:
         reasons.append(f"{not_sent} request(s) not sent on schedule (generator out of slots)")
     if sched is not None and sched > SCHEDULE_LAG_P99_MS:
-        reasons.append(f"schedule lag p99 {sched:.0f} ms > {SCHEDULE_LAG_P99_MS:.0f} ms")
+        reasons.append(f"schedule lag p99 {text.ms(sched)} > {text.ms(SCHEDULE_LAG_P99_MS)}")
     if len(attempts) == 0:
         reasons.append("no request records")
     return Validity(

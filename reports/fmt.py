@@ -1,10 +1,15 @@
-"""Number formatting, wall-clock times and the fixed colour palettes shared by every report."""
+"""Number formatting, wall-clock times and the fixed colour palettes shared by every report.
+
+Durations, percentages and ratios come from ``audit/text.py`` (the audit's sentences use the same
+functions), so a value reads the same in a finding and in a table.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary
+from audit.text import ms, pct, times
 
 # Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
 TIER_PALETTE = (
@@ -52,8 +57,9 @@ CLASS_LABELS = {
     "not_sent": "not sent",
 }
 
+# ms, pct and times are re-exported: the one formatting of durations, shares and ratios (audit/text.py)
 __all__ = ["CLASS_COLOURS", "CLASS_LABELS", "OUTCOME_CLASSES", "POLICY_DROP_CLASSES", "TIER_PALETTE",
-           "UNSERVED_CLASSES"]
+           "UNSERVED_CLASSES", "ms", "pct", "times"]
 
 
 def tier_colours(summary: Summary) -> dict[str, str]:
@@ -87,36 +93,9 @@ def policy_drop_count(by_class: dict[str, int]) -> int:
     return sum(by_class.get(c, 0) for c in POLICY_DROP_CLASSES)
 
 
-def ms(value: float | None) -> str:
-    """A duration given in ms, in the unit a person reads best."""
-    if value is None:
-        return "–"
-    if value == 0:
-        return "0"
-    if value < 1:
-        return f"{value:.2f} ms"
-    if value < 1000:
-        return f"{value:.0f} ms"
-    if value < 10_000:
-        return f"{value / 1000:.2f} s"
-    if value < 600_000:
-        return f"{value / 1000:.1f} s"
-    return f"{value / 60_000:.1f} min"
-
-
 def secs(value: float | None) -> str:
     """A duration given in seconds."""
     return "–" if value is None else ms(value * 1000)
-
-
-def pct(value: float | None, digits: int | None = None) -> str:
-    """A fraction as a percentage with sensible precision."""
-    if value is None:
-        return "–"
-    p = value * 100
-    if digits is None:
-        digits = 0 if (p == 0 or p >= 10 or p == 100) else (1 if p >= 1 else 2)
-    return f"{p:.{digits}f} %"
 
 
 def rate_ci(rate: Rate | None) -> str:
@@ -153,11 +132,6 @@ def pctl_ci(p: Percentiles, key: str) -> str:
     if not ci:
         return ms(value)
     return f"{ms(value)} [{ms(ci[0])}–{ms(ci[1])}]"
-
-
-def times(value: float | None) -> str:
-    """An inflation factor: '3.2×'."""
-    return "–" if value is None else f"{value:.1f}×"
 
 
 def count(value: int | float | None) -> str:

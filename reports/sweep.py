@@ -231,13 +231,9 @@ def render_study_markdown(result: StudyResult) -> str:
               "|---:|---|---|---|---:|---:|---:|---:|---:|"]
     for r in sorted(result.rows, key=lambda r: (r.load, r.policy, r.mix, r.k)):
         lines.append(f"| {r.k} | {r.mix} | {r.load} | {r.policy} | {fmt.ms(r.top_e2e_p99_ms)} | "
-                     f"{fmt.ms(r.fifo_top_e2e_p99_ms)} | {_x(r.top_speedup)} | {fmt.pct(r.cpl_gain)} | "
+                     f"{fmt.ms(r.fifo_top_e2e_p99_ms)} | {fmt.times(r.top_speedup, 2)} | {fmt.pct(r.cpl_gain)} | "
                      f"{fmt.pct(r.drop_rate)} |")
     return "\n".join(lines) + "\n"
-
-
-def _x(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}×"
 
 
 def write_study_reports(result: StudyResult, root: Path) -> dict[str, Path]:

@@ -72,7 +72,7 @@ def test_most_attempts_unanswered_is_invalid(tmp_path: Path) -> None:
             b.request(tier="interactive", persona="chat-interactive", sent_ns=sent, transport_error=True,
                       error="ECONNRESET", done_ns=sent + MS, **NO_ANSWER)
     s = run_audit(b.close())
-    assert any("40 of 60 attempts (67%) got no HTTP answer" in r for r in s.validity.reasons), s.validity.reasons
+    assert any("40 of 60 attempts (67 %) got no HTTP answer" in r for r in s.validity.reasons), s.validity.reasons
 
 
 def test_a_short_outage_is_not_invalid(tmp_path: Path) -> None:

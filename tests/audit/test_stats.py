@@ -33,8 +33,12 @@ def test_wilson_known_values() -> None:
     assert zero.high == pytest.approx(0.2775, abs=1e-4)  # z²/(n+z²)
     full = wilson(20, 20)
     assert full.high == 1.0 and full.low == pytest.approx(0.8389, abs=1e-4)
-    empty = wilson(0, 0)
-    assert empty.value is None and empty.low is None
+    empty = wilson(0, 0)  # no evidence: no value and no interval (never a confident 0 or [0, 1])
+    assert empty.value is None and empty.low is None and empty.high is None and empty.n == 0
+    one = wilson(1, 1)
+    assert one.value == 1.0 and one.high == 1.0 and 0.0 < (one.low or 0.0) < 1.0
+    none = wilson(0, 1)
+    assert none.low == 0.0 and none.high == pytest.approx(1.0 - (one.low or 0.0))  # symmetric
 
 
 def test_percentiles_known_values() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from audit.stats import wilson
 from audit.summary import (
     Fairness,
     Floor,
@@ -18,18 +19,6 @@ from audit.summary import (
     Validity,
     Verdict,
 )
-
-
-def wilson(k: int, n: int) -> Rate:
-    """A Wilson 95 % interval."""
-    if n == 0:
-        return Rate(k=0, n=0, value=None, low=None, high=None)
-    z = 1.959964
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Rate(k=k, n=n, value=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
 
 
 def pct(n: int, p99: float | None, spread: float = 0.1) -> Percentiles:

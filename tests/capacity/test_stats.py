@@ -11,7 +11,6 @@ from audit.compare import (
     is_regression,
     mann_whitney_u,
     two_proportion_z,
-    wilson_interval,
 )
 
 
@@ -52,9 +51,26 @@ def test_two_proportion_textbook() -> None:
 
 
 def test_wilson_textbook() -> None:
-    low, high = wilson_interval(81, 263)  # Wilson (1927) / Agresti-Coull example: 0.2553 … 0.3662
-    assert low == pytest.approx(0.2553, abs=5e-4)
-    assert high == pytest.approx(0.3662, abs=5e-4)
+    from audit.stats import wilson
+
+    r = wilson(81, 263)  # Wilson (1927) / Agresti-Coull example: 0.2553 … 0.3662
+    assert r.low == pytest.approx(0.2553, abs=5e-4)
+    assert r.high == pytest.approx(0.3662, abs=5e-4)
+
+
+def test_newcombe_interval_uses_the_one_wilson_interval() -> None:
+    """compare's difference interval is built on audit.stats.wilson (one Wilson, exact at k = 0 and k = n)."""
+    import audit.compare
+
+    assert not hasattr(audit.compare, "wilson_interval")
+    tp = two_proportion_z(0, 50, 50, 50, "greater")
+    # Newcombe: diff ± sqrt((p2 − l2)² + (u1 − p1)²): with k=0 and k=n the exact ends are 0 and 1
+    from audit.stats import wilson
+
+    u1, l2 = wilson(0, 50).high, wilson(50, 50).low
+    assert u1 is not None and l2 is not None
+    assert tp.low == pytest.approx(1.0 - (u1 ** 2 + (1 - l2) ** 2) ** 0.5)
+    assert tp.high == pytest.approx(1.0)
 
 
 def test_holm() -> None:

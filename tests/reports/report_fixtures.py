@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from audit.stats import wilson
 from audit.summary import (
     POLICY_DROP_CLASSES,
     UNSERVED_CLASSES,
@@ -35,18 +36,6 @@ from audit.summary import (
 
 HOSTILE_ERROR = "<script>alert(1)</script> upstream said </script><img src=x onerror=alert(2)>"
 HOSTILE_REASON = "</script><script>alert(3)</script>"
-
-
-def wilson(k: int, n: int) -> Rate:
-    """A Wilson 95 % interval, as the audit computes it."""
-    if n == 0:
-        return Rate(k=0, n=0, value=None, low=None, high=None)
-    z = 1.959964
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Rate(k=k, n=n, value=p, low=max(0.0, centre - half), high=min(1.0, centre + half))
 
 
 def pct(n: int, p50: float, p90: float, p99: float, spread: float = 0.08) -> Percentiles:
