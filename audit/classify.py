@@ -24,8 +24,6 @@ llm-d's rejected-context-cancelled).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pandas as pd
 
@@ -202,8 +200,3 @@ def rules_table() -> list[dict[str, object]]:
     return rows
 
 
-def profiles_for_routes(default: str | None, routes: Mapping[str, str]) -> dict[str, str]:
-    """Route name → rule-table profile (fallback routes may point at other stacks)."""
-    table = {"primary": normalise_profile(default)}
-    table.update({name: normalise_profile(p) for name, p in routes.items()})
-    return table

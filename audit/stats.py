@@ -28,11 +28,6 @@ def wilson(k: int, n: int, z: float = Z95) -> Rate:
     return Rate(k=k, n=n, value=p, low=low, high=high)
 
 
-def quantile_sorted(values: np.ndarray, q: float) -> float:
-    """Linear-interpolated quantile of already sorted values (numpy's default definition)."""
-    return float(np.quantile(values, q)) if len(values) else math.nan
-
-
 def bootstrap_quantile_ci(
     sorted_values: np.ndarray, q: float, *, replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED,
     level: float = 0.95,

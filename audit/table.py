@@ -176,12 +176,6 @@ def stored_inputs(run_dir: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def is_fresh(run_dir: Path) -> bool:
-    """True when ``attempts.parquet`` exists and was built from the run's current inputs and rules."""
-    stored = stored_inputs(run_dir)
-    return stored is not None and stored == fingerprint(run_dir)
-
-
 def read_table(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """The stored table as a DataFrame (text columns categorical, times nullable Int64 → float64 ns)."""
     table = pq.read_table(Path(run_dir) / ATTEMPTS_FILE, columns=columns)

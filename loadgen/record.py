@@ -24,7 +24,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -519,9 +519,3 @@ def iter_run(run_dir: Path, kind: str | None = None) -> Iterator[dict[str, Any]]
                 yield line
 
 
-def field_names(kind: type[Record]) -> list[str]:
-    return [f.name for f in dataclasses.fields(kind)]
-
-
-def request_fields() -> Iterable[str]:
-    return field_names(RequestRecord)

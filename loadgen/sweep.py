@@ -297,11 +297,6 @@ def estimate_s(plan: Plan, overhead_s: float = 6.0) -> float:
     return sum(s.duration_s + overhead_s for s in plan.steps)
 
 
-def slug(text: str) -> str:
-    """A file-name-safe version of a label."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "x"
-
-
 def fmt_duration(seconds: float) -> str:
     """``95`` → ``1 min 35 s``."""
     if seconds < 60:

@@ -121,19 +121,6 @@ def pctl_text(p: Percentiles, key: str) -> str:
     return f"≥ {ms(value)}" if key in p.lower_bound else ms(value)
 
 
-def pctl_ci(p: Percentiles, key: str) -> str:
-    """'1.2 s [1.1–1.4 s]' for a percentile with its bootstrap interval ('≥ 12.2 s' for a bound)."""
-    value = pctl(p, key)
-    if value is None:
-        return "–"
-    if key in p.lower_bound:
-        return pctl_text(p, key)
-    ci = p.ci.get(key)
-    if not ci:
-        return ms(value)
-    return f"{ms(value)} [{ms(ci[0])}–{ms(ci[1])}]"
-
-
 def count(value: int | float | None) -> str:
     """An integer with thin thousands separators."""
     if value is None:

@@ -39,7 +39,6 @@ def _env() -> jinja2.Environment:
         "secs",
         "pct",
         "rate_ci",
-        "pctl_ci",
         "pctl_text",
         "times",
         "count",

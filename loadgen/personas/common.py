@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -199,5 +198,3 @@ def not_sent(ctx: WorkerContext, req: Logical) -> RequestRecord | None:
     return record
 
 
-def monotonic_s() -> float:
-    return time.monotonic()

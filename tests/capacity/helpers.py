@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from audit.stats import wilson
 from audit.summary import (
     Fairness,
@@ -11,7 +9,6 @@ from audit.summary import (
     Inflation,
     Latency,
     Percentiles,
-    Rate,
     RunInfo,
     Summary,
     TierSummary,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 from pathlib import Path
-from typing import Any
 
 from audit.stats import wilson
 from audit.summary import (
@@ -19,7 +18,6 @@ from audit.summary import (
     Inflation,
     Latency,
     Percentiles,
-    Rate,
     RouteSummary,
     RunInfo,
     SaturationSlice,
@@ -577,13 +575,6 @@ def big_summary(requests: int = 1_000_000, buckets: int = 86_400, tenants: int =
             ],
         }
     )
-
-
-def dump(obj: Any) -> str:
-    """Stable JSON text of a model (for debugging failed golden tests)."""
-    import json
-
-    return json.dumps(obj, indent=1, sort_keys=True, default=str)
 
 
 def write_records(run_dir: Path, run_id: str = "20250101-120000-demo") -> int:
