@@ -98,7 +98,7 @@ def test_report_loads_and_draws(browser: Any, summary: Summary, tmp_path: Path) 
     row = v.page.locator("#glance tr[data-tier='batch']")
     assert row.locator("[data-col='requests']").inner_text() == "2\u202f400"
     assert row.locator("[data-col='429']").inner_text() == "720"
-    assert "31 %" in row.locator("[data-col='dropped']").inner_text()
+    assert "31 %" in row.locator("[data-col='unserved']").inner_text()
     assert v.page.locator("#glance tr[data-tier='interactive'] [data-col='ttft-p99']").inner_text() == "2.10 s"
     assert v.page.locator("#badge").inner_text() == "FAIL"
     shot = tmp_path / "report.png"
