@@ -137,3 +137,5 @@ def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gatewa
         assert attempts(summary, tier, "queue_full") == row["litellm_503"] == row["litellm_failed_all"], (tier, row)
         for cls in (*NEVER_FOR_A_REJECTION, "timeout", "not_sent", "rate_limited"):
             assert attempts(summary, tier, cls) == 0, f"{tier}: {cls} in {row['audit']}"
+    checks = summary["crosscheck"]  # rushhour's own cross-check against LiteLLM's counters
+    assert checks and all(c["matches"] for c in checks), checks  # type: ignore[union-attr]

@@ -64,3 +64,6 @@ def test_saturated_litellm_counts_equal_the_audit_per_tier(litellm_server, tmp_p
     assert attempts(summary, "batch", "queue_full") > 0
     assert attempts(summary, "batch", "rate_limited") > 0
     assert attempts(summary, "interactive", "rate_limited") == 0  # interactive's key has room
+    # rushhour's own cross-check (its scraper with the metrics credential, the litellm profile's checks) agrees.
+    checks = summary["crosscheck"]
+    assert checks and all(c["matches"] for c in checks), checks  # type: ignore[union-attr]
