@@ -45,6 +45,7 @@ from audit.summary import (
     Window,
 )
 from audit.table import build_table
+from audit.tokens import token_fidelity
 from audit.validity import check_validity, with_shortfall
 from scenarios.model import SLO
 
@@ -293,6 +294,7 @@ def _tier_summary(
             "from_send": cdf_points(_ms(logical, "ttft_ns", served_mask)),
             "from_intended": cdf_points(_ms(logical, "ttft_intended_ns", served_mask)),
         },
+        tokens=token_fidelity(attempts),
     )
 
 

@@ -41,6 +41,7 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "error": _S, "in_band_error": _S, "complete": _B, "cancelled": _B, "not_sent": _B,
     "client_timeout": _B, "transport_error": _B, "retry_after_s": _F, "prompt_tokens": _I,
     "output_tokens": _I, "cached_tokens": _I, "service_tier": _S, "reconnected": _B,
+    "prompt_tokens_intended": _I, "prompt_tokens_exact": _B, "max_tokens": _I, "output_pinned": _B, "abandoned": _B,
 }
 TASK_FIELDS: dict[str, pa.DataType] = {
     "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,
@@ -65,6 +66,7 @@ REQUEST_USED = (
     "itl_max_ns", "status", "reason", "error", "in_band_error", "complete", "cancelled", "not_sent",
     "client_timeout", "transport_error", "retry_after_s", "prompt_tokens", "output_tokens", "prompt_bytes",
     "service_tier", "reconnected",
+    "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
 )
 
 KIND_FIELDS: dict[str, dict[str, pa.DataType]] = {

@@ -171,6 +171,22 @@ class TierRoute(_Model):
     breaker_open_s: float
 
 
+class TokenFidelity(_Model):
+    """Served attempts only: how far the load was from the scenario's token counts, as the server counted."""
+
+    prompt_n: int = Field(description="served attempts with both an intended and a server-reported prompt count")
+    prompt_exact_basis: bool = Field(
+        description="every intended count came from the scenario's tokenizer (else some or all are byte estimates)"
+    )
+    prompt_diff_median: float | None = Field(description="median of reported − intended prompt tokens")
+    prompt_diff_p99: float | None = Field(description="99th percentile of |reported − intended| prompt tokens")
+    prompt_share_exact: float | None = Field(description="share of attempts whose reported count equals the intended")
+    output_n: int = Field(description="served attempts with a reported output count and the max_tokens asked")
+    output_pinned_share: float | None = Field(description="share of those whose body pinned the output length")
+    output_share_equal: float | None = Field(description="share whose output tokens equal max_tokens")
+    output_ratio_median: float | None = Field(description="median of output tokens / max_tokens")
+
+
 class TierSummary(_Model):
     name: str
     priority: int
@@ -208,6 +224,9 @@ class TierSummary(_Model):
     ttft_cdf_ms: dict[str, list[float]] = Field(
         default_factory=dict,
         description="'from_send' / 'from_intended' -> TTFT at quantiles 0.00, 0.01, …, 1.00 (101 points)",
+    )
+    tokens: TokenFidelity | None = Field(
+        default=None, description="prompt tokens reported vs intended, output served vs asked (served attempts)"
     )
 
 

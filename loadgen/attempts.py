@@ -146,8 +146,12 @@ def _attempt(
         _finish(ctx, record)
         return record
     path, body = build_body(
-        route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body
+        route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body,
+        pin_output=route.pin_output,
     )
+    record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt.prompt_tokens(route.dialect)
+    record.max_tokens = req.max_tokens
+    record.output_pinned = route.pin_output
     headers = dict(wire.headers)
     headers["x-request-id"] = record.request_id
     request = build_request(route.endpoint, path, headers, body)

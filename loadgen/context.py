@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import stacks
 from loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
 from loadgen.schedule import seeded_rng
 from loadgen.tiers import TierWire, map_tier
@@ -28,6 +29,7 @@ class RouteWire:
     model: str
     dialect: str
     tiers: dict[tuple[str, str], TierWire]
+    pin_output: bool = False  # the body asks for exactly max_tokens (see loadgen.wire.dialects)
 
 
 def build_routes(
@@ -69,7 +71,9 @@ def _route(
         for tier in scenario.tiers
         for tenant in tier.tenant_ids
     }
-    return RouteWire(name, url, Endpoint.parse(url), profile, model, dialect, tiers)
+    asked = scenario.target.pin_output
+    pin = (stacks.get(profile).wire.pin_output if asked is None else asked) and dialect != "anthropic-messages"
+    return RouteWire(name, url, Endpoint.parse(url), profile, model, dialect, tiers, pin)
 
 
 @dataclass

@@ -22,6 +22,7 @@ import gevent
 from locust import User, events, task
 from locust.env import Environment
 
+from loadgen import prompts, tokens
 from loadgen.context import WorkerContext, build_routes
 from loadgen.record import (
     START_FAILED_MARK,
@@ -181,6 +182,8 @@ def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
     except ValueError as exc:
         urls = sorted({target, *route_urls.values()})
         raise ValueError(f"cannot build a route to {', '.join(urls)}: {exc}") from None
+    # the tokenizer before the shard too: a path that cannot be loaded is this process's one error
+    prompts.use_tokenizer(tokens.load(scenario.target.tokenizer) if scenario.target.tokenizer else None)
     writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
     _attach_guards(ctx)

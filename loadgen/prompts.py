@@ -1,4 +1,4 @@
-"""Deterministic prompt text: n tokens ≈ 4n ASCII bytes, the same bytes for the same key, every run.
+"""Deterministic prompt text of n tokens (exact with the scenario's tokenizer, else ≈ 4n bytes), same bytes every run.
 
 Prefix caches (the testbed's and real ones) hash the prompt in blocks, so a conversation that
 re-sends its history must re-send it byte for byte: every piece of text here is a pure function of
@@ -11,6 +11,10 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loadgen.tokens import Tokenizer
 
 BYTES_PER_TOKEN = 4  # same convention as the testbed's token counter (ceil(bytes / 4))
 _BASE_BYTES = 1 << 20
@@ -47,9 +51,43 @@ def _offset(key: str) -> int:
     return int.from_bytes(digest, "big") % _BASE_BYTES
 
 
+# The scenario's tokenizer, set once per load process (loadgen.locustfile): with it every piece of
+# text is cut to an exact token count; without it pieces are sized at BYTES_PER_TOKEN (an estimate).
+_tokenizer: Tokenizer | None = None
+
+
+def use_tokenizer(tokenizer: Tokenizer | None) -> None:
+    """Build every later piece of text to exact token counts with ``tokenizer`` (None: the byte estimate)."""
+    global _tokenizer
+    _tokenizer = tokenizer
+    _exact_text.cache_clear()
+
+
+def tokenizer() -> Tokenizer | None:
+    return _tokenizer
+
+
 def text(key: str, tokens: int) -> str:
-    """Exactly ``max(tokens, 1) * 4`` ASCII bytes, starting with a tag unique to ``key``."""
-    size = max(1, tokens) * BYTES_PER_TOKEN
+    """``max(tokens, 1)`` tokens of text starting with a tag unique to ``key`` (exact with a tokenizer)."""
+    if _tokenizer is not None:
+        return _exact_text(key, max(1, tokens))
+    return _sized_text(key, max(1, tokens) * BYTES_PER_TOKEN)
+
+
+@functools.lru_cache(maxsize=1024)
+def _exact_text(key: str, tokens: int) -> str:
+    """The longest start of the key's byte text that is exactly ``tokens`` tokens (a pure function of both)."""
+    assert _tokenizer is not None
+    size = tokens * 2 * BYTES_PER_TOKEN + 64
+    while True:
+        candidate = _sized_text(key, size)
+        if _tokenizer.count(candidate) > tokens:
+            return _tokenizer.prefix(candidate, tokens)
+        size *= 2
+
+
+def _sized_text(key: str, size: int) -> str:
+    """Exactly ``size`` ASCII bytes, starting with a tag unique to ``key``."""
     tag = "[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest() + "] "
     if size <= len(tag):
         return tag[:size]
@@ -85,6 +123,16 @@ class Conversation:
     @property
     def tokens(self) -> int:
         return -(-self.bytes // BYTES_PER_TOKEN)
+
+    def prompt_tokens(self, dialect: str) -> tuple[int, bool]:
+        """(tokens the server should count for this prompt in ``dialect``, whether the count is exact).
+
+        With the scenario's tokenizer: counted (chat: through the model's chat template); without it,
+        the byte estimate (not exact).
+        """
+        if _tokenizer is None:
+            return self.tokens, False
+        return _tokenizer.prompt_tokens(dialect, self.system, self.messages, self.flat())
 
     def flat(self) -> str:
         """One prompt string (completions dialect): the pieces in order, newline-separated."""

@@ -198,6 +198,7 @@ class RequestRecord:
     complete: bool = False  # saw the end marker
     cancelled: bool = False  # the generator stopped before the attempt ended
     not_sent: bool = False  # the schedule wanted it sent but no slot was free
+    abandoned: bool = False  # the user gave up (no first token within its patience) and closed the connection
     client_timeout: bool = False  # the client's own deadline passed
     transport_error: bool = False  # connection refused/reset, malformed HTTP
     # The request was first written into a reused keep-alive connection that the server had closed
@@ -205,7 +206,11 @@ class RequestRecord:
     # once, on a fresh connection; every other fact is the fresh connection's.
     reconnected: bool = False
     retry_after_s: float | None = None
-    prompt_tokens: int | None = None
+    prompt_tokens: int | None = None  # as the server reported them (usage)
+    prompt_tokens_intended: int | None = None  # as rushhour built the prompt
+    prompt_tokens_exact: bool = False  # the intended count came from the scenario's tokenizer (else an estimate)
+    max_tokens: int | None = None  # the output length asked for
+    output_pinned: bool = False  # the body asked the server to produce exactly max_tokens (min_tokens + ignore_eos)
     output_tokens: int | None = None
     cached_tokens: int | None = None
     service_tier: str | None = None

@@ -148,6 +148,24 @@ def check_mapping(scenario: Scenario, where: str) -> None:
         raise ScenarioError(where, problems)
 
 
+def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scenario:
+    """Load the scenario's tokenizer once here (a relative path is the scenario folder's, else the working one's)."""
+    path = scenario.target.tokenizer
+    if not path:
+        return scenario
+    from loadgen.tokens import TokenizerError, load
+
+    given = Path(path).expanduser()
+    if not given.is_absolute() and (scenario_dir / given).exists():
+        given = scenario_dir / given
+    try:
+        load(given)
+    except TokenizerError as exc:
+        raise ScenarioError(where, [Problem("target.tokenizer", None, str(exc))]) from None
+    target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
+    return scenario.model_copy(update={"target": target})
+
+
 def check_routes(scenario: Scenario, where: str) -> None:
     """Build every route's endpoint now: a URL the load processes could not connect to fails here, once."""
     from loadgen.wire.http import Endpoint
@@ -249,6 +267,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     check_machine(scenario, options.processes, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
     scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
+    scenario = check_tokenizer(scenario, scenario_dir, str(name_or_path))
     if options.processes < 1:
         raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
     if options.dry_run:

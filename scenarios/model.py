@@ -264,6 +264,14 @@ class Target(Strict):
     stream: bool = True
     testbed: TestbedOptions = Field(default_factory=TestbedOptions)
     metrics: MetricsOptions | None = Field(default_factory=MetricsOptions)
+    tokenizer: str | None = Field(
+        default=None,
+        description="a local tokenizer.json or model folder: prompts of exact token counts (never downloaded)",
+    )
+    pin_output: bool | None = Field(
+        default=None,
+        description="ask for exactly max_tokens (min_tokens + ignore_eos); default: where the profile can",
+    )
 
     @property
     def is_testbed(self) -> bool:

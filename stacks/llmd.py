@@ -49,7 +49,8 @@ METRICS = Metrics(
 PROFILE = StackProfile(
     name="llm-d",
     summary="llm-d-router EPP flow control (InferenceObjective priority by header)",
-    wire=Wire(objective_header="x-llm-d-inference-objective", fairness_header="x-llm-d-inference-fairness-id"),
+    wire=Wire(objective_header="x-llm-d-inference-objective", fairness_header="x-llm-d-inference-fairness-id",
+              pin_output=True),  # its model servers are vLLM (or SGLang): both read the fields
     rules=(*RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     reason_headers=(DROPPED_REASON,),

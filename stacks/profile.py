@@ -61,6 +61,7 @@ class Wire:
     priority_body: PriorityPolarity | None = None  # body ``priority``: negated (lower = earlier) or as is
     service_tier: bool = False  # send the tier's ``service_tier`` body field (OpenAI, Anthropic)
     anthropic_auth: bool = False  # x-api-key + anthropic-version instead of a bearer token
+    pin_output: bool = False  # body min_tokens = max_tokens + ignore_eos pin the output length (vLLM, SGLang)
 
 
 HeaderReader = Callable[[Mapping[str, str], int], "str | None"]

@@ -22,7 +22,7 @@ RULES: tuple[Rule, ...] = (
 PROFILE = StackProfile(
     name="sglang",
     summary="SGLang server, priority scheduling (body priority, higher = earlier)",
-    wire=Wire(priority_body="as_is"),
+    wire=Wire(priority_body="as_is", pin_output=True),
     rules=(*RULES, *VLLM_RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     metrics=Metrics(prefixes=("sglang:", "vllm:")),

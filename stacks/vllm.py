@@ -46,7 +46,7 @@ METRICS = Metrics(
 PROFILE = StackProfile(
     name="vllm",
     summary="vLLM OpenAI server, priority scheduling (body priority, lower = earlier)",
-    wire=Wire(priority_body="negated"),
+    wire=Wire(priority_body="negated", pin_output=True),
     rules=(*RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     metrics=METRICS,

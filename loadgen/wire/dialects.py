@@ -23,9 +23,17 @@ def build_body(
     max_tokens: int,
     stream: bool,
     extra: dict[str, Any] | None = None,
+    pin_output: bool = False,
 ) -> tuple[str, bytes]:
-    """(path, JSON body) for one request; ``extra`` holds the tier's body fields (applied last)."""
+    """(path, JSON body) for one request; ``extra`` holds the tier's body fields (applied last).
+
+    ``pin_output`` asks an OpenAI-dialect server for exactly ``max_tokens`` (vLLM's and SGLang's
+    ``min_tokens`` + ``ignore_eos``), so output length is the scenario's, not the model's whim.
+    """
     body: dict[str, Any] = {"model": model, "max_tokens": max(1, max_tokens), "stream": stream}
+    if pin_output and dialect != ANTHROPIC:
+        body["min_tokens"] = max(1, max_tokens)
+        body["ignore_eos"] = True
     if dialect == OPENAI_CHAT:
         messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
         messages += [{"role": role, "content": content} for role, content in prompt.messages]

@@ -59,7 +59,8 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "pyarrow": frozenset({"audit", "reports", "rushhour"}),
     "aiohttp": frozenset({"testbed"}),
     "uvloop": frozenset({"testbed"}),
-    "jinja2": frozenset({"reports"}),
+    "jinja2": frozenset({"reports", "loadgen.tokens"}),  # loadgen.tokens renders a model's chat template
+    "tokenizers": frozenset({"loadgen.tokens"}),
     "markupsafe": frozenset({"reports"}),
     "typer": frozenset({"rushhour"}),
 }

@@ -1,0 +1,145 @@
+"""A scenario's tokenizer: exact token counts for prompt pieces and for whole prompts as the server counts them.
+
+Loaded from a local ``tokenizer.json`` (or a model folder holding one) with the ``tokenizers`` package;
+nothing is ever downloaded. For the chat dialect the server renders the model's chat template around
+the messages before it tokenizes, so the count of a whole prompt renders that same template here (from
+``chat_template.jinja`` or ``tokenizer_config.json`` next to the tokenizer) and counts the result, the
+way vLLM does: chat prompts without the tokenizer's own special tokens (the template writes them),
+completion prompts with them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OPENAI_CHAT = "openai-chat"
+OPENAI_COMPLETIONS = "openai-completions"
+
+
+class TokenizerError(ValueError):
+    """The scenario's tokenizer cannot be loaded (one line, names the path)."""
+
+
+@dataclass(slots=True)
+class Tokenizer:
+    """One loaded tokenizer, with the chat template and special tokens of its folder when there are some."""
+
+    path: str
+    backend: Any  # tokenizers.Tokenizer
+    chat_template: str | None = None
+    special: dict[str, str] | None = None
+    _template: Any = None
+
+    def count(self, text: str, special: bool = False) -> int:
+        """Tokens in ``text`` (``special``: with the tokenizer's own added BOS/EOS, as a completion prompt)."""
+        return len(self.backend.encode(text, add_special_tokens=special).ids)
+
+    def prefix(self, text: str, tokens: int) -> str:
+        """The longest prefix of ``text`` that is exactly ``tokens`` tokens long (``text`` must be long enough).
+
+        Cut at a token's end offset, then checked: BPE may tokenize a cut word differently from the
+        whole, so neighbouring cuts are tried until one counts exactly; the nearest below if none does.
+        """
+        enc = self.backend.encode(text, add_special_tokens=False)
+        offsets = enc.offsets
+        if tokens >= len(offsets):
+            return text
+        best = ""
+        for k in (tokens, tokens + 1, tokens - 1, tokens + 2, tokens - 2, tokens + 3):
+            if k < 1 or k > len(offsets):
+                continue
+            cut = text[: offsets[k - 1][1]]
+            n = self.count(cut)
+            if n == tokens:
+                return cut
+            if n < tokens and len(cut) > len(best):
+                best = cut
+        return best
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
+        """The chat prompt the server builds from ``messages`` (None without a chat template)."""
+        if self.chat_template is None:
+            return None
+        if self._template is None:
+            self._template = _compile(self.chat_template)
+        values = dict(self.special or {})
+        return str(self._template.render(messages=messages, add_generation_prompt=True, **values))
+
+    def prompt_tokens(self, dialect: str, system: str, messages: list[tuple[str, str]], flat: str) -> tuple[int, bool]:
+        """(tokens the server will count for this prompt, whether that count is exact)."""
+        if dialect == OPENAI_COMPLETIONS:
+            return self.count(flat, special=True), True
+        if dialect == OPENAI_CHAT:
+            chat = [{"role": "system", "content": system}] if system else []
+            chat += [{"role": role, "content": content} for role, content in messages]
+            rendered = self.render_chat(chat)
+            if rendered is not None:
+                return self.count(rendered), True
+        # no template (or a dialect whose framing the server keeps to itself): the content only
+        return sum(self.count(c) for c in ([system] if system else []) + [c for _, c in messages]), False
+
+
+def load(path: str | Path) -> Tokenizer:
+    """Load ``tokenizer.json`` (a file, or a folder holding one) and the chat template beside it."""
+    where = Path(path).expanduser()
+    file = where / "tokenizer.json" if where.is_dir() else where
+    if not file.is_file():
+        raise TokenizerError(f"tokenizer {str(path)!r}: no tokenizer.json there (rushhour never downloads one)")
+    try:
+        from tokenizers import Tokenizer as Backend
+    except ImportError:  # pragma: no cover - a dependency of rushhour
+        raise TokenizerError("the 'tokenizers' package is not installed") from None
+    try:
+        backend = Backend.from_file(str(file))
+    except Exception as exc:  # the Rust side raises its own exception type
+        raise TokenizerError(f"tokenizer {str(file)!r} cannot be read: {str(exc)[:200]}") from None
+    folder = file.parent
+    config = _config(folder)
+    template = _template(folder, config)
+    special = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    return Tokenizer(str(file), backend, template, {k: v for k, v in special.items() if v is not None})
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"{path}: not readable JSON ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _template(folder: Path, config: dict[str, Any]) -> str | None:
+    """The chat template: ``chat_template.jinja`` first (transformers ≥ 4.50 writes it), then the config's."""
+    path = folder / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    value = config.get("chat_template")
+    if isinstance(value, list):  # named templates: the default one
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    return value if isinstance(value, str) else None
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _compile(source: str) -> Any:
+    """The template compiled as transformers (and so vLLM) does: sandboxed, trim_blocks, lstrip_blocks."""
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TokenizerError(f"chat template: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
