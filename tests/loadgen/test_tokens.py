@@ -1,0 +1,88 @@
+"""Tokenizer-exact prompt pieces, whole-prompt counts through a chat template, pinned output on the wire."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from loadgen import prompts, tokens
+from loadgen.wire.dialects import build_body
+
+TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}"
+            "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+SPECIAL = ["<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small byte-level BPE trained here on the prompt text itself (no download), with a chat template."""
+    folder = tmp_path_factory.mktemp("tok")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([prompts._base()[:200_000].decode()], trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<|bos|>", "eos_token": {"content": "<|eos|>"}, "chat_template": TEMPLATE}))
+    return folder
+
+
+@pytest.fixture
+def tokenizer(model_dir: Path) -> Iterator[tokens.Tokenizer]:
+    tok = tokens.load(model_dir)
+    prompts.use_tokenizer(tok)
+    yield tok
+    prompts.use_tokenizer(None)
+
+
+def test_pieces_are_exact_and_deterministic(tokenizer: tokens.Tokenizer) -> None:
+    for n in (*range(1, 40), 97, 500, 3000):
+        piece = prompts.text(f"key:{n}", n)
+        assert tokenizer.count(piece) == n, n
+        assert prompts.text(f"key:{n}", n) == piece  # a pure function of (key, n): prefix caches see the same bytes
+    assert prompts.text("a", 50) != prompts.text("b", 50)
+
+
+def test_chat_prompt_counted_through_the_template(tokenizer: tokens.Tokenizer) -> None:
+    conv = prompts.Conversation(prompts.text("sys", 30)).with_user(prompts.text("u0", 40))
+    conv.append("assistant", prompts.text("a0", 7))
+    conv = conv.with_user(prompts.text("u1", 12))
+    count, exact = conv.prompt_tokens("openai-chat")
+    # bos + (role + content + eos) per message + the generation prompt: the template's own tokens
+    assert (count, exact) == (30 + 40 + 7 + 12 + 1 + 4 * 2 + 1, True)
+    flat, exact_flat = conv.prompt_tokens("openai-completions")
+    assert exact_flat and flat == tokenizer.count(conv.flat(), special=True)
+    assert conv.prompt_tokens("anthropic-messages") == (30 + 40 + 7 + 12, False)
+
+
+def test_without_a_tokenizer_the_count_is_an_estimate() -> None:
+    prompts.use_tokenizer(None)
+    conv = prompts.Conversation().with_user(prompts.text("x", 25))
+    assert conv.prompt_tokens("openai-chat") == (25, False)
+    assert len(prompts.text("x", 25)) == 100
+
+
+def test_tokenizer_file_or_folder_and_one_line_errors(model_dir: Path, tmp_path: Path) -> None:
+    assert tokens.load(model_dir / "tokenizer.json").chat_template == TEMPLATE
+    with pytest.raises(tokens.TokenizerError, match=r"no tokenizer\.json"):
+        tokens.load(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(tokens.TokenizerError, match="cannot be read"):
+        tokens.load(tmp_path)
+
+
+def test_pinned_output_on_the_wire() -> None:
+    conv = prompts.Conversation().with_user("hi")
+    _, body = build_body("openai-chat", "m", conv, 64, True, pin_output=True)
+    sent = orjson.loads(body)
+    assert (sent["max_tokens"], sent["min_tokens"], sent["ignore_eos"]) == (64, 64, True)
+    _, plain = build_body("openai-chat", "m", conv, 64, True)
+    assert "min_tokens" not in orjson.loads(plain) and "ignore_eos" not in orjson.loads(plain)
+    _, anthropic = build_body("anthropic-messages", "m", conv, 64, True, pin_output=True)
+    assert "ignore_eos" not in orjson.loads(anthropic)  # Anthropic's API has no such field
