@@ -640,13 +640,18 @@ def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
         table = np.array([route_profile.get(str(n), route_profile["primary"]) for n in names] +
                          [route_profile["primary"]], dtype=object)
         codes = req["route"].cat.codes.to_numpy()
-        profiles = pd.Series(table[np.where(codes < 0, len(names), codes)], index=req.index)
+        row_codes = np.where(codes < 0, len(names), codes)
+        profiles = pd.Series(table[row_codes], index=req.index)
+        # the profile per row as a categorical built from the route codes (no factorising a million strings)
+        uniques, inverse = np.unique(table.astype(str), return_inverse=True)
+        profile_column = pd.Categorical.from_codes(inverse[row_codes], categories=pd.Index(uniques))
     else:
         routes = req["route"].astype(object).fillna("primary") if "route" in req.columns else pd.Series(
             "primary", index=req.index)
         profiles = routes.map(route_profile).fillna(route_profile["primary"])
+        profile_column = pd.Categorical(profiles.to_numpy())
     out = prepare_attempts(req, classify_frame(req, profiles), inplace=True)
-    out["profile"] = pd.Categorical(profiles.to_numpy())
+    out["profile"] = profile_column
     return out
 
 

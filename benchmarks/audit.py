@@ -7,7 +7,10 @@ Each size is written as 4 shards (4 Locust processes) with a realistic mix: thre
 tenants, chat and agent personas, 84 % served, queue-full / TTL / eviction drops with llm-d's exact
 headers and bodies, 5xx, client timeouts, 5 % retries, health lines every second per process and a
 metrics.jsonl. Wall time and peak RSS are measured inside a subprocess per size (``getrusage``), so
-one size's memory does not hide another's. Goal: 1M records in < 10 s and < 2 GB, linear growth.
+one size's memory does not hide another's: once for the audit in memory (no table), once as
+``rushhour audit`` runs it (summary.json and attempts.parquet written), followed by the re-audit of the
+unchanged run (``audit.current_summary``: the inputs' fingerprint) and a read of the attempts table.
+Goal: 1M records in < 10 s and < 2 GB, linear growth.
 """
 
 from __future__ import annotations
@@ -138,20 +141,36 @@ def synthesise(run_dir: Path, n: int, seed: int = 1) -> None:
 
 CHILD = """
 import json, resource, sys, time
+from pathlib import Path
 t0 = time.perf_counter()
-from audit import run_audit
+import audit
 t1 = time.perf_counter()
-s = run_audit(sys.argv[1])
+run_dir, write = Path(sys.argv[1]), sys.argv[2] == "table"
+(run_dir / "attempts.parquet").unlink(missing_ok=True)
+s = audit.run_audit(run_dir, write=write)
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "audit_s": t2 - t1, "records": s.records,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+out = {"import_s": t1 - t0, "audit_s": t2 - t1, "records": s.records,
+       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+if write:
+    again = audit.current_summary(run_dir)  # `rushhour audit` when nothing changed
+    t3 = time.perf_counter()
+    table = audit.attempts(run_dir)  # what compare, drops.csv and the reports read
+    t4 = time.perf_counter()
+    assert again is not None and len(table) == s.records
+    out.update(reaudit_s=t3 - t2, table_read_s=t4 - t3,
+               table_bytes_per_attempt=(run_dir / "attempts.parquet").stat().st_size / max(1, s.records))
+print(json.dumps(out))
 """
 
 
-def measure(run_dir: Path) -> dict[str, float]:
-    """Audit in a fresh interpreter; report its wall time (audit only) and peak RSS."""
-    out = subprocess.run([sys.executable, "-c", CHILD, str(run_dir)], cwd=ROOT, capture_output=True, text=True,
-                         check=True)
+def measure(run_dir: Path, table: bool = True) -> dict[str, float]:
+    """Audit in a fresh interpreter; report its wall time (audit only) and peak RSS.
+
+    ``table``: the audit as ``rushhour audit`` runs it (summary.json and attempts.parquet written), then
+    the re-audit of the unchanged run and a read of the table; else the audit in memory (no table built).
+    """
+    out = subprocess.run([sys.executable, "-c", CHILD, str(run_dir), "table" if table else "memory"], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -163,7 +182,8 @@ def main() -> int:
     args = parser.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="rushhour-bench-"))
     rows = []
-    print(f"{'records':>10} {'shards MB':>10} {'gen s':>7} {'audit s':>8} {'µs/rec':>7} {'peak RSS MB':>12}")
+    print(f"{'records':>10} {'shards MB':>10} {'gen s':>7} {'no-table s':>10} {'audit s':>8} {'µs/rec':>7} "
+          f"{'peak RSS MB':>12} {'re-audit s':>10} {'table read s':>12} {'table B/att':>11}")
     for n in args.sizes:
         run_dir = base / f"run-{n}"
         t0 = time.perf_counter()
@@ -171,11 +191,15 @@ def main() -> int:
             synthesise(run_dir, n)
         gen_s = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in (run_dir / "records").glob("*.jsonl")) / 2**20
+        bare = measure(run_dir, table=False)
         r = measure(run_dir)
-        rows.append({"records": n, "shards_mb": size_mb, **r})
-        print(f"{n:>10} {size_mb:>10.0f} {gen_s:>7.1f} {r['audit_s']:>8.2f} {r['audit_s'] / n * 1e6:>7.2f} "
-              f"{r['rss_mb']:>12.0f}", flush=True)
+        rows.append({"records": n, "shards_mb": size_mb, "no_table_audit_s": bare["audit_s"],
+                     "no_table_rss_mb": bare["rss_mb"], **r})
+        print(f"{n:>10} {size_mb:>10.0f} {gen_s:>7.1f} {bare['audit_s']:>10.2f} {r['audit_s']:>8.2f} "
+              f"{r['audit_s'] / n * 1e6:>7.2f} {r['rss_mb']:>12.0f} {r['reaudit_s']:>10.3f} {r['table_read_s']:>12.2f} "
+              f"{r['table_bytes_per_attempt']:>11.1f}", flush=True)
         (run_dir / "summary.json").unlink(missing_ok=True)
+        (run_dir / "attempts.parquet").unlink(missing_ok=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
     print(json.dumps({"cpus": os.cpu_count(), "results": rows}, indent=1))

@@ -1,0 +1,64 @@
+"""The classified attempts table: its rows and columns, and stale detection by fingerprint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import MS, RunBuilder
+
+import audit
+from audit import table
+
+LONG = "vllm says: " + "x" * 280
+
+
+def _run(root: Path) -> Path:
+    b = RunBuilder(root, profile="vllm")
+    b.request(tier="interactive", persona="calibration", sent_ns=0)
+    b.request(tier="interactive", persona="chat-interactive", sent_ns=10 * MS)
+    b.dropped(status=503, error=LONG, tier="interactive", persona="chat-interactive", sent_ns=20 * MS)
+    b.request(tier="standard", persona="chat-standard", sent_ns=30 * MS, status=200, complete=False,
+              in_band_error="The engine is currently busy and cannot accept new requests")
+    return b.close()
+
+
+def test_rows_classes_flags_and_cut_text(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    summary = audit.run_audit(run)
+    t = audit.attempts(run)
+    assert list(t.columns) == list(table.COLUMNS)
+    assert len(t) == 4 and int(t["probe"].sum()) == 1
+    assert t["class"].astype(str).tolist() == ["served", "served", "unclassified", "queue_full"]
+    assert set(t["profile"].astype(str)) == {"vllm"}
+    assert t["in_band"].tolist() == [False, False, False, True]
+    assert t["error"].iloc[3].startswith("The engine is currently busy")  # the in-band text is the error
+    assert len(t["error"].iloc[2]) == table.ERROR_CUT and t["status"].iloc[2] == 503
+    served = t.iloc[1]
+    assert served["ttft_ns"] == served["first_token_ns"] - served["sent_ns"]
+    assert summary.tier("interactive").by_class["served"] == 1  # the probe is in the table, not in the tier
+
+
+def test_any_input_or_rule_change_makes_it_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    audit.run_audit(run)
+    assert audit.current_summary(run) is not None
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**manifest, "seed": 4}))
+    assert audit.current_summary(run) is None  # run.json changed
+    audit.run_audit(run)
+    monkeypatch.setattr(table, "classifier_version", lambda: "another-rule-table")
+    assert audit.current_summary(run) is None  # a new rule: re-audit
+    monkeypatch.undo()
+    assert audit.current_summary(run) is not None
+    (run / "summary.json").write_text((run / "summary.json").read_text() + " ")
+    assert audit.current_summary(run) is None  # not the summary written with the table
+
+
+def test_a_damaged_table_is_rebuilt(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    audit.run_audit(run)
+    (run / table.ATTEMPTS_FILE).write_bytes(b"not parquet")
+    assert table.stored_inputs(run) is None and audit.current_summary(run) is None
+    assert len(audit.attempts(run)) == 4
