@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit import calibration, fairness, tasks, text, timeline
+from audit import calibration, fairness, phases, tasks, text, timeline
 from audit.classify import classify_frame, normalise_profile
 from audit.crosscheck import crosscheck
 from audit.errors import AuditError
@@ -26,12 +26,15 @@ from audit.summary import (
     OUTCOME_CLASSES,
     UNSERVED_CLASSES,
     Evidence,
+    Excluded,
     Fairness,
     Finding,
     Inflation,
     Latency,
+    Measurement,
     Percentiles,
     PersonaSummary,
+    PhaseSlice,
     Rate,
     RouteSummary,
     RunInfo,
@@ -225,6 +228,54 @@ def _saturation_slice(logical: pd.DataFrame, ctx: Context) -> SaturationSlice | 
         ttft_ms=_ttft(logical, inside, from_intended=False),
         ttft_from_intended_ms=_ttft(logical, inside, from_intended=True),
     )
+
+
+def _phase_slices(logical: pd.DataFrame, phase_list: list[dict[str, Any]]) -> list[PhaseSlice]:
+    """The tier per phase (by first intended send): requests, not served, TTFT with censored waits."""
+    if not phase_list:
+        return []
+    idx = phases.phase_of(logical["first_intended_ns"], phase_list)
+    flags = phases.measured_flags(phase_list)
+    ok = judged(logical).to_numpy()
+    unserved = logical["unserved"].to_numpy() & ok
+    out = []
+    for i, (phase, measured) in enumerate(zip(phase_list, flags, strict=True)):
+        inside = idx == i
+        out.append(PhaseSlice(
+            phase=str(phase.get("name", "")), measured=measured, requests=int(inside.sum()),
+            unserved=int((unserved & inside).sum()),
+            drop_rate=wilson(int((unserved & inside).sum()), int((ok & inside).sum())),
+            ttft_ms=_ttft(logical, inside, from_intended=False),
+        ))
+    return out
+
+
+def _phase_verdicts(info: TierInfo, attempts: pd.DataFrame, logical: pd.DataFrame, ctx: Context,
+                    sat_good_total: int, judge: str | None) -> list[Verdict]:
+    """The tier's per-phase SLOs (``slo.phases``), each judged like a tier on that phase's requests alone.
+
+    Checks are named ``<phase>: <check>`` (e.g. ``peak: ttft_ms.p99``); the phase's judge is the tier's
+    unless the phase sets its own.
+    """
+    out: list[Verdict] = []
+    names = [str(p.get("name", "")) for p in ctx.scenario.phases]
+    idx = phases.phase_of(logical["first_intended_ns"], ctx.scenario.phases)
+    codes = logical["logical_code"].to_numpy()
+    for phase, slo in info.slo.phases.items():
+        if phase not in names:
+            raise AuditError(f"tier {info.name!r}: slo.phases names unknown phase {phase!r} (phases: {names})")
+        inside = idx == names.index(phase)
+        att = attempts[np.isin(attempts["logical_code"].to_numpy(), codes[inside])]
+        log = logical[inside].reset_index(drop=True)
+        if "judge" not in slo.model_fields_set:
+            slo = slo.model_copy(update={"judge": info.slo.judge})
+        sub = TierInfo(info.name, info.priority, slo)
+        tier = _tier_summary(sub, att, log, pd.DataFrame(columns=["tier"]), ctx, sat_good_total)
+        for v in tier_verdicts(tier, slo, judge):
+            rest = v.message[len(info.name) + 1:] if v.message.startswith(info.name + " ") else v.message
+            out.append(v.model_copy(update={"check": f"{phase}: {v.check}",
+                                            "message": f"{info.name} {phase}: {rest}"}))
+    return out
 
 
 def _tier_summary(
@@ -685,6 +736,10 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     attempts = all_attempts[~probes].reset_index(drop=True) if probes.any() else all_attempts
     del all_attempts
     logical = fold_logical(attempts)
+    # the measurement window: requests whose first intended send fell in an excluded phase leave the figures
+    measured = phases.measured_mask(logical["first_intended_ns"], sc.phases)
+    measured_att = (np.isin(attempts["logical_code"].to_numpy(), logical["logical_code"].to_numpy()[measured])
+                    if not measured.all() else np.ones(len(attempts), dtype=bool))
     duration_s = _duration_s(data, attempts, sc)
     grid = timeline.make_grid(duration_s)
     anchor = data.mono_anchor_ns
@@ -701,15 +756,26 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     for info in infos:
         sel = eq(logical["tier"], info.name)
         good_all[sel] = _good_mask(logical[sel], info.slo)
-    # floor membership = the saturation slice's: the first intended send falls in a window
-    sat_good_total = int((good_all & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
+    # floor membership = the saturation slice's: the first intended send falls in a window (and is measured)
+    sat_good_total = int((good_all & measured & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
 
     tier_summaries, series, evidence = [], {}, []
+    phase_verdicts: list[Verdict] = []
     for info in infos:
-        att = attempts[eq(attempts["tier"], info.name)]
-        log = logical[eq(logical["tier"], info.name)]
+        in_tier_att, in_tier_log = eq(attempts["tier"], info.name), eq(logical["tier"], info.name)
+        att, log = attempts[in_tier_att], logical[in_tier_log]
         lines = data.tasks[eq(data.tasks["tier"], info.name)] if len(data.tasks) else data.tasks
-        tier_summaries.append(_tier_summary(info, att, log, lines, ctx, sat_good_total))
+        tier = _tier_summary(info, attempts[in_tier_att & measured_att], logical[in_tier_log & measured], lines,
+                             ctx, sat_good_total)
+        tier.phases = _phase_slices(log.reset_index(drop=True), sc.phases)
+        if not measured.all():
+            left = ~measured_att[in_tier_att]
+            tier.excluded = Excluded(requests=int((~measured[in_tier_log]).sum()), attempts=int(left.sum()),
+                                     by_class=_class_counts(log["cls"][~measured[in_tier_log]]),
+                                     attempts_by_class=_class_counts(att["cls"][left]))
+        tier_summaries.append(tier)
+        if info.slo.phases:
+            phase_verdicts += _phase_verdicts(info, att, log.reset_index(drop=True), ctx, sat_good_total, judge)
         series[info.name] = timeline.tier_series(att, grid)
         evidence += _evidence(att, info.name)
 
@@ -724,6 +790,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)
+    verdicts += phase_verdicts
     passed, code = exit_code(validity, verdicts)
     findings = (_unclassified_findings(attempts, sc) + fairness.inversion_findings(inversions)
                 + _findings(tier_summaries) + cross_findings)
@@ -761,6 +828,12 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         evidence=evidence,
         records=n_records,
         tasks=len(data.tasks),
+        measurement=Measurement(
+            measured_phases=[str(p.get("name", "")) for p in sc.phases if p.get("measured", True)],
+            excluded_phases=[name for name, _, _ in phases.excluded_spans(sc.phases)],
+            excluded_spans=[[a, b] for _, a, b in phases.excluded_spans(sc.phases)],
+            excluded_requests=int((~measured).sum()), excluded_attempts=int((~measured_att).sum()),
+        ),
     )
     return Audited(summary, attempts_table)
 

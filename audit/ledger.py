@@ -153,11 +153,17 @@ def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | Non
 
 
 def audit_counts_from_summary(summary: Summary) -> dict[str, dict[str, int]]:
-    """The summary's attempts per class per tier, minus client-only classes (for cross-reading)."""
+    """The summary's attempts per class per tier, minus client-only classes (for cross-reading).
+
+    The ledger saw every request, so attempts the measurement window left out are added back.
+    """
     out: dict[str, dict[str, int]] = {}
     for tier in summary.tiers:
         counts: dict[str, int] = {}
-        for cls, n in tier.attempts_by_class.items():
+        whole = dict(tier.attempts_by_class)
+        for cls, n in (tier.excluded.attempts_by_class if tier.excluded else {}).items():
+            whole[cls] = whole.get(cls, 0) + n
+        for cls, n in whole.items():
             if n and cls not in CLIENT_ONLY and cls in OUTCOME_CLASSES:
                 counts[_fold_equivalent(cls)] = counts.get(_fold_equivalent(cls), 0) + n
         if counts:

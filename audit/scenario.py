@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from audit.errors import AuditError
+from audit.phases import measured_flags
 from scenarios.loader import ScenarioError, load_yaml, read_scenario_text
 from scenarios.model import SLO, Scenario
 
@@ -48,8 +49,10 @@ def _phases(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for phase in raw:
         duration = float(phase.get("duration", 0.0) or 0.0)
         out.append({"name": phase.get("name", ""), "start_s": start, "end_s": start + duration,
-                    "rate_scale": phase.get("rate_scale", 1.0)})
+                    "rate_scale": phase.get("rate_scale", 1.0), "measure": phase.get("measure")})
         start += duration
+    for phase, measured in zip(out, measured_flags(out), strict=True):
+        phase["measured"] = measured
     return out
 
 

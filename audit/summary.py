@@ -154,6 +154,27 @@ class SaturationSlice(_Model):
     ttft_from_intended_ms: Percentiles
 
 
+class PhaseSlice(_Model):
+    """The tier's requests whose first intended send fell in one phase (same censoring and intervals)."""
+
+    phase: str
+    measured: bool = Field(description="false: a warm-up/cool-down (or measure: false) phase, left out of the "
+                           "tier's figures and its whole-run SLO verdicts")
+    requests: int
+    unserved: int
+    drop_rate: Rate = Field(description="not served / sent, within the phase")
+    ttft_ms: Percentiles
+
+
+class Excluded(_Model):
+    """What the measurement window left out of a tier's figures: requests sent in unmeasured phases."""
+
+    requests: int
+    attempts: int
+    by_class: dict[str, int]
+    attempts_by_class: dict[str, int]
+
+
 class TierRoute(_Model):
     """One tier on one route: who served it, why traffic came here, and what it cost."""
 
@@ -228,6 +249,9 @@ class TierSummary(_Model):
     tokens: TokenFidelity | None = Field(
         default=None, description="prompt tokens reported vs intended, output served vs asked (served attempts)"
     )
+    phases: list[PhaseSlice] = Field(default_factory=list, description="the tier per phase (scenario order)")
+    excluded: Excluded | None = Field(default=None, description="requests left out of the figures above "
+                                      "(sent in unmeasured phases); null when every phase is measured")
 
 
 class Window(_Model):
@@ -355,6 +379,17 @@ class RunInfo(_Model):
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale
 
 
+class Measurement(_Model):
+    """The measurement window: which phases the tiers' figures and SLO verdicts are judged on."""
+
+    measured_phases: list[str] = Field(default_factory=list)
+    excluded_phases: list[str] = Field(default_factory=list)
+    excluded_spans: list[list[float]] = Field(default_factory=list, description="[start_s, end_s] per excluded "
+                                              "phase (by intended send)")
+    excluded_requests: int = Field(default=0, description="logical requests left out, every tier")
+    excluded_attempts: int = 0
+
+
 class Summary(_Model):
     schema_: str = Field(default=SUMMARY_SCHEMA, alias="schema")
     run: RunInfo
@@ -371,6 +406,7 @@ class Summary(_Model):
     evidence: list[Evidence]  # the first requests not served, per tier
     records: int
     tasks: int
+    measurement: Measurement = Field(default_factory=Measurement)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -218,6 +218,16 @@ class SLO(Strict):
     judge: Literal["point", "bound"] = Field(
         default="point", description="judge on the point estimate, or on the 95% confidence bound"
     )
+    phases: dict[str, SLO] = Field(
+        default_factory=dict, description="checks judged on one phase's requests only, by phase name "
+        "(e.g. peak: {ttft_ms: {p99: 2000}}); the judge is the tier's unless the phase sets its own")
+
+    @model_validator(mode="after")
+    def _phases_flat(self) -> SLO:
+        for name, slo in self.phases.items():
+            if slo.phases:
+                raise ValueError(f"slo.phases.{name}: a phase's SLO cannot name phases again")
+        return self
 
     def is_empty(self) -> bool:
         return self == SLO(judge=self.judge)
@@ -469,6 +479,21 @@ class Phase(Strict):
     agents_scale: float | None = Field(
         default=None, ge=0, le=1000, description="agent population scale (default: rate_scale)"
     )
+    measure: bool | None = Field(
+        default=None, description="judge this phase's requests (latency figures and SLOs); default: "
+        "yes, except a phase named warm-up or cool-down (warmup, warm_up, cooldown, … any case)")
+
+    @property
+    def measured(self) -> bool:
+        """Whether the audit judges this phase's requests (``measure``, else by the phase's name)."""
+        if self.measure is not None:
+            return self.measure
+        return not is_warm_or_cool(self.name)
+
+
+def is_warm_or_cool(name: str) -> bool:
+    """A phase name that means warm-up or cool-down: 'warm-up', 'Warmup', 'cool_down', … (default excluded)."""
+    return re.sub(r"[^a-z]", "", name.lower()) in ("warmup", "cooldown")
 
 
 class Timeouts(Strict):
@@ -575,11 +600,26 @@ class Scenario(Strict):
             if isinstance(persona, AgentSwarmPersona) and persona.start == "arrivals" and not persona.task_rate:
                 raise ValueError(f"persona {persona.name!r}: start 'arrivals' needs task_rate")
         self._within_limits()
+        self._measured_phases()
         if self.budget:
             for tier_name in self.budget.per_tier:
                 if tier_name not in names:
                     raise ValueError(f"budget.per_tier names unknown tier {tier_name!r}")
         return self
+
+    def _measured_phases(self) -> None:
+        """Phase names are unique when an SLO names one; something must be measured; SLO phases exist."""
+        phase_names = [p.name for p in self.phases]
+        if not any(p.measured for p in self.phases) and any(p.measure is False for p in self.phases):
+            raise ValueError("every phase has measure: false: nothing would be judged (measure at least one)")
+        for tier in self.tiers:
+            for name in tier.slo.phases:
+                if name not in phase_names:
+                    raise ValueError(f"tier {tier.name!r}: slo.phases names unknown phase {name!r} "
+                                     f"(phases: {phase_names})")
+                if phase_names.count(name) > 1:
+                    raise ValueError(f"tier {tier.name!r}: slo.phases names phase {name!r}, "
+                                     "which is not unique")
 
     def _within_limits(self) -> None:
         """Limits that span fields: the busiest phase's rate, the scaled swarm, the total duration."""
@@ -603,3 +643,4 @@ class Scenario(Strict):
 
 
 Budget.model_rebuild()
+SLO.model_rebuild()
