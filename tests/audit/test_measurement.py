@@ -13,7 +13,7 @@ from audit.errors import AuditError
 from audit.ledger import audit_counts_from_summary
 from audit.phases import measured_flags, measured_mask, phase_of
 from scenarios.model import Scenario
-from tests.audit.helpers import MS, S, RunBuilder, scenario
+from tests.audit.helpers import MS, RunBuilder, S, scenario
 
 PHASES = [{"name": "warm-up", "duration": 10}, {"name": "peak", "duration": 20}, {"name": "Cool_Down", "duration": 10}]
 
