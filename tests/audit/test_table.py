@@ -62,3 +62,21 @@ def test_a_damaged_table_is_rebuilt(tmp_path: Path) -> None:
     (run / table.ATTEMPTS_FILE).write_bytes(b"not parquet")
     assert table.stored_inputs(run) is None and audit.current_summary(run) is None
     assert len(audit.attempts(run)) == 4
+
+
+def test_rushhour_audit_keeps_a_current_summary_and_force_audits_again(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rushhour.cli import app
+
+    run = _run(tmp_path)
+    cli = CliRunner()
+    first = cli.invoke(app, ["audit", str(run), "--quiet"])
+    assert first.exit_code == 0, first.output
+    stamps = [(run / name).stat().st_mtime_ns for name in ("summary.json", table.ATTEMPTS_FILE)]
+    again = cli.invoke(app, ["audit", str(run), "--quiet"])
+    assert again.exit_code == 0, again.output
+    assert [(run / name).stat().st_mtime_ns for name in ("summary.json", table.ATTEMPTS_FILE)] == stamps
+    forced = cli.invoke(app, ["audit", str(run), "--quiet", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert (run / table.ATTEMPTS_FILE).stat().st_mtime_ns != stamps[1]
