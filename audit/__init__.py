@@ -103,5 +103,11 @@ def attempts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
     stored = _table.stored_inputs(run_dir)
     current = _inputs(run_dir)
     if stored is None or {**stored, "summary_sha256": None} != {**current, "summary_sha256": None}:
-        run_audit(run_dir)
+        try:
+            run_audit(run_dir)
+        except OSError:  # a read-only run folder: audit in memory, the answer is the same
+            built = audit(run_dir, with_table=True).table
+            assert built is not None
+            frame = _table.to_frame(built)
+            return frame[columns] if columns else frame
     return _table.read_table(run_dir, columns)

@@ -194,7 +194,11 @@ def stored_inputs(run_dir: Path) -> dict[str, Any] | None:
 
 def read_table(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """The stored table as a DataFrame (text columns categorical, times nullable Int64 → float64 ns)."""
-    table = pq.read_table(Path(run_dir) / ATTEMPTS_FILE, columns=columns)
+    return to_frame(pq.read_table(Path(run_dir) / ATTEMPTS_FILE, columns=columns))
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """The table as a DataFrame: text categorical, integer columns as float64 (NaN = absent)."""
     frame = table.to_pandas()
     for name in (*_TIMES, "attempt", "seq", "status", "prompt_tokens", "output_tokens"):
         if name in frame.columns:

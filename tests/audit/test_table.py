@@ -80,3 +80,19 @@ def test_rushhour_audit_keeps_a_current_summary_and_force_audits_again(tmp_path:
     forced = cli.invoke(app, ["audit", str(run), "--quiet", "--force"])
     assert forced.exit_code == 0, forced.output
     assert (run / table.ATTEMPTS_FILE).stat().st_mtime_ns != stamps[1]
+
+
+def test_a_run_folder_that_cannot_be_written_is_read_in_memory(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """drops.csv and compare still work on a read-only copy of a run: the table is built in memory."""
+    import errno
+
+    run = _run(tmp_path)
+
+    def refuse(*_: object, **__: object) -> Path:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(table, "write_table", refuse)
+    got = audit.attempts(run, columns=["class", "probe"])
+    assert list(got.columns) == ["class", "probe"] and len(got) == 4
+    assert not (run / table.ATTEMPTS_FILE).exists()
