@@ -16,12 +16,12 @@ from audit.summary import Summary
 
 __all__ = ["AuditError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
 
-_PACKAGES = ("audit", "stacks")  # the code a summary and its table depend on (besides the scenario model)
+_PACKAGES = ("audit", "stacks", "scenarios")  # the code a summary and its table depend on
 
 
 @cache
 def code_version() -> str:
-    """A hash of the audit's and the stack profiles' sources: new code makes an old audit stale."""
+    """A hash of the sources of the audit, the stack profiles and the scenario model (new code: re-audit)."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for package in _PACKAGES:
