@@ -132,6 +132,7 @@ def chart_payload(summary: Summary, max_points: int = MAX_POINTS) -> dict[str, A
         "tiers": [t.name for t in summary.tiers],
         "colours": fmt.tier_colours(summary),
         "windows": [[w.start_s, w.end_s] for w in summary.windows],
+        "excluded": [[a, b] for a, b in summary.measurement.excluded_spans],
         "phases": [
             {"name": str(p.get("name", "")), "start": p.get("start_s"), "end": p.get("end_s")}
             for p in summary.run.phases

@@ -108,6 +108,10 @@ def render_markdown(summary: Summary) -> str:
         set(range(1, 11)),
     )
     out.append("")
+    m = summary.measurement
+    if m.excluded_phases:
+        out += [f"Measurement window: {fmt.count(m.excluded_requests)} request(s) sent in "
+                f"{_text(', '.join(m.excluded_phases))} are left out of the figures and SLO checks above.", ""]
 
     if summary.findings:
         out += ["### Findings", ""]

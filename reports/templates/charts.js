@@ -32,6 +32,13 @@
   function shading(u) {
     var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
     ctx.save();
+    /* phases left out of the judgement (warm-up, cool-down, measure: false): grey */
+    ctx.fillStyle = "rgba(120,120,120,0.16)";
+    (DATA.excluded || []).forEach(function (w) {
+      var x0 = u.valToPos(toX(w[0]), "x", true), x1 = u.valToPos(toX(w[1]), "x", true);
+      x0 = Math.max(x0, u.bbox.left); x1 = Math.min(x1, u.bbox.left + u.bbox.width);
+      if (x1 > x0) ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
+    });
     ctx.fillStyle = "rgba(214,39,40,0.10)";
     DATA.windows.forEach(function (w) {
       var x0 = u.valToPos(toX(w[0]), "x", true), x1 = u.valToPos(toX(w[1]), "x", true);
