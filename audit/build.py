@@ -50,6 +50,7 @@ from audit.summary import (
 from audit.table import build_table
 from audit.tokens import token_fidelity
 from audit.validity import check_validity, with_shortfall
+from loadgen.manifest import RunManifest
 from scenarios.model import SLO
 
 SUMMARY_FILE = "summary.json"
@@ -514,9 +515,9 @@ def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, met
     return spans, windows
 
 
-def _stop_reason(manifest: dict[str, Any], workers_lost: int) -> tuple[str, bool]:
+def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:
     """(stop reason, interrupted): run.json's reason; a lost worker makes a 'completed' run ``lost_worker``."""
-    reason = str(manifest.get("stop_reason") or "")
+    reason = manifest.stop_reason or ""
     if workers_lost and reason in ("", "completed"):
         reason = "lost_worker"
     return reason, reason not in ("", "completed")
@@ -525,31 +526,30 @@ def _stop_reason(manifest: dict[str, Any], workers_lost: int) -> tuple[str, bool
 def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
     m = data.manifest
     stop_reason, interrupted = _stop_reason(m, workers_lost)
-    started = m.get("started_at")
-    if not started and isinstance(m.get("wall_anchor_ns"), int):
-        started = dt.datetime.fromtimestamp(m["wall_anchor_ns"] / 1e9, tz=dt.UTC).isoformat()
-    versions = m.get("versions") if isinstance(m.get("versions"), dict) else {}
-    target = m.get("target")
+    started = m.started_at
+    if not started and m.wall_anchor_ns is not None:
+        started = dt.datetime.fromtimestamp(m.wall_anchor_ns / 1e9, tz=dt.UTC).isoformat()
+    target = m.extra.get("target")  # run.json files before 0.1 held the target as {url, profile}
     target_url = target.get("url") if isinstance(target, dict) else target
-    target_url = m.get("resolved_target_url") or m.get("target_url") or target_url
-    command = m.get("command") or m.get("command_line") or ""
+    target_url = m.resolved_target_url or m.target_url or target_url
+    command: Any = m.command_line or m.extra.get("command") or ""
     if isinstance(command, list):
         command = " ".join(str(part) for part in command)
     return RunInfo(
-        run_id=str(m.get("run_id") or data.run_dir.name),
-        scenario=sc.name or str(m.get("scenario_name", "")),
+        run_id=m.run_id or data.run_dir.name,
+        scenario=sc.name or m.scenario_name,
         description=sc.description,
         target=str(target_url or sc.target),
-        profile=str(m.get("profile") or sc.profile),
-        model=str(m.get("model") or sc.model),
-        seed=int(m.get("seed") or sc.seed or 0),
+        profile=m.profile or sc.profile,
+        model=m.model or sc.model,
+        seed=int(m.seed or sc.seed or 0),
         started_at=str(started or ""),
         duration_s=duration_s,
-        processes=max(int(m.get("processes") or 0), data.processes),
+        processes=max(m.processes, data.processes),
         stop_reason=stop_reason,
         interrupted=interrupted,
         drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
-        versions={str(k): str(v) for k, v in (versions or {}).items()},
+        versions={str(k): str(v) for k, v in m.versions.items()},
         command=str(command),
         phases=sc.phases,
     )
@@ -559,8 +559,8 @@ def _duration_s(data: RunData, attempts: pd.DataFrame, sc: RunScenario) -> float
     observed = float(np.nanmax(attempts["t_end_ns"].to_numpy(dtype=np.float64))) / NS_PER_S if len(attempts) else 0.0
     if not np.isfinite(observed):
         observed = 0.0
-    declared = data.manifest.get("duration_s")
-    if isinstance(declared, int | float) and declared > 0:
+    declared = data.manifest.duration_s
+    if declared is not None and declared > 0:
         return max(float(declared), observed)
     return max(observed, sc.duration_s or 0.0, 1e-3)
 
@@ -743,8 +743,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     duration_s = _duration_s(data, attempts, sc)
     grid = timeline.make_grid(duration_s)
     anchor = data.mono_anchor_ns
-    wall = data.manifest.get("wall_anchor_ns")
-    metrics = load_metrics(data.run_dir, anchor, wall if isinstance(wall, int) else None,
+    metrics = load_metrics(data.run_dir, anchor, data.manifest.wall_anchor_ns,
                            horizon_ns=duration_s * NS_PER_S)
     ratio = calibration.inflation_ratio(attempts, base)
     spans, windows = _windows(attempts, ratio, grid, metrics)

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from audit.errors import AuditError
+from loadgen.manifest import RUN_MANIFEST, RunManifest
 from loadgen.record import (
     KIND_BREAKER,
     KIND_EVENT,
@@ -22,7 +23,6 @@ from loadgen.record import (
     KIND_SHARD,
     KIND_TASK,
     RECORDS_DIR,
-    RUN_MANIFEST,
 )
 
 _I = pa.int64()
@@ -110,7 +110,7 @@ class RunData:
     """Everything the audit reads from a run folder."""
 
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: RunManifest
     requests: pd.DataFrame
     tasks: pd.DataFrame
     health: pd.DataFrame
@@ -123,8 +123,7 @@ class RunData:
 
     @property
     def mono_anchor_ns(self) -> int | None:
-        value = self.manifest.get("mono_anchor_ns")
-        return int(value) if isinstance(value, int | float) else None
+        return self.manifest.mono_anchor_ns
 
 
 @dataclass
@@ -200,8 +199,8 @@ def split_tail(raw: bytes) -> tuple[bytes, bool]:
     return raw[:cut], bool(raw[cut:].strip())
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` as a dict, with a clear error when the folder is not a run."""
+def read_manifest(run_dir: Path) -> RunManifest:
+    """``run.json`` as a ``RunManifest``, with a clear error when the folder is not a run."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AuditError(f"{run_dir} is not a run folder (no such directory)")
@@ -214,7 +213,7 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise AuditError(f"{path} is unreadable: {exc}") from None
     if not isinstance(data, dict):
         raise AuditError(f"{path} is unreadable: not a JSON object")
-    return data
+    return RunManifest.from_json(data)
 
 
 def _empty(fields: dict[str, pa.DataType]) -> pa.Table:
@@ -275,7 +274,7 @@ def load_run(run_dir: Path) -> RunData:
     paths = sorted((run_dir / RECORDS_DIR).glob("*.jsonl"))
     if not paths:
         raise AuditError(f"{run_dir} has no shards: {RECORDS_DIR}/*.jsonl is empty or missing")
-    run_anchor = manifest.get("mono_anchor_ns")
+    run_anchor = manifest.mono_anchor_ns
     per_kind: dict[str, list[pa.Table]] = {kind: [] for kind in KIND_FIELDS}
     skipped = truncated = 0
     processes: set[tuple[str, int]] = set()

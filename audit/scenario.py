@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from audit.errors import AuditError
 from audit.phases import measured_flags
+from loadgen.manifest import RunManifest
 from scenarios.loader import ScenarioError, load_yaml, read_scenario_text
 from scenarios.model import SLO, Scenario
 
@@ -56,11 +57,11 @@ def _phases(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def from_manifest(manifest: dict[str, Any]) -> RunScenario:
+def from_manifest(manifest: RunManifest) -> RunScenario:
     """Read the resolved scenario from run.json; fall back to its raw dict if it no longer validates."""
-    raw = manifest.get("scenario")
-    if not isinstance(raw, dict):
-        return RunScenario(seed=int(manifest.get("seed") or 0))
+    raw = manifest.scenario
+    if raw is None:
+        return RunScenario(seed=manifest.seed or 0)
     try:
         model = Scenario.model_validate(raw)
     except ValidationError:

@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 
 from audit.classify import rules_table
 from audit.fold import CALIBRATION_PERSONA, eq
-from loadgen.record import RECORDS_DIR, RUN_MANIFEST
+from loadgen.manifest import RUN_MANIFEST
+from loadgen.record import RECORDS_DIR
 
 ATTEMPTS_FILE = "attempts.parquet"
 TABLE_SCHEMA = "rushhour.attempts/1"

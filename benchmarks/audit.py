@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadgen.record import write_manifest  # noqa: E402
+from loadgen.manifest import write_manifest  # noqa: E402
 
 PROCESSES = 4
 RATE_PER_S = 300.0  # offered attempts per second: 1M records ≈ 55 min of run

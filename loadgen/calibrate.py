@@ -39,6 +39,7 @@ import gevent
 from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_once
 from loadgen.context import WorkerContext, build_routes
+from loadgen.manifest import scenario_of
 from loadgen.record import Anchor, RequestRecord, ShardWriter
 from loadgen.wire.client import Cancelled
 from scenarios import load_scenario
@@ -151,8 +152,7 @@ def read_progress(run_dir: Path) -> dict[str, Any] | None:
 
 def _load(path: Path) -> Scenario:
     if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        return Scenario.model_validate(data.get("scenario", data))
+        return Scenario.model_validate(scenario_of(path))
     return load_scenario(path)
 
 

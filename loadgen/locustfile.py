@@ -24,6 +24,7 @@ from locust.env import Environment
 
 from loadgen import prompts, tokens
 from loadgen.context import WorkerContext, build_routes
+from loadgen.manifest import scenario_of
 from loadgen.record import (
     START_FAILED_MARK,
     Anchor,
@@ -102,8 +103,7 @@ def _anchor(opts: Any) -> Anchor:
 def _load(opts: Any) -> Scenario:
     path = Path(opts.rh_scenario)
     if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        return Scenario.model_validate(data.get("scenario", data))
+        return Scenario.model_validate(scenario_of(path))
     return load_scenario(path)
 
 

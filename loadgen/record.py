@@ -14,7 +14,6 @@ ledger, which stores raw ``CLOCK_MONOTONIC`` nanoseconds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -40,7 +39,6 @@ KIND_BREAKER = "breaker"
 KIND_EVENT = "event"  # run-level happenings: budget reached, phase change, stop reason
 
 RECORDS_DIR = "records"
-RUN_MANIFEST = "run.json"
 # A load process that cannot start writes one line with this mark to its log (locust.log) and exits;
 # the runner finds it there and reports that line as the run's one error.
 START_FAILED_MARK = "rushhour: a load process cannot start:"
@@ -332,31 +330,6 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 def is_disk_full(exc: BaseException) -> bool:
     """An ``OSError`` that means the storage is full (no space, quota, file too large)."""
     return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
-
-
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
-    """Write ``run.json`` atomically (a reader never sees half a manifest).
-
-    When the write fails (a full disk) the old ``run.json`` stays as it was and no ``run.json.tmp``
-    is left behind; the ``OSError`` propagates.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / RUN_MANIFEST
-    tmp = path.with_suffix(".json.tmp")
-    try:
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return path
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / RUN_MANIFEST
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 # --------------------------------------------------------------------------- writer

@@ -28,15 +28,8 @@ from rich.markup import escape
 
 import stacks
 from loadgen.live import ShardTail, render
-from loadgen.record import (
-    START_FAILED_MARK,
-    Anchor,
-    is_disk_full,
-    read_manifest,
-    register_secret,
-    shard_paths,
-    write_manifest,
-)
+from loadgen.manifest import RunManifest, write_manifest
+from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
@@ -82,6 +75,38 @@ class RunResult:
     run_dir: Path | None
     exit_code: int
     stop_reason: str | None = None
+
+
+@dataclass
+class RunContext:
+    """One run's state in the parent: what it runs, where it records, what it started, where it is."""
+
+    scenario: Scenario
+    options: RunOptions
+    run_dir: Path
+    manifest: RunManifest
+    sigs: _Signals
+    console: Any = None
+    testbeds: dict[str, TestbedProcess] = field(default_factory=dict)  # route name -> its testbed, primary first
+    stage: str = "start-up"  # where the run is, for an interrupt or a full disk: "calibration", "the load", …
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    def save(self) -> None:
+        """Write ``run.json`` as it stands now (atomically)."""
+        write_manifest(self.run_dir, self.manifest)
+
+    def say(self, text: str) -> None:
+        _say(self.console, text)
+
+    def fail_startup(self, error: str) -> RunResult:
+        """Finish ``run.json`` as a start-up error and say it in one line."""
+        self.manifest.stop_reason, self.manifest.error, self.manifest.ended_at = "startup_error", error[:2000], _iso()
+        self.save()
+        self.say(f"[bold red]error:[/] {escape(error)}")
+        return RunResult(self.run_dir, EXIT_STARTUP, "startup_error")
 
 
 def new_run_id() -> str:
@@ -284,97 +309,80 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         _say(console, f"[bold red]error:[/] no space left on the device holding {escape(str(options.out_dir))}: "
                       "nothing was started")
         return RunResult(None, EXIT_DISK_FULL, "disk_full")
-    manifest: dict[str, Any] = {
-        "run_id": run_id,
-        "scenario_name": scenario.name,
-        "scenario_source": str(name_or_path),
-        "scenario": scenario.model_dump(mode="json"),
-        "seed": scenario.seed,
-        "target_url": scenario.target.url,
-        "profile": scenario.target.profile,
-        "model": scenario.target.model,
-        "dialect": scenario.target.dialect,
-        "processes": options.processes,
-        "versions": _versions(),
-        "command_line": list(sys.argv),
-        "hostname": socket.gethostname(),
-        "duration_s": scenario.duration_s,
-        "drain_s": scenario.drain_s,
-        "started_at": _iso(),
-    }
-    testbeds: dict[str, TestbedProcess] = {}  # route name -> its own testbed (primary first)
+    manifest = RunManifest(
+        run_id=run_id,
+        scenario_name=scenario.name,
+        scenario_source=str(name_or_path),
+        scenario=scenario.model_dump(mode="json"),
+        seed=scenario.seed,
+        target_url=scenario.target.url,
+        profile=scenario.target.profile,
+        model=scenario.target.model,
+        dialect=scenario.target.dialect,
+        processes=options.processes,
+        versions=_versions(),
+        command_line=list(sys.argv),
+        hostname=socket.gethostname(),
+        duration_s=scenario.duration_s,
+        drain_s=scenario.drain_s,
+        started_at=_iso(),
+    )
     # From here on a run folder exists: SIGINT/SIGTERM must end in a finished run.json, never a bare exit.
     # Until the load starts the signal raises ``_Interrupted`` (testbed start-up and calibration block);
     # ``_drive`` installs its own handler that forwards the stop to Locust.
     before = _child_pids(os.getpid())  # children of ours that this run did not start (tests, a parent tool)
-    stage = ["start-up"]
     sigs = _Signals(raising=True)
+    ctx = RunContext(scenario, options, run_dir, manifest, sigs, console)
     try:
         with sigs:
             try:
-                return _start_and_drive(scenario, options, run_dir, run_id, manifest, testbeds, stage, sigs, console)
+                return _start_and_drive(ctx)
             except _Interrupted:
                 sigs.raising = False  # a second signal while we clean up only counts
-                _stop_started(testbeds, before)
-                manifest.update(stop_reason="interrupted", ended_at=_iso(), interrupted_during=stage[0])
-                write_manifest(run_dir, manifest)
-                _say(console, f"interrupted during {stage[0]}; partial run in {run_dir}")
+                _stop_started(ctx.testbeds, before)
+                manifest.stop_reason, manifest.ended_at, manifest.interrupted_during = "interrupted", _iso(), ctx.stage
+                ctx.save()
+                ctx.say(f"interrupted during {ctx.stage}; partial run in {run_dir}")
                 return RunResult(run_dir, EXIT_INTERRUPTED, "interrupted")
             except OSError as exc:
                 if not is_disk_full(exc):
                     raise
                 sigs.raising = False
-                _stop_started(testbeds, before)
-                return _disk_full(run_dir, manifest, exc, stage[0], console)
+                _stop_started(ctx.testbeds, before)
+                return _disk_full(ctx, exc)
     finally:
-        for tb in reversed(list(testbeds.values())):  # every testbed we started, by its PID
+        for tb in reversed(list(ctx.testbeds.values())):  # every testbed we started, by its PID
             tb.stop()
         _release(run_dir)
 
 
-def _start_and_drive(
-    scenario: Scenario,
-    options: RunOptions,
-    run_dir: Path,
-    run_id: str,
-    manifest: dict[str, Any],
-    testbeds: dict[str, TestbedProcess],
-    stage: list[str],
-    sigs: _Signals,
-    console: Any,
-) -> RunResult:
-    """Start the testbeds, calibrate, take the anchor and drive the load (``stage[0]``: where we are)."""
+def _start_and_drive(ctx: RunContext) -> RunResult:
+    """Start the testbeds, calibrate, take the anchor and drive the load (``ctx.stage``: where we are)."""
+    scenario, run_dir, manifest, testbeds = ctx.scenario, ctx.run_dir, ctx.manifest, ctx.testbeds
     target_url = scenario.target.url
     starts: list[tuple[str, Route | None]] = []
     if scenario.target.is_testbed:
         starts.append(("primary", None))
     starts += [(r.name, r) for r in scenario.resilience.fallback if r.url == "testbed"]
     for name, route in starts:
-        stage[0] = "testbed start-up"
-        _say(console, "starting the testbed …" if route is None else f"starting the testbed of route {name} …")
+        ctx.stage = "testbed start-up"
+        ctx.say("starting the testbed …" if route is None else f"starting the testbed of route {name} …")
         try:
             testbeds[name] = TestbedProcess.start(scenario, run_dir, route=route)
         except TestbedError as exc:
-            manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
-            write_manifest(run_dir, manifest)
-            _say(console, f"[bold red]error:[/] {exc}")
-            return RunResult(run_dir, EXIT_STARTUP, "startup_error")
-    stage[0] = "start-up"
+            return ctx.fail_startup(str(exc))
+    ctx.stage = "start-up"
     if "primary" in testbeds:
         testbed = testbeds["primary"]
         target_url = testbed.url
-        manifest.update(
-            testbed_port=testbed.port,
-            testbed_url=testbed.url,
-            testbed_ledger=str(testbed.ledger),
-            testbed_config=str(testbed.config_path),
-            testbed_pid=testbed.proc.pid,
-        )
+        manifest.testbed_port, manifest.testbed_url = testbed.port, testbed.url
+        manifest.testbed_ledger, manifest.testbed_config = str(testbed.ledger), str(testbed.config_path)
+        manifest.testbed_pid = testbed.proc.pid
     route_urls = {"primary": target_url}
     for fb in scenario.resilience.fallback:
         route_urls[fb.name] = testbeds[fb.name].url if fb.name in testbeds else fb.url
-    manifest["route_urls"] = route_urls
-    manifest["testbeds"] = {
+    manifest.route_urls = route_urls
+    manifest.testbeds = {
         name: {
             "url": tb.url,
             "port": tb.port,
@@ -385,34 +393,27 @@ def _start_and_drive(
         }
         for name, tb in testbeds.items()
     }
-    write_manifest(run_dir, manifest)
+    ctx.save()
     if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
-        stage[0] = "calibration"
-        _calibrate(run_dir, run_id, target_url, manifest, console)
-        stage[0] = "start-up"
+        ctx.stage = "calibration"
+        _calibrate(ctx, target_url)
+        ctx.stage = "start-up"
     now = Anchor.now()
     lead = int(STARTUP_LEAD_S * 1e9)
     anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
     try:  # faults count from the run's t = 0, not from each testbed's start
         for name, tb in testbeds.items():
-            manifest["testbeds"][name]["faults"] = tb.schedule_faults(anchor.mono_ns)
+            manifest.testbeds[name]["faults"] = tb.schedule_faults(anchor.mono_ns)
     except TestbedError as exc:
-        manifest.update(stop_reason="startup_error", error=str(exc)[:2000], ended_at=_iso())
-        write_manifest(run_dir, manifest)
-        _say(console, f"[bold red]error:[/] {exc}")
-        return RunResult(run_dir, EXIT_STARTUP, "startup_error")
-    manifest.update(
-        mono_anchor_ns=anchor.mono_ns,
-        wall_anchor_ns=anchor.wall_ns,
-        resolved_target_url=target_url,
-        schedule_starts_at=_iso(anchor.wall_ns),
-    )
-    write_manifest(run_dir, manifest)
-    stage[0] = "the load"
+        return ctx.fail_startup(str(exc))
+    manifest.mono_anchor_ns, manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
+    manifest.resolved_target_url, manifest.schedule_starts_at = target_url, _iso(anchor.wall_ns)
+    ctx.save()
+    ctx.stage = "the load"
     try:
-        return _drive(scenario, options, run_dir, run_id, anchor, route_urls, manifest, console)
+        return _drive(ctx, anchor, route_urls)
     finally:
-        sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+        ctx.sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
 
 
 def _reserve(run_dir: Path) -> None:
@@ -438,33 +439,28 @@ def _remove_empty(run_dir: Path) -> None:
             path.rmdir()
 
 
-def _disk_full(run_dir: Path, manifest: dict[str, Any], exc: OSError, stage: str, console: Any) -> RunResult:
+def _disk_full(ctx: RunContext, exc: OSError) -> RunResult:
     """The disk filled up: give the reserve back, finalise run.json with what is missing, say it in one line."""
+    run_dir, manifest, stage = ctx.run_dir, ctx.manifest, ctx.stage
     _release(run_dir)
-    anchor = manifest.get("mono_anchor_ns")
-    at_s = round((time.monotonic_ns() - anchor) / 1e9, 3) if isinstance(anchor, int) else None
-    with contextlib.suppress(OSError, ValueError):
-        manifest = read_manifest(run_dir) | manifest  # what an earlier write got onto the disk, then ours
-    manifest.update(
-        stop_reason="disk_full",
-        ended_at=_iso(),
-        shards=[p.name for p in shard_paths(run_dir)],
-        error=f"no space left on the device holding {run_dir} ({exc.strerror or exc}) during {stage}",
-        disk_full={
-            "during": stage,
-            "at_s": at_s,
-            "file": str(getattr(exc, "filename", None) or ""),
-            "missing": "every record, log line and metrics sample after the disk filled up "
-                       "(the load was stopped there)",
-        },
-    )
+    anchor = manifest.mono_anchor_ns
+    at_s = round((time.monotonic_ns() - anchor) / 1e9, 3) if anchor is not None else None
+    manifest.stop_reason, manifest.ended_at = "disk_full", _iso()
+    manifest.shards = [p.name for p in shard_paths(run_dir)]
+    manifest.error = f"no space left on the device holding {run_dir} ({exc.strerror or exc}) during {stage}"
+    manifest.disk_full = {
+        "during": stage,
+        "at_s": at_s,
+        "file": str(getattr(exc, "filename", None) or ""),
+        "missing": "every record, log line and metrics sample after the disk filled up (the load was stopped there)",
+    }
     try:
-        write_manifest(run_dir, manifest)
+        ctx.save()
         final = "run.json is final"
     except OSError:
         final = "run.json could not be finalised either"
     when = f" at t = {at_s:.1f} s" if at_s is not None and at_s >= 0 else f" during {stage}"
-    _say(console, f"[bold red]error:[/] the disk holding {escape(str(run_dir))} is full{when}: the run stopped "
+    ctx.say(f"[bold red]error:[/] the disk holding {escape(str(run_dir))} is full{when}: the run stopped "
                   f"and its records end there ({final}; `rushhour audit` says what is missing)")
     return RunResult(run_dir, EXIT_DISK_FULL, "disk_full")
 
@@ -485,7 +481,7 @@ CALIBRATION_TIMEOUT_S = 600.0
 CALIBRATION_PROGRESS_EVERY_S = 10.0  # print "calibration: 3/10 probes …" at most this often
 
 
-def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, Any], console: Any) -> dict[str, Any]:
+def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     """Send the idle probes in a child process (gevent) *before* the run's anchor is taken.
 
     The probes go to the primary route one after another and are recorded in their own shard
@@ -495,13 +491,14 @@ def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, 
     short deadlines of its own and the child stops after the first one that times out or fails to
     connect (``loadgen.calibrate``), so an unresponsive target costs one probe, not minutes.
 
-    Sets ``manifest["calibration"]`` (written as soon as the child runs: its PID, for clean-up)
+    Sets ``ctx.manifest.calibration`` (written as soon as the child runs: its PID, for clean-up)
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
     recorded cancelled) and propagates.
     """
     from loadgen.calibrate import probe_plan, probe_scenario, read_progress
 
-    scenario = Scenario.model_validate(manifest["scenario"])
+    run_dir, run_id, console = ctx.run_dir, ctx.run_id, ctx.console
+    scenario = ctx.scenario
     planned = len(probe_plan(scenario))
     timeouts = probe_scenario(scenario).resilience.timeouts
     _say(
@@ -530,8 +527,8 @@ def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, 
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
         )
         try:
-            info = manifest["calibration"] = {"pid": proc.pid}
-            write_manifest(run_dir, manifest)
+            info = ctx.manifest.calibration = {"pid": proc.pid}
+            ctx.save()
             deadline = started + CALIBRATION_TIMEOUT_S
             said_at = started
             while proc.poll() is None and time.monotonic() < deadline:
@@ -554,7 +551,7 @@ def _calibrate(run_dir: Path, run_id: str, target_url: str, manifest: dict[str, 
                 served=progress.get("served"),
                 gave_up=progress.get("gave_up"),
             )
-            write_manifest(run_dir, manifest)
+            ctx.save()
     if progress.get("gave_up"):
         _say(
             console,
@@ -684,21 +681,15 @@ class _Signals:
             signal.signal(sig, old)
 
 
-def _drive(
-    scenario: Scenario,
-    options: RunOptions,
-    run_dir: Path,
-    run_id: str,
-    anchor: Anchor,
-    route_urls: dict[str, str],
-    manifest: dict[str, Any],
-    console: Any,
-) -> RunResult:
+def _drive(ctx: RunContext, anchor: Anchor, route_urls: dict[str, str]) -> RunResult:
+    """Run Locust to the end (or a stop), watch it live, and finish ``run.json`` with how it ended."""
+    scenario, options, run_dir, run_id, manifest, console = (
+        ctx.scenario, ctx.options, ctx.run_dir, ctx.run_id, ctx.manifest, ctx.console)
     total_s = scenario.duration_s + scenario.drain_s
     target_url = route_urls["primary"]
     cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s, route_urls)
-    manifest["locust_command"] = cmd
-    write_manifest(run_dir, manifest)
+    manifest.locust_command = cmd
+    ctx.save()
     if options.web:
         port = cmd[cmd.index("--web-port") + 1]
         _say(console, f"Locust UI: http://127.0.0.1:{port} (open until 60 s after the load ends)")
@@ -711,8 +702,8 @@ def _drive(
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
         )
-        manifest["locust_pid"] = proc.pid
-        write_manifest(run_dir, manifest)
+        manifest.locust_pid = proc.pid
+        ctx.save()
         live = _live(console, options)
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
@@ -761,22 +752,19 @@ def _drive(
     shards = shard_paths(run_dir)
     load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
     if proc.returncode == LOCUST_DISK_FULL or (scraper is not None and getattr(scraper, "write_error", None)):
-        manifest["locust_exit_code"] = proc.returncode
+        manifest.locust_exit_code = proc.returncode
         raise OSError(errno.ENOSPC, "No space left on device (the load could not be recorded)", str(run_dir))
     start_failure = None if interrupted else _start_failure(log_path)
     if start_failure and not any(_has_requests(p) for p in load_shards):
         stop_reason = "startup_error"  # a load process could not start: nothing ran, say so once
-    manifest = read_manifest(run_dir) | {
-        "ended_at": _iso(),
-        "stop_reason": stop_reason,
-        "locust_exit_code": proc.returncode,
-        **({"overrun_killed_after_end_s": round(killed_late_s, 1)} if killed_late_s is not None else {}),
-        "shards": [p.name for p in shards],
-        "generator_warning": tail.saturated(),
-    }
+    manifest.ended_at, manifest.stop_reason, manifest.locust_exit_code = _iso(), stop_reason, proc.returncode
+    if killed_late_s is not None:
+        manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
+    manifest.shards = [p.name for p in shards]
+    manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
-        manifest["error"] = start_failure
-    write_manifest(run_dir, manifest)
+        manifest.error = start_failure
+    ctx.save()
     if stop_reason == "startup_error":
         _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")

@@ -272,18 +272,18 @@ def audit(
 
 def _disk_full_note(run_dir: Path) -> str | None:
     """What a run stopped by a full disk is missing (run.json's ``disk_full``), in one line."""
-    import json
+    from loadgen.manifest import read_manifest
 
     try:
-        manifest = json.loads((run_dir / "run.json").read_text())
+        manifest = read_manifest(run_dir)
     except (OSError, ValueError):
         return None
-    info = manifest.get("disk_full") if isinstance(manifest, dict) else None
-    if manifest.get("stop_reason") != "disk_full" or not isinstance(info, dict):
+    info = manifest.disk_full
+    if manifest.stop_reason != "disk_full" or info is None:
         return None
     at = info.get("at_s")
     when = f"at t = {at:.1f} s" if isinstance(at, int | float) and at >= 0 else f"during {info.get('during')}"
-    shards = manifest.get("shards") or []
+    shards = manifest.shards
     return (f"this run stopped {when} because the disk was full: missing {info.get('missing')}; "
             f"{len(shards)} shard(s) hold what was written before")
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loadgen.manifest import write_manifest
 from loadgen.record import (
     Anchor,
     BreakerRecord,
@@ -13,7 +14,6 @@ from loadgen.record import (
     RequestRecord,
     ShardWriter,
     TaskRecord,
-    write_manifest,
 )
 
 S = 1_000_000_000

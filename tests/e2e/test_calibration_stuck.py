@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from loadgen.calibrate import PROBE_TTFT_S
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -104,8 +105,8 @@ def test_calibration_gives_up_after_one_timed_out_probe(tmp_path: Path, hanging:
     took = time.monotonic() - started
     assert result.exit_code == 0 and result.run_dir is not None
     manifest = read_manifest(result.run_dir)
-    assert manifest["stop_reason"] == "completed"
-    cal = manifest["calibration"]
+    assert manifest.stop_reason == "completed"
+    cal = manifest.calibration
     assert cal["sent"] == 1 and cal["served"] == 0 and cal["probes"] == 3
     assert "timed out" in cal["gave_up"]
     assert cal["seconds"] < PROBE_TTFT_S + 30  # one short probe (+ a slow child start), not 3 × ttft_s (180 s)
@@ -146,7 +147,7 @@ def test_sigint_during_calibration(tmp_path: Path, hanging: HangingServer) -> No
 
         assert _wait_for(probe_in_flight, 30), "calibration never started"
         run_dir = next(runs.glob("*/run.json")).parent
-        cal_pid = read_manifest(run_dir)["calibration"]["pid"]
+        cal_pid = read_manifest(run_dir).calibration["pid"]
         children = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
         assert cal_pid in children
         time.sleep(0.3)  # let the probe's record be under way
@@ -162,9 +163,9 @@ def test_sigint_during_calibration(tmp_path: Path, hanging: HangingServer) -> No
     assert proc.returncode == 130, text
     assert "interrupted during calibration; partial run in" in text
     manifest = read_manifest(run_dir)
-    assert manifest["stop_reason"] == "interrupted" and manifest["ended_at"]
-    assert manifest["interrupted_during"] == "calibration"
-    assert manifest["calibration"]["interrupted"] is True
+    assert manifest.stop_reason == "interrupted" and manifest.ended_at
+    assert manifest.interrupted_during == "calibration"
+    assert manifest.calibration["interrupted"] is True
     probes = _calibration_records(run_dir)
     assert len(probes) == 1 and probes[0]["cancelled"]  # the probe in flight was recorded
     for pid in children | {cal_pid}:

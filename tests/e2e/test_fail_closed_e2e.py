@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from audit import run_audit
-from loadgen.record import read_manifest
+from loadgen.manifest import read_manifest
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,7 @@ def test_ci_smoke_with_the_target_killed_fails_the_gate(tmp_path: Path) -> None:
         assert _wait_for(lambda: _load_started(out), 90), "the load never started"
         time.sleep(5)  # ~5 s into the load, as in the review
         run_dir = next(p.parent for p in out.glob("*/run.json"))
-        os.kill(read_manifest(run_dir)["testbed_pid"], signal.SIGKILL)
+        os.kill(read_manifest(run_dir).testbed_pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from audit import run_audit
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -141,12 +142,12 @@ def test_breaker_moves_traffic_to_the_fallback_testbed_and_back(tmp_path: Path) 
     assert result.exit_code == 0 and result.run_dir is not None
     run_dir = result.run_dir
     manifest = read_manifest(run_dir)
-    assert manifest["stop_reason"] == "completed"
+    assert manifest.stop_reason == "completed"
 
     # two testbeds, own ports and ledgers, both stopped by PID
-    urls = manifest["route_urls"]
+    urls = manifest.route_urls
     assert set(urls) == {"primary", "standby"} and urls["primary"] != urls["standby"]
-    testbeds = manifest["testbeds"]
+    testbeds = manifest.testbeds
     assert testbeds["primary"]["ledger"].endswith("testbed-ledger.jsonl")
     assert testbeds["standby"]["ledger"].endswith("testbed-ledger-standby.jsonl")
     assert not any(_alive(tb["pid"]) for tb in testbeds.values())
@@ -173,7 +174,7 @@ def test_breaker_moves_traffic_to_the_fallback_testbed_and_back(tmp_path: Path) 
     assert len(probes) == 4 and all(r["route"] == "primary" and r["tier"] == "interactive" for r in probes)
     ordered = sorted(probes, key=lambda r: r["sent_ns"])
     assert all(a["done_ns"] <= b["sent_ns"] for a, b in itertools.pairwise(ordered))
-    anchor = manifest["mono_anchor_ns"]
+    anchor = manifest.mono_anchor_ns
     shard_anchor = {p.name: read_shard(p).header["mono_anchor_ns"] for p in shard_paths(run_dir)}
     cal_shard = [n for n in shard_anchor if n.endswith("-calibration.jsonl")]
     assert len(cal_shard) == 1
@@ -271,7 +272,7 @@ def test_budget_stops_the_run_at_the_limit(tmp_path: Path) -> None:
     assert result.exit_code == 0 and result.run_dir is not None and result.stop_reason == "budget"
     run_dir = result.run_dir
     manifest = read_manifest(run_dir)
-    assert manifest["stop_reason"] == "budget"
+    assert manifest.stop_reason == "budget"
     lines = _lines(run_dir)
     sent = [r for r in lines if r["kind"] == "request" and not r["not_sent"]]
     assert len(sent) == 25

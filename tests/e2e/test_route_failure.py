@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.record import START_FAILED_MARK, Anchor, shard_paths, write_manifest
+from loadgen.manifest import write_manifest
+from loadgen.record import START_FAILED_MARK, Anchor, shard_paths
 from loadgen.runner import RunOptions, _start_failure, locust_command, run_scenario
 from loadgen.testbed_proc import child_env
 from scenarios import ScenarioError, parse_scenario

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -61,8 +62,8 @@ def test_flooding_server_cannot_starve_the_run(tmp_path: Path) -> None:
     assert result.run_dir is not None
     manifest = read_manifest(result.run_dir)
     # Locust stopped by itself at the end of its schedule: not killed, not stopped for overrunning
-    assert result.exit_code == 0 and manifest["stop_reason"] == "completed", manifest.get("stop_reason")
-    assert manifest["locust_exit_code"] in (0, 1)
+    assert result.exit_code == 0 and manifest.stop_reason == "completed", manifest.stop_reason
+    assert manifest.locust_exit_code in (0, 1)
     records = [r for p in shard_paths(result.run_dir) for r in read_shard(p).lines if r["kind"] == "request"]
     assert len(records) >= 20  # ~24 arrivals; none lost
     errors = [r["error"] for r in records]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +53,7 @@ def test_hostile_server(tmp_path: Path) -> None:
         os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=10)
     assert result.exit_code == 0 and result.run_dir is not None
-    assert read_manifest(result.run_dir)["stop_reason"] == "completed"
+    assert read_manifest(result.run_dir).stop_reason == "completed"
     records = [r for p in shard_paths(result.run_dir) for r in read_shard(p).lines if r["kind"] == "request"]
     assert len(records) >= 20  # the run went on through every failure
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -67,7 +68,7 @@ def test_turns_after_an_idle_gap_are_never_transport_errors(tmp_path: Path) -> N
         os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=10)
     assert result.exit_code == 0 and result.run_dir is not None
-    assert read_manifest(result.run_dir)["stop_reason"] == "completed"
+    assert read_manifest(result.run_dir).stop_reason == "completed"
     records = [r for p in shard_paths(result.run_dir) for r in read_shard(p).lines if r["kind"] == "request"]
     sent = [r for r in records if not r["not_sent"]]
     assert len(sent) >= 12  # ~6 sessions × 3 turns

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.record import read_manifest, read_shard, shard_paths
+from loadgen.manifest import read_manifest
+from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -87,12 +88,15 @@ def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
         "testbed_port",
         "testbed_ledger",
     ):
-        assert key in manifest, key
-    assert manifest["stop_reason"] == "completed" and manifest["processes"] == 2
+        assert key in manifest.to_json(), key
+    # every key the runner writes is a typed field of RunManifest: nothing lands in ``extra``
+    assert manifest.extra == {}, sorted(manifest.extra)
+    assert manifest.to_json() == json.loads((run_dir / "run.json").read_text())
+    assert manifest.stop_reason == "completed" and manifest.processes == 2
     # one shard per Locust process (the calibration probes have their own, written before the load)
     shards = [p for p in shard_paths(run_dir) if not p.name.endswith("-calibration.jsonl")]
     assert len(shards) == 2
-    assert all(read_shard(p).header["run_id"] == manifest["run_id"] for p in shards)
+    assert all(read_shard(p).header["run_id"] == manifest.run_id for p in shards)
 
     records = [r for r in _requests(run_dir) if not r["not_sent"]]
     ledger = {row["request_id"]: row for row in _ledger(run_dir)}
@@ -110,7 +114,7 @@ def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
     assert all(any(line["kind"] == "request" for line in read_shard(p).lines) for p in shards)
 
     # client TTFT vs the server's own first-token stamp (same CLOCK_MONOTONIC)
-    anchor = manifest["mono_anchor_ns"]
+    anchor = manifest.mono_anchor_ns
     diffs = sorted(
         (r["first_token_ns"] + anchor - ledger[r["request_id"]]["first_token_ns"]) / 1e6
         for r in records
@@ -224,7 +228,7 @@ def test_kill9_worker_then_sigterm_runner(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     manifest = read_manifest(run_dir)
-    assert manifest["stop_reason"] == "interrupted" and "ended_at" in manifest
+    assert manifest.stop_reason == "interrupted" and manifest.ended_at
     survivor = read_shard(other)
     assert survivor.skipped == 0 and not survivor.truncated_tail  # closed cleanly
     requests = [r for r in survivor.lines if r["kind"] == "request"]
@@ -233,4 +237,4 @@ def test_kill9_worker_then_sigterm_runner(tmp_path: Path) -> None:
     # the testbed and every Locust process are gone
     for key in ("testbed_pid", "locust_pid"):
         with pytest.raises(ProcessLookupError):
-            os.kill(manifest[key], 0)
+            os.kill(manifest.to_json()[key], 0)

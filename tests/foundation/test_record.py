@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from loadgen.manifest import read_manifest, write_manifest
 from loadgen.record import (
     Anchor,
     HealthRecord,
@@ -18,12 +19,10 @@ from loadgen.record import (
     ShardWriter,
     TaskRecord,
     fingerprint,
-    read_manifest,
     read_shard,
     redact,
     register_secret,
     short_text,
-    write_manifest,
 )
 
 
@@ -86,7 +85,7 @@ def test_short_text_sanitises_hostile_bodies() -> None:
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
     write_manifest(tmp_path, {"run_id": "r1", "mono_anchor_ns": 5})
-    assert read_manifest(tmp_path)["mono_anchor_ns"] == 5
+    assert read_manifest(tmp_path).mono_anchor_ns == 5
 
 
 _WRITER_SCRIPT = textwrap.dedent(

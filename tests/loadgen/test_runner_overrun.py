@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from loadgen import runner
-from loadgen.record import read_manifest
+from loadgen.manifest import read_manifest
 
 SCENARIO = """
 name: overrun
@@ -62,8 +62,8 @@ def test_stuck_locust_is_reported_as_killed_for_overrunning(tmp_path: Path, monk
     assert result.run_dir is not None and result.stop_reason == "overrun_killed"
     assert result.exit_code == runner.EXIT_INTERRUPTED
     manifest = read_manifest(result.run_dir)
-    assert manifest["stop_reason"] == "overrun_killed" and manifest["locust_exit_code"] == -9
-    assert manifest["overrun_killed_after_end_s"] >= 1.0
+    assert manifest.stop_reason == "overrun_killed" and manifest.locust_exit_code == -9
+    assert manifest.overrun_killed_after_end_s >= 1.0
     text = "\n".join(console.lines)
     assert "after the run's end; killed (SIGKILL)" in text and "Locust did not stop within" in text
     assert "failed to start" not in text
@@ -72,6 +72,6 @@ def test_stuck_locust_is_reported_as_killed_for_overrunning(tmp_path: Path, monk
 def test_locust_stopped_by_sigterm_after_overrunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result, console = _run(tmp_path, monkeypatch, POLITE)
     assert result.run_dir is not None and result.stop_reason == "overrun_stopped"
-    assert read_manifest(result.run_dir)["stop_reason"] == "overrun_stopped"
+    assert read_manifest(result.run_dir).stop_reason == "overrun_stopped"
     assert any("stopped (SIGTERM)" in line for line in console.lines)
     assert not any("failed to start" in line for line in console.lines)

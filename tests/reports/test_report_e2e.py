@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord, write_manifest
+from loadgen.manifest import write_manifest
+from loadgen.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord
 
 pytestmark = pytest.mark.e2e
 
