@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from audit import calibration, fairness, phases, tasks, text, timeline
+from audit.abandon import abandoned_by_persona
 from audit.classify import classify_frame, normalise_profile
 from audit.crosscheck import crosscheck
 from audit.errors import AuditError
@@ -299,6 +300,7 @@ def _tier_summary(
     tenants = _group_rows(logical, good, "tenant", ctx.duration_s)
     tenant_ratio = [r.good / r.judged for r in tenants if r.judged]
     personas = _group_rows(logical, good, "persona", ctx.duration_s)
+    abandoned = abandoned_by_persona(logical)
     agent_lines, session_lines = tasks.split_kinds(task_lines, ctx.scenario.persona_kinds)
     return TierSummary(
         name=info.name,
@@ -337,7 +339,9 @@ def _tier_summary(
         preempted_after_first_token=int((eq(attempts["cls"], "preempted")
                                          & attempts["first_token_ns"].notna().to_numpy()).sum()),
         personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, unserved=r.unserved,
-                                 drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms)
+                                 drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms,
+                                 abandoned=abandoned.get(r.key, 0),
+                                 abandon_rate=wilson(abandoned.get(r.key, 0), r.drop_rate.n))
                   for r in personas],
         route_detail=(_tier_routes(attempts, logical, ctx.breakers if ctx.breakers is not None else pd.DataFrame(),
                                    ctx.duration_s * NS_PER_S)

@@ -7,7 +7,8 @@ first rule that matches wins. Rules run once per *distinct* combination of those
 a few dozen), then map back to every row, so a million attempts classify in milliseconds.
 
 Precedence for one attempt (docs/audit.md; fail closed: what no rule knows is ``unclassified``):
-1. ``not_sent`` → not_sent (the generator's own fault).
+1. ``not_sent`` → not_sent (the generator's own fault); ``abandoned`` (the client's flag: its user's
+   patience ran out before a first token and it closed the connection) → abandoned.
 2. an in-band error (inside a 200 stream) → the profile's rules on that text, else ``unclassified``:
    an in-band error is never ``served``.
 3. an HTTP error status (≥ 300) → the profile's rules, else the profile's status default, else the
@@ -19,7 +20,7 @@ Precedence for one attempt (docs/audit.md; fail closed: what no rule knows is ``
 
 The record's ``cancelled`` flag is the generator stopping (run end, Ctrl-C, budget) while the attempt
 was in flight: class ``unfinished``. Class ``cancelled`` is only a cancel the server reports (499,
-llm-d's rejected-context-cancelled).
+llm-d's rejected-context-cancelled); a user who gives up is its own class, ``abandoned``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from stacks.common import COMMON_STATUS_DEFAULTS as COMMON_STATUS_DEFAULTS_TABLE
 DEFAULT_PROFILE = stacks.DEFAULT
 
 FACT_COLUMNS = ("status", "reason", "error", "in_band_error", "complete", "cancelled", "not_sent",
-                "client_timeout", "transport_error", "first_token_ns")
+                "client_timeout", "transport_error", "first_token_ns", "abandoned")
 
 # The rule tables live with their stacks (stacks/<name>.py); these are read-only views of the registry.
 PROFILE_ALIASES: dict[str, str] = {alias: p.name for p in stacks.STACKS for alias, _ in p.aliases}
@@ -83,11 +84,14 @@ def classify_one(
     client_timeout: bool = False,
     transport_error: bool = False,
     first_token: bool = False,
+    abandoned: bool = False,
 ) -> str:
     """The class of one attempt (the reference the vectorised path is tested against)."""
     name = normalise_profile(profile)
     if not_sent:
         return "not_sent"
+    if abandoned:  # the user gave up before a first token and closed the connection: whatever came before
+        return "abandoned"
     if in_band_error:
         haystack = " | ".join(t for t in (reason, error, in_band_error) if t)
         return _match(name, haystack, status, first_token) or "unclassified"
@@ -145,7 +149,7 @@ def classify_frame(df: pd.DataFrame, profile: str | pd.Series | None = None) -> 
         _codes(col("error", None)),
         _codes(col("in_band_error", None)),
     ]
-    flags = ("complete", "cancelled", "not_sent", "client_timeout", "transport_error")
+    flags = ("complete", "cancelled", "not_sent", "client_timeout", "transport_error", "abandoned")
     bits = np.zeros(n, dtype=np.int64)
     for i, name in enumerate(flags):
         bits |= col(name, False).astype(bool).to_numpy().astype(np.int64) << i
@@ -174,13 +178,14 @@ def classify_frame(df: pd.DataFrame, profile: str | pd.Series | None = None) -> 
 
 
 def _classify_key(key: tuple[object, ...]) -> str:
-    (profile, status, reason, error, in_band, complete, cancelled, not_sent, timeout, transport,
+    (profile, status, reason, error, in_band, complete, cancelled, not_sent, timeout, transport, abandoned,
      first_token) = key
     return classify_one(
         str(profile), status=int(str(status)),
         reason=str(reason) or None, error=str(error) or None, in_band_error=str(in_band) or None,
         complete=bool(complete), cancelled=bool(cancelled), not_sent=bool(not_sent),
         client_timeout=bool(timeout), transport_error=bool(transport), first_token=bool(first_token),
+        abandoned=bool(abandoned),
     )
 
 

@@ -121,6 +121,11 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
             out += _latency(name, metric, getattr(tier.latency, metric), spec, judge)
     if slo.max_drop_rate is not None:
         out.append(_rate(name, "max_drop_rate", slo.max_drop_rate, tier.drop_rate, judge, upper=True))
+    if slo.max_abandon_rate is not None:  # the session SLA, judged per persona of the tier
+        for p in tier.personas:
+            if p.abandon_rate is not None and p.abandon_rate.n:
+                out.append(_rate(name, f"persona.{p.persona}.max_abandon_rate", slo.max_abandon_rate,
+                                 p.abandon_rate, judge, upper=True))
     for cls, limit in slo.max_drop_rate_by_class.items():
         rate = tier.drop_rate_by_class.get(cls) or Rate(k=0, n=tier.drop_rate.n, value=None, low=None, high=None)
         out.append(_rate(name, f"max_drop_rate_by_class.{cls}", limit, rate, judge, upper=True))

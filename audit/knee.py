@@ -253,6 +253,7 @@ _CLASS_WORDS = {"queue_full": "rejected (queue full)", "queue_timeout": "timed o
                 "preempted": "preempted", "overloaded": "refused (overloaded)", "rate_limited": "rate limited",
                 "failed": "failed", "timeout": "timed out at the client", "transport": "unanswered (transport)",
                 "cancelled": "cancelled by the server", "unfinished": "cut unfinished by the run's end",
+                "abandoned": "abandoned by users out of patience",
                 "unclassified": "answered with errors no rule knows (unclassified)"}
 
 

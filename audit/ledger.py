@@ -30,7 +30,7 @@ LEDGER_SCHEMA = pa.schema([
 CLIENT_ONLY = ("not_sent", "transport")
 # The server logs a client that gave up as ``cancelled``; the client knows it was its own timeout, or
 # that the generator stopped while the request was in flight (``unfinished``).
-EQUIVALENT = {"timeout": "cancelled", "unfinished": "cancelled"}
+EQUIVALENT = {"timeout": "cancelled", "unfinished": "cancelled", "abandoned": "cancelled"}
 TTFT_QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 

@@ -26,6 +26,7 @@ OUTCOME_CLASSES = (
     "timeout",
     "transport",
     "cancelled",
+    "abandoned",
     "unfinished",
     "unclassified",
     "not_sent",
@@ -127,6 +128,8 @@ class PersonaSummary(_Model):
     drop_rate: Rate
     goodput_per_s: float
     ttft_p99_ms: float | None
+    abandoned: int = Field(default=0, description="requests the persona's users gave up on (no first token in time)")
+    abandon_rate: Rate | None = Field(default=None, description="abandoned / sent: judged by max_abandon_rate")
 
 
 class TaskStats(_Model):

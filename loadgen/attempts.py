@@ -7,6 +7,7 @@ else the scenario's ``resilience.retries``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ class Logical:
     task_id: str = ""
     step: int = 0
     fanout_index: int = 0
+    patience_s: float | None = None  # the user gives up without a first token by then (None: never)
     logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -95,7 +97,7 @@ def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int =
         attempt_on_route += 1
         route = ctx.routes[route_index]
         record = _attempt(ctx, pools, req, route, attempt, retry_reason)
-        if record.cancelled or (record.not_sent and record.reason == "budget"):
+        if record.cancelled or record.abandoned or (record.not_sent and record.reason == "budget"):
             return record
         decision = resilience.next_step(
             policy,
@@ -159,6 +161,9 @@ def _attempt(
     ctx.counters.sent += 1
     ctx.counters.in_flight += 1
     timeouts = ctx.timeouts
+    patience = req.patience_s if req.patience_s is not None and req.patience_s < timeouts.ttft_s else None
+    if patience is not None:  # the user's patience is a first-token deadline shorter than the client's
+        timeouts = dataclasses.replace(timeouts, ttft_s=max(patience, 0.001))
     try:
         perform(
             pools.get(route, timeouts.keepalive_s),
@@ -178,6 +183,11 @@ def _attempt(
         raise
     finally:
         ctx.counters.in_flight -= 1
+    if patience is not None and record.client_timeout and record.first_token_ns is None:
+        # not the client's deadline but the user's: it gave up, and perform() closed the connection
+        record.client_timeout = False
+        record.abandoned = True
+        record.error = f"abandoned: no first token within the user's patience ({patience:.1f} s)"
     if breaker is not None:
         breaker.record(record)
     _settle(ctx, req, record, expected_prompt)

@@ -185,7 +185,7 @@ class RouteBreaker:
         key = outcome_key(record)
         if key is None:
             self.record_success()
-        elif key in ("not_sent", "cancelled", "breaker_open"):
+        elif key in ("not_sent", "cancelled", "abandoned", "breaker_open"):  # no verdict on the route
             self.record_cancelled()
         elif is_failure_key(key):
             self.record_failure(retry_reason(record))

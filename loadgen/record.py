@@ -230,7 +230,7 @@ class TaskRecord:
     start_ns: int = 0
     deadline_ns: int | None = None
     end_ns: int | None = None
-    outcome: str = ""  # completed | failed | deadline_missed | cancelled
+    outcome: str = ""  # completed | failed | deadline_missed | cancelled | abandoned (a chat user gave up)
     steps: int = 0
     calls: int = 0
     calls_failed: int = 0

@@ -37,7 +37,7 @@ from scenarios.model import RetryPolicy
 Action = Literal["retry", "fallback", "give_up", "done"]
 
 # Outcome keys that say nothing about the target: never retried, never a reason to fall back.
-_GENERATOR_SIDE = frozenset({"not_sent", "cancelled"})
+_GENERATOR_SIDE = frozenset({"not_sent", "cancelled", "abandoned"})  # the client ended it: no word on the route
 
 
 # --------------------------------------------------------------------------- Retry-After
@@ -123,6 +123,8 @@ def outcome_key(record: RequestRecord) -> str | None:
         return "not_sent"
     if record.cancelled:
         return "cancelled"
+    if record.abandoned:
+        return "abandoned"
     if record.reason == "breaker_open" and record.status == 0:
         return "breaker_open"
     if record.client_timeout:

@@ -17,6 +17,7 @@ _DROP_WORDS = {
     "timeout": "client timeout",
     "transport": "no HTTP answer",
     "cancelled": "cancelled by the server",
+    "abandoned": "abandoned by the user",
     "unfinished": "unfinished at run end",
     "unclassified": "unclassified",
 }

@@ -208,6 +208,9 @@ class SLO(Strict):
     e2e_ms: LatencySLO | None = None
     max_drop_rate: float | None = Field(default=None, ge=0, le=1)
     max_drop_rate_by_class: dict[str, float] = Field(default_factory=dict)
+    max_abandon_rate: float | None = Field(
+        default=None, ge=0, le=1, description="per persona of the tier: requests its users gave up on / sent"
+    )
     max_429_share: float | None = Field(default=None, ge=0, le=1)
     max_503_share: float | None = Field(default=None, ge=0, le=1)
     min_goodput: float | None = Field(default=None, ge=0, le=1, description="share served within SLO")
@@ -390,6 +393,15 @@ class ChatPersona(Strict):
     output_tokens: TokenDist = Field(
         default_factory=lambda: _spec({"dist": "lognormal", "mu": 5.02, "sigma": 0.86, "min": 1, "max": 1000})
     )
+    patience_s: Dist | None = Field(
+        default=None,
+        description="seconds a user waits for a first token before giving up (closes the connection); "
+        "none = never (only resilience.timeouts.ttft_s)",
+    )
+    on_abandon: Literal["leave", "retry"] = Field(
+        default="leave", description="after giving up: leave the session, or ask again (up to abandon_retries)"
+    )
+    abandon_retries: int = Field(default=1, ge=0, le=100, description="re-asks per turn when on_abandon = retry")
 
 
 class AgentSwarmPersona(Strict):

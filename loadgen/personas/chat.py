@@ -48,6 +48,8 @@ def _session(
     task = new_task(ctx, persona.name, persona.tier, tenant, session_id)
     task.task_id = session_id
     turns = persona.turns.sample_int(rng, lowest=1)
+    # patience draws from its own stream: adding it to a scenario leaves every other sample unchanged
+    patience_rng = ctx.rng(persona.name, ctx.worker_index, instance, "patience")
     conv = prompts.Conversation(system)
     pools = Pools(max_idle=1)
     outcome = "completed"
@@ -62,21 +64,33 @@ def _session(
                 intended_ns = ctx.now_ns()
             new_text = prompts.text(f"{session_id}:u{turn}", persona.prompt_tokens.sample_int(rng, lowest=1))
             max_tokens = persona.output_tokens.sample_int(rng, lowest=1)
-            req = Logical(
-                persona.tier,
-                tenant,
-                persona.name,
-                conv.with_user(new_text),
-                max_tokens,
-                intended_ns,
-                session_id=session_id,
-                task_id=session_id,
-                step=turn,
-            )
-            record = send_logical(ctx, pools, req)
+            asks_left = persona.abandon_retries if persona.on_abandon == "retry" else 0
+            while True:
+                patience = persona.patience_s.sample(patience_rng) if persona.patience_s is not None else None
+                req = Logical(
+                    persona.tier,
+                    tenant,
+                    persona.name,
+                    conv.with_user(new_text),
+                    max_tokens,
+                    intended_ns,
+                    session_id=session_id,
+                    task_id=session_id,
+                    step=turn,
+                    patience_s=patience,
+                )
+                record = send_logical(ctx, pools, req)
+                # a user who gave up asks again (a new request, sent now) while re-asks are left
+                if not record.abandoned or asks_left <= 0 or ctx.stopping or ctx.now_s() >= ctx.end_s:
+                    break
+                asks_left -= 1
+                task.calls += 1
+                task.calls_failed += 1
+                task.first_failure = task.first_failure or "abandoned"
+                intended_ns = ctx.now_ns()
             task.steps += 1
             if not count_call(task, record):
-                outcome = "failed"
+                outcome = "abandoned" if record.abandoned else "failed"
                 break
             produced = record.output_tokens or record.tokens or max_tokens
             conv.append("user", new_text)

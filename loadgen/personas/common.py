@@ -172,6 +172,8 @@ def count_call(task: TaskRecord, record: RequestRecord) -> bool:
 def _describe(record: RequestRecord) -> str:
     if record.cancelled:
         return "cancelled"
+    if record.abandoned:
+        return "abandoned"
     if record.client_timeout:
         return "timeout"
     if record.transport_error or record.status == 0:

@@ -1,0 +1,16 @@
+"""Users who gave up: abandoned logical requests per persona (the session SLA ``max_abandon_rate``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from audit.fold import judged
+
+
+def abandoned_by_persona(logical: pd.DataFrame) -> dict[str, int]:
+    """Persona → logical requests whose final class is ``abandoned`` (judged requests only)."""
+    if len(logical) == 0 or "persona" not in logical.columns:
+        return {}
+    mask = (logical["cls"].astype(object) == "abandoned").to_numpy() & judged(logical).to_numpy()
+    counts = logical.loc[mask, "persona"].astype(object).fillna("").value_counts()
+    return {str(k): int(v) for k, v in counts.items()}
