@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from audit.build import audit_run
-from loadgen.record import read_manifest, write_manifest
+from loadgen.manifest import read_manifest, write_manifest
 from loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
@@ -69,7 +69,8 @@ def test_warm_up_failing_the_slo_is_left_out(tmp_path: Path) -> None:
 
     # the same run judged whole (measure: true on the warm-up, the old behaviour) fails the SLO
     manifest = read_manifest(result.run_dir)
-    manifest["scenario"]["phases"][0]["measure"] = True
+    assert manifest.scenario is not None
+    manifest.scenario["phases"][0]["measure"] = True
     write_manifest(result.run_dir, manifest)
     whole = audit_run(result.run_dir)
     assert whole.measurement.excluded_phases == [] and whole.exit_code == 1
