@@ -39,7 +39,16 @@ class Logical:
     step: int = 0
     fanout_index: int = 0
     patience_s: float | None = None  # the user gives up without a first token by then (None: never)
+    tools: list[dict[str, Any]] | None = None  # function tools offered to the model (agents)
     logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # dialect -> (intended prompt tokens, exact): one tokenization per logical request, not per attempt
+    counted: dict[str, tuple[int, bool]] = field(default_factory=dict)
+
+    def prompt_tokens(self, dialect: str) -> tuple[int, bool]:
+        """The prompt's intended token count on ``dialect`` (counted once; see ``Conversation.prompt_tokens``)."""
+        if dialect not in self.counted:
+            self.counted[dialect] = self.prompt.prompt_tokens(dialect, self.tools)
+        return self.counted[dialect]
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
@@ -149,9 +158,9 @@ def _attempt(
         return record
     path, body = build_body(
         route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body,
-        pin_output=route.pin_output,
+        pin_output=route.pin_output, tools=req.tools,
     )
-    record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt.prompt_tokens(route.dialect)
+    record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt_tokens(route.dialect)
     record.max_tokens = req.max_tokens
     record.output_pinned = route.pin_output
     headers = dict(wire.headers)

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loadgen.tokens import Tokenizer
@@ -124,7 +124,7 @@ class Conversation:
     def tokens(self) -> int:
         return -(-self.bytes // BYTES_PER_TOKEN)
 
-    def prompt_tokens(self, dialect: str) -> tuple[int, bool]:
+    def prompt_tokens(self, dialect: str, tools: list[dict[str, Any]] | None = None) -> tuple[int, bool]:
         """(tokens the server should count for this prompt in ``dialect``, whether the count is exact).
 
         With the scenario's tokenizer: counted (chat: through the model's chat template); without it,
@@ -132,7 +132,7 @@ class Conversation:
         """
         if _tokenizer is None:
             return self.tokens, False
-        return _tokenizer.prompt_tokens(dialect, self.system, self.messages, self.flat())
+        return _tokenizer.prompt_tokens(dialect, self.system, self.messages, self.flat(), tools)
 
     def flat(self) -> str:
         """One prompt string (completions dialect): the pieces in order, newline-separated."""

@@ -59,23 +59,34 @@ class Tokenizer:
                 best = cut
         return best
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
-        """The chat prompt the server builds from ``messages`` (None without a chat template)."""
+    def render_chat(self, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None = None) -> str | None:
+        """The chat prompt the server builds from ``messages`` and ``tools`` (None without a chat template)."""
         if self.chat_template is None:
             return None
         if self._template is None:
             self._template = _compile(self.chat_template)
         values = dict(self.special or {})
-        return str(self._template.render(messages=messages, add_generation_prompt=True, **values))
+        return str(self._template.render(messages=messages, tools=tools, add_generation_prompt=True, **values))
 
-    def prompt_tokens(self, dialect: str, system: str, messages: list[tuple[str, str]], flat: str) -> tuple[int, bool]:
-        """(tokens the server will count for this prompt, whether that count is exact)."""
+    def prompt_tokens(
+        self,
+        dialect: str,
+        system: str,
+        messages: list[tuple[str, str]],
+        flat: str,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> tuple[int, bool]:
+        """(tokens the server will count for this prompt, whether that count is exact).
+
+        Tools are passed to the chat template as transformers does (``tools=``); a template that does
+        not render them leaves them out of the count, as the server's does.
+        """
         if dialect == OPENAI_COMPLETIONS:
             return self.count(flat, special=True), True
         if dialect == OPENAI_CHAT:
             chat = [{"role": "system", "content": system}] if system else []
             chat += [{"role": role, "content": content} for role, content in messages]
-            rendered = self.render_chat(chat)
+            rendered = self.render_chat(chat, tools)
             if rendered is not None:
                 return self.count(rendered), True
         # no template (or a dialect whose framing the server keeps to itself): the content only

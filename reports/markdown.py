@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from audit.summary import Summary
+from audit.summary import Summary, TokenFidelity
 from reports import fmt, sentences
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
@@ -37,6 +37,20 @@ def _status_badge(summary: Summary) -> str:
     if summary.passed:
         return "✅ PASS"
     return "❔ INCONCLUSIVE" if summary.exit_code == 2 else "❌ FAIL"
+
+
+def _token_line(f: TokenFidelity) -> str:
+    """Prompt tokens reported − intended and output served vs asked, in one line (served attempts)."""
+    parts = []
+    if f.prompt_n and f.prompt_diff_median is not None and f.prompt_diff_p99 is not None:
+        basis = "intended from the scenario's tokenizer" if f.prompt_exact_basis else "intended is an estimate"
+        parts.append(f"prompt tokens reported − intended: median {f.prompt_diff_median:+.0f}, "
+                     f"p99 |Δ| {f.prompt_diff_p99:.0f}, {fmt.pct(f.prompt_share_exact)} exact "
+                     f"over {fmt.count(f.prompt_n)} ({basis})")
+    if f.output_n and f.output_ratio_median is not None:
+        parts.append(f"output = max_tokens for {fmt.pct(f.output_share_equal)} (median output/asked "
+                     f"{f.output_ratio_median:.2f}, {fmt.pct(f.output_pinned_share)} pinned)")
+    return "; ".join(parts)
 
 
 def render_markdown(summary: Summary) -> str:
@@ -112,6 +126,10 @@ def render_markdown(summary: Summary) -> str:
     if m.excluded_phases:
         out += [f"Measurement window: {fmt.count(m.excluded_requests)} request(s) sent in "
                 f"{_text(', '.join(m.excluded_phases))} are left out of the figures and SLO checks above.", ""]
+
+    token_lines = [f"- **{_text(t.name)}**: {_text(_token_line(t.tokens))}" for t in summary.tiers if t.tokens]
+    if token_lines:
+        out += ["### Token counts: the server's against the scenario's", "", *token_lines, ""]
 
     if summary.findings:
         out += ["### Findings", ""]

@@ -28,6 +28,7 @@ from scenarios.distributions import (
     Uniform,
     as_dist_input,
 )
+from scenarios.tools import BUILTIN_TOOLS, check_tools
 
 PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
 if TYPE_CHECKING:
@@ -460,6 +461,22 @@ class AgentSwarmPersona(Strict):
         default_factory=lambda: _spec({"dist": "exponential", "mean": 2.0, "max": 30.0}),
         description="pause after a failed task before the next (harnesses back off; assumed)",
     )
+    tools: bool | list[dict[str, Any]] = Field(
+        default=False,
+        description="function tools sent with every call: true = a built-in coding set, or OpenAI function tools",
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_shape(cls, value: bool | list[dict[str, Any]]) -> bool | list[dict[str, Any]]:
+        return value if isinstance(value, bool) else check_tools(value)
+
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        """The tools the swarm's requests carry (None: none)."""
+        if self.tools is True:
+            return BUILTIN_TOOLS
+        return self.tools or None
 
 
 class TraceReplayPersona(Strict):

@@ -237,6 +237,7 @@ def _fan_out(
             task_id=task_id,
             step=step_no,
             fanout_index=i,
+            tools=persona.tool_schemas,
         )
         for i in range(step.fanout)
     ]

@@ -24,6 +24,7 @@ def build_body(
     stream: bool,
     extra: dict[str, Any] | None = None,
     pin_output: bool = False,
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[str, bytes]:
     """(path, JSON body) for one request; ``extra`` holds the tier's body fields (applied last).
 
@@ -38,6 +39,8 @@ def build_body(
         messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
         messages += [{"role": role, "content": content} for role, content in prompt.messages]
         body["messages"] = messages
+        if tools:
+            body["tools"] = tools
         if stream:
             body["stream_options"] = {"include_usage": True}
     elif dialect == OPENAI_COMPLETIONS:
@@ -48,11 +51,21 @@ def build_body(
         if prompt.system:
             body["system"] = prompt.system
         body["messages"] = _alternating(prompt.messages)
+        if tools:  # Anthropic's shape: name, description, input_schema
+            body["tools"] = [_anthropic_tool(t) for t in tools]
     else:
         raise ValueError(f"unknown dialect {dialect!r}")
     if extra:
         body.update(extra)
     return PATHS[dialect], orjson.dumps(body)
+
+
+def _anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    fn = tool.get("function", tool)
+    out = {"name": fn["name"], "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}}
+    if fn.get("description"):
+        out["description"] = fn["description"]
+    return out
 
 
 def _alternating(messages: list[tuple[str, str]]) -> list[dict[str, str]]:

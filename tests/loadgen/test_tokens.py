@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from loadgen import prompts, tokens
 from loadgen.wire.dialects import build_body
+from scenarios.tools import BUILTIN_TOOLS
 
 TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}"
             "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
@@ -86,3 +87,18 @@ def test_pinned_output_on_the_wire() -> None:
     assert "min_tokens" not in orjson.loads(plain) and "ignore_eos" not in orjson.loads(plain)
     _, anthropic = build_body("anthropic-messages", "m", conv, 64, True, pin_output=True)
     assert "ignore_eos" not in orjson.loads(anthropic)  # Anthropic's API has no such field
+
+
+def test_agent_tools_on_the_wire_and_in_the_count(model_dir: Path) -> None:
+    conv = prompts.Conversation().with_user("fix the bug")
+    _, chat = build_body("openai-chat", "m", conv, 8, True, tools=BUILTIN_TOOLS)
+    assert orjson.loads(chat)["tools"] == BUILTIN_TOOLS
+    _, anthropic = build_body("anthropic-messages", "m", conv, 8, True, tools=BUILTIN_TOOLS)
+    first = orjson.loads(anthropic)["tools"][0]
+    assert set(first) == {"name", "description", "input_schema"} and first["name"] == "read_file"
+    # a template that renders the tools: the intended count includes them, as the server's does
+    tok = tokens.load(model_dir)
+    tok.chat_template = "{% if tools %}{{ tools | tojson }}{% endif %}" + TEMPLATE
+    without, _ = tok.prompt_tokens("openai-chat", "", conv.messages, conv.flat())
+    with_tools, exact = tok.prompt_tokens("openai-chat", "", conv.messages, conv.flat(), BUILTIN_TOOLS)
+    assert exact and with_tools > without + 50
