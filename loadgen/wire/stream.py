@@ -17,7 +17,8 @@ ANTHROPIC = "anthropic-messages"
 
 # Content deltas are found without decoding JSON: the key followed by a non-empty string.
 # (Inside generated text a quote is escaped, so ``content\\":`` never matches ``"content"\s*:``.)
-_CHAT_DELTA = re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"(?!")')
+# A streamed tool call's ``arguments`` fragments are output tokens too (agents send ``tools``).
+_CHAT_DELTA = re.compile(rb'"(?:content|reasoning_content|reasoning|arguments)"\s*:\s*"(?!")')
 _TEXT_DELTA = re.compile(rb'"text"\s*:\s*"(?!")')
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _ERROR = re.compile(rb'"error"\s*:')

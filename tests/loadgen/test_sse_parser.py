@@ -79,6 +79,19 @@ def test_spaces_in_json_and_reasoning_content() -> None:
     assert interp.tokens == 2
 
 
+def test_tool_call_argument_fragments_are_tokens() -> None:
+    # vLLM/OpenAI stream a tool call as argument fragments with no content: each is an output token
+    interp = StreamInterpreter(OPENAI_CHAT)
+    interp.feed(
+        b'data: {"choices":[{"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"c1",'
+        b'"type":"function","function":{"name":"read_file","arguments":""}}]}}]}\n\n'
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"path\\": "}}]}}]}\n\n'
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"a.py\\"}"}}]}}]}\n\n',
+        7,
+    )
+    assert interp.tokens == 2 and interp.first_token_ns == 7
+
+
 def test_escaped_content_inside_text_is_not_a_second_token() -> None:
     interp = StreamInterpreter(OPENAI_CHAT)
     interp.feed(b'data: {"choices":[{"delta":{"content":"say \\"content\\": \\"x\\""}}]}\n\n', 1)
