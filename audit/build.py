@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit import calibration, fairness, phases, tasks, text, timeline
+import stacks
+from audit import calibration, control, fairness, phases, tasks, text, timeline
 from audit.abandon import abandoned_by_persona
 from audit.classify import classify_frame, normalise_profile
 from audit.crosscheck import crosscheck
@@ -739,6 +741,9 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     probe_rows = all_attempts[probes] if probes.any() else None  # the server counted them too (cross-check)
     attempts = all_attempts[~probes].reset_index(drop=True) if probes.any() else all_attempts
     del all_attempts
+    attempts, twins = _split_twins(attempts)
+    if twins is not None:  # the server saw the twins too: they count in the cross-check's totals
+        probe_rows = twins if probe_rows is None else pd.concat([probe_rows, twins], ignore_index=True)
     logical = fold_logical(attempts)
     # the measurement window: requests whose first intended send fell in an excluded phase leave the figures
     measured = phases.measured_mask(logical["first_intended_ns"], sc.phases)
@@ -782,6 +787,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         series[info.name] = timeline.tier_series(att, grid)
         evidence += _evidence(att, info.name)
 
+    if twins is not None:
+        _priority_effects(tier_summaries, logical, twins, sc)
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
     checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows)
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
@@ -839,6 +846,33 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         ),
     )
     return Audited(summary, attempts_table)
+
+
+def _split_twins(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The tiers' own attempts and the priority control's twins (None without any): twins count in no tier figure."""
+    mask = control.is_twin(attempts)
+    if not mask.any():
+        return attempts, None
+    return attempts[~mask].reset_index(drop=True), attempts[mask].reset_index(drop=True)
+
+
+def _priority_effects(tiers: list[TierSummary], logical: pd.DataFrame, twins: pd.DataFrame, sc: RunScenario) -> None:
+    """Each tier with twins gets its ``priority_effect`` (audit/control.py)."""
+    folded = fold_logical(twins.assign(logical_code=pd.factorize(twins["logical_id"].astype(str))[0]))
+    model = sc.model_obj
+    for tier in tiers:
+        own = logical[eq(logical["tier"], tier.name)]
+        mine = folded[eq(folded["tier"], tier.name)]
+        if len(mine) == 0:
+            continue
+        spec = model.control_for(tier.name) if model is not None else None
+        neutral = model.neutral_priority(spec) if model is not None and spec is not None else None
+        try:
+            wire = dataclasses.asdict(stacks.get(sc.profile).wire)
+        except KeyError:
+            wire = {}
+        described = control.describe_control(wire, neutral, spec.objective if spec is not None else None)
+        tier.priority_effect = control.priority_effect(tier.name, control.pair(own, mine, twins), described)
 
 
 def write_summary(summary: Summary, run_dir: Path) -> Path:

@@ -42,6 +42,7 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "client_timeout": _B, "transport_error": _B, "retry_after_s": _F, "prompt_tokens": _I,
     "output_tokens": _I, "cached_tokens": _I, "service_tier": _S, "reconnected": _B,
     "prompt_tokens_intended": _I, "prompt_tokens_exact": _B, "max_tokens": _I, "output_pinned": _B, "abandoned": _B,
+    "twin_of": _S, "control": _B,
 }
 TASK_FIELDS: dict[str, pa.DataType] = {
     "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,
@@ -67,6 +68,7 @@ REQUEST_USED = (
     "client_timeout", "transport_error", "retry_after_s", "prompt_tokens", "output_tokens", "prompt_bytes",
     "service_tier", "reconnected",
     "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
+    "twin_of", "control",
 )
 
 KIND_FIELDS: dict[str, dict[str, pa.DataType]] = {

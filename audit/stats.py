@@ -226,3 +226,34 @@ def merge_bucket_mask(mask: np.ndarray, max_gap: int = 1) -> list[tuple[int, int
     firsts = np.concatenate(([idx[0]], idx[breaks + 1]))
     lasts = np.concatenate((idx[breaks], [idx[-1]]))
     return [(int(a), int(b)) for a, b in zip(firsts, lasts, strict=True)]
+
+
+# Above this many trials the exact binomial tail is replaced by the normal approximation (continuity
+# corrected): the exact sum costs O(n) big integers, and at this size the two agree to < 1e-3.
+EXACT_BINOMIAL_MAX = 5000
+
+
+def binomial_two_sided(k: int, n: int) -> float | None:
+    """Exact two-sided p of ``k`` heads in ``n`` fair coin flips (sign test, exact McNemar); None at n = 0."""
+    k, n = int(k), int(n)
+    if n <= 0:
+        return None
+    low = min(k, n - k)
+    if n > EXACT_BINOMIAL_MAX:
+        z = (abs(k - n / 2) - 0.5) / math.sqrt(n / 4)
+        return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+    tail = sum(math.comb(n, i) for i in range(low + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def sign_test(differences: np.ndarray | list[float]) -> tuple[int, int, int, float | None]:
+    """Paired sign test: (pairs below 0, above 0, ties, exact two-sided p without the ties)."""
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    below, above = int((d < 0).sum()), int((d > 0).sum())
+    return below, above, len(d) - below - above, binomial_two_sided(below, below + above)
+
+
+def mcnemar_exact(only_first: int, only_second: int) -> float | None:
+    """Exact McNemar test on a paired yes/no outcome: the discordant pairs split like a fair coin?"""
+    return binomial_two_sided(only_first, only_first + only_second)

@@ -211,6 +211,46 @@ class TokenFidelity(_Model):
     output_ratio_median: float | None = Field(description="median of output tokens / max_tokens")
 
 
+class PairedEffect(_Model):
+    """The tier against its equal-priority twins on one paired latency (both of a pair served)."""
+
+    n: int = Field(description="pairs where both got a first token")
+    tier_p50_ms: float | None = None
+    control_p50_ms: float | None = None
+    change: float | None = Field(default=None, description="tier p50 / control p50 - 1 (-0.61 = 61 % lower)")
+    lower: int = Field(default=0, description="pairs where the tier's request was faster than its twin")
+    higher: int = Field(default=0, description="pairs where the twin was faster")
+    ties: int = 0
+    p_value: float | None = Field(default=None, description="exact two-sided sign test (ties left out)")
+    significant: bool = False
+
+
+class DropEffect(_Model):
+    """The tier against its twins on 'not served' (every pair whose both halves were sent)."""
+
+    n: int
+    tier_unserved: int = 0
+    control_unserved: int = 0
+    only_tier: int = Field(default=0, description="pairs where only the tier's request was not served")
+    only_control: int = Field(default=0, description="pairs where only the twin was not served")
+    difference: float | None = Field(default=None, description="tier rate - control rate (fractions; x100 = pts)")
+    p_value: float | None = Field(default=None, description="exact McNemar test on the discordant pairs")
+    significant: bool = False
+
+
+class PriorityEffect(_Model):
+    """Did priority do anything? The tier's requests against equal-priority twins sent at the same moment."""
+
+    pairs: int = Field(description="sampled requests whose twin was sent (both halves sent)")
+    control: str = Field(description="what the twins carried instead of the tier's priority")
+    alpha: float = 0.05
+    ttft: PairedEffect = Field(description="TTFT from send")
+    wait: PairedEffect = Field(description="queue wait: first token from the intended send")
+    drops: DropEffect
+    effect: bool = Field(description="any of the three differs significantly (p < alpha)")
+    message: str
+
+
 class TierSummary(_Model):
     name: str
     priority: int
@@ -245,6 +285,9 @@ class TierSummary(_Model):
     preempted_after_first_token: int
     personas: list[PersonaSummary] = Field(default_factory=list, description="the tier's requests per persona")
     route_detail: list[TierRoute] = Field(default_factory=list, description="the tier per route (fallbacks)")
+    priority_effect: PriorityEffect | None = Field(
+        default=None, description="the priority control (scenario `control`): the tier against equal-priority "
+        "twins of its own requests; the twins count in no other figure")
     ttft_cdf_ms: dict[str, list[float]] = Field(
         default_factory=dict,
         description="'from_send' / 'from_intended' -> TTFT at quantiles 0.00, 0.01, …, 1.00 (101 points)",

@@ -37,7 +37,7 @@ META_KEY = b"rushhour"
 
 _TEXT = ("request_id", "logical_id", "tier", "tenant", "persona", "route", "profile", "reason", "error")
 _TIMES = ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "done_ns", "ttft_ns", "e2e_ns", "tpot_ns")
-_FLAGS = ("probe", "reconnected", "in_band")
+_FLAGS = ("probe", "control", "reconnected", "in_band")
 
 # Column → what it holds (docs/audit.md repeats this table).
 COLUMNS: dict[str, str] = {
@@ -56,7 +56,9 @@ COLUMNS: dict[str, str] = {
     "sent_ns": "actual send", "headers_ns": "response headers", "first_token_ns": "first token", "done_ns": "end",
     "ttft_ns": "first token − send", "e2e_ns": "end − send", "tpot_ns": "(last − first token) / (tokens − 1)",
     "prompt_tokens": "prompt tokens", "output_tokens": "output tokens",
-    "probe": "a calibration probe (excluded from every tier figure)",
+    "probe": "not a tier's own request: a calibration probe or a priority-control twin (excluded from every "
+             "tier figure)",
+    "control": "a priority-control twin (an equal-priority copy of another logical request)",
     "reconnected": "resent once on a fresh connection after a stale keep-alive one",
     "in_band": "the error came inside a 2xx stream",
 }
@@ -163,7 +165,10 @@ def build_table(attempts: pd.DataFrame) -> pa.Table:
         columns[name] = _ints(attempts, name)
     for name in ("prompt_tokens", "output_tokens"):
         columns[name] = _ints(attempts, name)
-    columns["probe"] = pa.array(eq(text("persona"), CALIBRATION_PERSONA) if n else np.zeros(0, dtype=bool))
+    twin = (attempts["control"].fillna(False).to_numpy(dtype=bool) if "control" in attempts.columns
+            else np.zeros(n, dtype=bool))
+    columns["probe"] = pa.array((eq(text("persona"), CALIBRATION_PERSONA) | twin) if n else np.zeros(0, dtype=bool))
+    columns["control"] = pa.array(twin)
     columns["reconnected"] = pa.array(attempts["reconnected"].to_numpy(dtype=bool)
                                       if "reconnected" in attempts.columns else np.zeros(n, dtype=bool))
     columns["in_band"] = pa.array(in_band)

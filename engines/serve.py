@@ -155,8 +155,11 @@ class VllmLimits:
 
 
 def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu: int | None = 1,
-               log_dir: Path | None = None, ready_timeout_s: float = 240.0) -> Server:
-    """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback."""
+               log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority") -> Server:
+    """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback.
+
+    ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead.
+    """
     limits = limits or VllmLimits()
     env_dir = venv("vllm")
     model = tiny_model_dir()
@@ -168,7 +171,7 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     argv = [str(env_dir / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--served-model-name", MODEL_NAME, "--host", HOST, "--port", str(port),
             "--dtype", "float32", "--enforce-eager", "--max-model-len", str(limits.max_model_len),
-            "--scheduling-policy", "priority", "--max-num-seqs", str(limits.max_num_seqs),
+            "--scheduling-policy", scheduling, "--max-num-seqs", str(limits.max_num_seqs),
             "--max-num-queued-reqs", str(limits.max_num_queued_reqs),
             "--max-num-queued-tokens", str(limits.max_num_queued_tokens),
             "--disable-uvicorn-access-log"]
@@ -256,10 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--upstream", default=None, help="litellm: route to this OpenAI-compatible URL, not a mock")
     parser.add_argument("--log-dir", type=Path, default=None)
+    parser.add_argument("--scheduling-policy", choices=["priority", "fcfs"], default="priority",
+                        help="vllm: priority (default here) or vLLM's own default, fcfs")
     args = parser.parse_args(argv)
     try:
         if args.engine == "vllm":
-            server = start_vllm(args.port, log_dir=args.log_dir)
+            server = start_vllm(args.port, log_dir=args.log_dir, scheduling=args.scheduling_policy)
         else:
             server = start_litellm(args.port, deployment=LitellmDeployment(upstream=args.upstream),
                                    log_dir=args.log_dir)

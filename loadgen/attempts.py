@@ -10,15 +10,16 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gevent
 
-from loadgen import resilience
+from loadgen import control, resilience
 from loadgen.context import RouteWire, WorkerContext
 from loadgen.prompts import Conversation
 from loadgen.record import RequestRecord
+from loadgen.tiers import TierWire
 from loadgen.wire.client import KEEPALIVE_S, Cancelled, ConnectionPool, perform
 from loadgen.wire.dialects import build_body
 from loadgen.wire.http import build_request
@@ -43,6 +44,7 @@ class Logical:
     logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # dialect -> (intended prompt tokens, exact): one tokenization per logical request, not per attempt
     counted: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    twin_of: str = ""  # a control twin (loadgen/control.py): the logical request it copies
 
     def prompt_tokens(self, dialect: str) -> tuple[int, bool]:
         """The prompt's intended token count on ``dialect`` (counted once; see ``Conversation.prompt_tokens``)."""
@@ -62,6 +64,8 @@ def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **fac
         task_id=req.task_id,
         step=req.step,
         fanout_index=req.fanout_index,
+        twin_of=req.twin_of,
+        control=bool(req.twin_of),
         route=route.name,
         endpoint=route.url,
         model=route.model,
@@ -94,6 +98,8 @@ class Pools:
 
 def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
     """Send ``req`` until served or given up; returns the last attempt's record."""
+    if not req.twin_of:
+        _maybe_twin(ctx, req)
     policy = ctx.scenario.tier(req.tier).retries or ctx.scenario.resilience.retries
     rng = ctx.rng("retry", req.logical_id, rng_seed)
     route_index = 0
@@ -129,6 +135,41 @@ def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int =
             return record
 
 
+def _maybe_twin(ctx: WorkerContext, req: Logical) -> None:
+    """Send an equal-priority twin of a sampled request at the same moment (the priority control).
+
+    The twin has its own greenlet and connection and the same retry policy; which of the two leaves
+    first is a fair coin, the other follows ``control.STAGGER_S`` later.
+    """
+    spec = control.control_of(ctx.scenario, req.tier)
+    if spec is None or not control.sampled(req.logical_id, spec.share, ctx.scenario.seed):
+        return
+    twin = replace(req, twin_of=req.logical_id, logical_id=uuid.uuid4().hex)
+    first = control.twin_first(req.logical_id, ctx.scenario.seed)
+
+    def run() -> None:
+        if not first:
+            gevent.sleep(control.STAGGER_S)
+        pools = Pools(max_idle=1)
+        try:
+            send_logical(ctx, pools, twin)
+        finally:
+            pools.close()
+
+    (ctx.group if ctx.group is not None else gevent).spawn(run)
+    if first:
+        gevent.sleep(control.STAGGER_S)
+
+
+def _control_wire(ctx: WorkerContext, req: Logical, route: RouteWire) -> TierWire:
+    spec = control.control_of(ctx.scenario, req.tier)
+    assert spec is not None  # a twin exists only under a control
+    tier = ctx.scenario.tier(req.tier)
+    override = next((fb.credential for fb in ctx.scenario.resilience.fallback if fb.name == route.name), None)
+    return control.control_wire(tier, req.tenant, route.profile, route.dialect, spec,
+                                control.neutral_priority(ctx.scenario, spec), credential_override=override)
+
+
 def send_once(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire) -> RequestRecord:
     """One attempt on ``route``, no retry or fallback (calibration probes); recorded like any other."""
     return _attempt(ctx, pools, req, route, 1, None)
@@ -137,7 +178,7 @@ def send_once(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire) 
 def _attempt(
     ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, attempt: int, retry_reason: str | None
 ) -> RequestRecord:
-    wire = route.tiers[(req.tier, req.tenant)]
+    wire = _control_wire(ctx, req, route) if req.twin_of else route.tiers[(req.tier, req.tenant)]
     record = new_attempt_record(ctx, req, route, attempt=attempt, retry_reason=retry_reason)
     expected_prompt = req.prompt.tokens
     # circuit breaker per route: fail fast while open (checked before the budget: nothing is sent)

@@ -102,6 +102,7 @@ class WorkerContext:
     budget: Any = None  # loadgen.budget.BudgetGuard when the scenario has a budget
     breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.breaker.RouteBreaker
     shortfalls: dict[str, Any] = field(default_factory=dict)  # persona -> personas.common.Shortfall
+    group: Any = None  # the worker's gevent Group of in-flight work: control twins join it (drain, cancel)
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
     stop_reason: str | None = None
 

@@ -168,6 +168,9 @@ class RequestRecord:
     task_id: str = ""
     step: int = 0
     fanout_index: int = 0
+    # the priority control (docs/audit.md): a twin is an equal-priority copy of logical request ``twin_of``
+    twin_of: str = ""
+    control: bool = False
     attempt: int = 1
     retry_reason: str | None = None  # why this attempt exists (the previous attempt's outcome)
     route: str = "primary"

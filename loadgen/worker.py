@@ -22,7 +22,8 @@ class Worker:
 
     def __init__(self, ctx: WorkerContext) -> None:
         self.ctx = ctx
-        self.group = Group()  # sessions, tasks and replayed requests
+        self.group = Group()  # sessions, tasks, replayed requests and control twins
+        ctx.group = self.group
         self.drivers = Group()  # arrival loops
         self.health: gevent.Greenlet | None = None
 

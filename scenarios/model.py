@@ -310,6 +310,18 @@ class RetryPolicy(Strict):
     honour_retry_after: bool = True
 
 
+class Control(Strict):
+    """The priority control: twin a sample of a tier's requests with equal-priority copies (docs/audit.md)."""
+
+    share: float = Field(gt=0, le=1, description="fraction of the tier's logical requests that get a twin")
+    priority: int | None = Field(
+        default=None, description="the twins' priority (rushhour's polarity) on stacks with a body priority; "
+        "default: the midpoint of the scenario's tier priorities, rounded down")
+    objective: str | None = Field(
+        default=None, description="the twins' objective header on header stacks (llm-d, GAIE, SMG); default: "
+        "none sent (the stack's default priority)")
+
+
 class Tier(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     priority: int = Field(default=0, description="higher = more urgent (rushhour's polarity; mapped per stack)")
@@ -323,6 +335,8 @@ class Tier(Strict):
     retries: RetryPolicy | None = Field(
         default=None, description="this tier's retry policy (default: resilience.retries)"
     )
+    control: Control | None = Field(default=None, description="this tier's priority control (default: the "
+                                    "scenario's `control`)")
 
     @field_validator("credential")
     @classmethod
@@ -603,6 +617,8 @@ class Scenario(Strict):
     budget: Budget | None = None
     calibration: Calibration = Field(default_factory=Calibration)
     record_token_times: bool = False
+    control: Control | None = Field(default=None, description="twin a sample of every tier's requests with "
+                                    "equal-priority copies: did priority do anything?")
     drain_s: Seconds = Field(default=10.0, description="after the last phase, wait this long for in-flight")
 
     @property
@@ -614,6 +630,18 @@ class Scenario(Strict):
             if tier.name == name:
                 return tier
         raise KeyError(name)
+
+    def control_for(self, tier: str) -> Control | None:
+        """The priority control that applies to ``tier``: its own, else the scenario's, else none."""
+        own = self.tier(tier).control
+        return own if own is not None else self.control
+
+    def neutral_priority(self, control: Control) -> int:
+        """The twins' priority (rushhour's polarity): the control's, else the tiers' midpoint rounded down."""
+        if control.priority is not None:
+            return control.priority
+        values = [t.priority for t in self.tiers]
+        return (min(values) + max(values)) // 2
 
     @model_validator(mode="after")
     def _cross_references(self) -> Scenario:

@@ -1,0 +1,50 @@
+"""The priority control against a real vLLM 0.32: an effect with priority scheduling, none with fcfs.
+
+Every request of a saturating two-tier run gets an equal-priority twin (tests/real/scenarios/
+vllm-priority-control.yaml, ≤ 40 s). With ``--scheduling-policy priority`` the interactive tier's TTFT
+must be significantly lower than its twins'; with vLLM's default policy (fcfs) priority is ignored, so
+the same comparison must find nothing (p > 0.01: a stricter bar than the 0.05 the first run must pass,
+so a chance finding of the null run flakes at most 1 % of the time).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import _start
+from .helpers import SCENARIOS, run_rushhour, tiers
+
+SCENARIO = SCENARIOS / "vllm-priority-control.yaml"
+
+
+def _effects(summary: dict[str, object]) -> dict[str, dict[str, object]]:
+    effects = {name: t["priority_effect"] for name, t in tiers(summary).items()}
+    print(json.dumps({name: e and e["message"] for name, e in effects.items()}, indent=1))  # type: ignore[index]
+    print(json.dumps(effects, indent=1))
+    assert all(effects.values()), effects
+    return effects  # type: ignore[return-value]
+
+
+def test_priority_scheduling_shows_against_the_control(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    summary = run_rushhour(SCENARIO, vllm_server.url, tmp_path / "runs")
+    effects = _effects(summary)
+    ttft = effects["interactive"]["ttft"]
+    assert ttft["n"] >= 20, ttft  # type: ignore[index]
+    assert ttft["significant"] and ttft["change"] < 0, ttft  # type: ignore[index, operator]
+    assert effects["interactive"]["effect"]
+    # twins count in no tier figure: each tier's requests are its own (as many twins as sampled requests)
+    for name, effect in effects.items():
+        assert tiers(summary)[name]["requests"] >= effect["pairs"]
+
+
+def test_fcfs_shows_no_effect_against_the_control(tmp_path) -> None:
+    server = _start("start_vllm", log_dir=tmp_path / "vllm-log", scheduling="fcfs")
+    try:
+        summary = run_rushhour(SCENARIO, server.url, tmp_path / "runs")
+    finally:
+        server.stop()
+    effects = _effects(summary)
+    ttft = effects["interactive"]["ttft"]
+    assert ttft["n"] >= 20, ttft  # type: ignore[index]
+    assert ttft["p_value"] > 0.01, ttft  # type: ignore[index, operator]
+    assert "no measurable effect" in str(effects["interactive"]["message"]) or not ttft["significant"]  # type: ignore[index]
