@@ -90,7 +90,7 @@ def message(tier: str, effect: PriorityEffect) -> str:
         parts.append(("TTFT p50 " + text.signed_pct(ttft.change) + f" ({_p(ttft.p_value)})", ttft.significant))
     if wait.n:
         parts.append(("wait p50 " + text.signed_pct(wait.change) + f" ({_p(wait.p_value)})", wait.significant))
-    if drops.n:
+    if drops.n and drops.p_value is not None:  # without a discordant pair there is nothing to test
         parts.append(("not served " + text.signed_points(drops.difference) + f" ({_p(drops.p_value)})",
                       drops.significant))
     pairs = f"n = {effect.pairs} pairs"

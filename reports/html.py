@@ -11,7 +11,7 @@ import jinja2
 from markupsafe import Markup
 
 from audit.summary import UNSERVED_CLASSES, Summary, TierSummary
-from reports import charts, drops, fmt, sentences
+from reports import charts, control, drops, fmt, sentences
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -165,6 +165,7 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
             if stats is not None
         ],
         "rows": [_tier_row(summary, t) for t in summary.tiers],
+        "control_rows": control.rows(summary),
         "class_columns": _class_columns(summary),
         # every unserved class some tier had (a table of always-zero columns says nothing)
         "dropped_classes": [c for c in UNSERVED_CLASSES if any(t.by_class.get(c) for t in summary.tiers)],

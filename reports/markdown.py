@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from audit.summary import Summary, TokenFidelity
-from reports import fmt, sentences
+from reports import control, fmt, sentences
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -130,6 +130,20 @@ def render_markdown(summary: Summary) -> str:
     token_lines = [f"- **{_text(t.name)}**: {_text(_token_line(t.tokens))}" for t in summary.tiers if t.tokens]
     if token_lines:
         out += ["### Token counts: the server's against the scenario's", "", *token_lines, ""]
+
+    effect_rows = control.rows(summary)
+    if effect_rows:
+        out += ["### Did priority do anything? (equal-priority control)", ""]
+        table = []
+        for r in effect_rows:
+            cells = [str(r["tier"]), str(r["pairs"])]
+            for key in ("ttft", "wait", "drops"):
+                e = r[key]
+                assert isinstance(e, dict)
+                cells.append(f"{e['tier']} vs {e['control']} ({e['change']}, p {e['p']})")
+            table.append(cells)
+        out += _table(["tier", "pairs", "TTFT p50 tier vs control", "wait p50", "not served"], table, {1})
+        out += [""] + [f"- {_text(str(r['message']))}" for r in effect_rows] + [""]
 
     if summary.findings:
         out += ["### Findings", ""]

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from audit.summary import Summary
-from reports import fmt, sentences
+from reports import control, fmt, sentences
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
@@ -107,6 +107,8 @@ def print_terminal(summary: Summary, console: Console) -> None:
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    for line in control.lines(summary):
+        console.print(Text("priority vs equal-priority control: " + line), highlight=False)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
     for f in summary.findings:
