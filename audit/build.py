@@ -788,7 +788,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         evidence += _evidence(att, info.name)
 
     if twins is not None:
-        _priority_effects(tier_summaries, logical, twins, sc)
+        _priority_effects(tier_summaries, logical[measured], twins, sc)  # the measured requests only
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
     checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows)
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
