@@ -872,6 +872,8 @@ def _priority_effects(tiers: list[TierSummary], logical: pd.DataFrame, twins: pd
         except KeyError:
             wire = {}
         described = control.describe_control(wire, neutral, spec.objective if spec is not None else None)
+        if wire.get("priority_body") and neutral == tier.priority:
+            described += ": the tier's own priority, so no contrast by construction"
         tier.priority_effect = control.priority_effect(tier.name, control.pair(own, mine, twins), described)
 
 

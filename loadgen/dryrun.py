@@ -276,6 +276,7 @@ def plan(
             pp = _agents(persona, scenario, assumed_ttft_s, assumed_tpot_s)
         else:
             pp = _replay(persona, scenario)
+        _with_twins(pp, scenario)
         if prices is not None and pp.tier in prices:
             p_in, p_out = prices[pp.tier]
             pp.cost_usd = (pp.prompt_tokens * p_in + pp.output_tokens * p_out) / 1e6
@@ -291,6 +292,19 @@ def plan(
     result = DryRunPlan(scenario.name, scenario.duration_s, personas, tiers, priced=prices is not None)
     result.budget_warnings = _budget_warnings(scenario.budget, result)
     return result
+
+
+def _with_twins(pp: PersonaPlan, scenario: Scenario) -> None:
+    """The priority control's twins are sent and billed too: a share of the requests again."""
+    spec = scenario.control_for(pp.tier)
+    if spec is None:
+        return
+    twins = pp.requests * spec.share
+    scale = 1 + spec.share
+    pp.requests *= scale
+    pp.prompt_tokens *= scale
+    pp.output_tokens *= scale
+    pp.notes.append(f"includes ≈{twins:.0f} equal-priority control twins (control.share {spec.share:g})")
 
 
 def _budget_warnings(budget: Budget | None, p: DryRunPlan) -> list[str]:

@@ -131,3 +131,12 @@ def test_runs_without_a_control_have_no_effect_field(tmp_path: Path) -> None:
     b.request(tier="interactive")
     summary = run_audit(b.close())
     assert all(t.priority_effect is None for t in summary.tiers)
+
+
+def test_a_tier_at_the_neutral_priority_is_named_as_having_no_contrast(tmp_path: Path) -> None:
+    tiers = [{"name": "interactive", "priority": 10}, {"name": "batch", "priority": 0}]
+    b = RunBuilder(tmp_path, profile="vllm", tiers=tiers, scenario_extra={"control": {"share": 1.0, "priority": 0}})
+    b.request(tier="batch", tenant="batch-t0", persona="chat-batch", logical_id="b1")
+    b.request(tier="batch", tenant="batch-t0", persona="chat-batch", logical_id="b1-tw", twin_of="b1", control=True)
+    eff = run_audit(b.close()).tiers[1].priority_effect
+    assert eff is not None and eff.pairs == 1 and "no contrast by construction" in eff.control

@@ -155,3 +155,13 @@ def test_demo_scenario_renders_without_network(no_network: None) -> None:
     text = buf.getvalue()
     assert "nothing sent" in text and "interactive" in text and "cost USD" in text
     assert p.to_dict()["tiers"]["batch"]["requests"] > 0
+
+
+def test_control_twins_are_planned_and_billed(no_network: None) -> None:
+    """The priority control sends a share of each tier's requests again: the plan (and budget) counts them."""
+    tiers = [{"name": "interactive", "priority": 100, "control": {"share": 0.5}}, {"name": "batch", "priority": -1}]
+    p = plan(scenario(tiers=tiers), assumed_ttft_s=0.5, assumed_tpot_s=0.01)
+    chat = next(x for x in p.personas if x.persona == "chat")
+    assert chat.requests == pytest.approx(135) and chat.prompt_tokens == pytest.approx(135 * 150)
+    assert any("45 equal-priority control twins" in n for n in chat.notes)
+    assert next(x for x in p.personas if x.persona == "agents").requests == pytest.approx(150)  # no control there
