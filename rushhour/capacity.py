@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+
+from rushhour.consoles import make_console
 
 if TYPE_CHECKING:
     from loadgen.sweep import Plan, PlannedStep
 
-console = Console(stderr=True)
-out = Console()
+console = make_console(stderr=True)
+out = make_console()
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

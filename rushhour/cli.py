@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+
+from rushhour.consoles import make_console
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_FLAG = "--debug"
@@ -39,6 +40,9 @@ class _App(typer.Typer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         debug = _take_debug_flag(sys.argv)
+        from rushhour.pipes import guard_stdout
+
+        guard_stdout()  # `rushhour compare … | head -1`: a reader that leaves early is not a failure
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # the last line of defence: the user sees one line, never a traceback
@@ -78,8 +82,8 @@ def _register_capacity() -> None:
 
 _register_capacity()
 
-console = Console(stderr=True)
-out = Console()
+console = make_console(stderr=True)
+out = make_console()
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
