@@ -72,6 +72,12 @@ class Context:
     base: calibration.Baseline
     scenario: RunScenario
     breakers: pd.DataFrame | None = None  # breaker state changes (per route), for the tier route table
+    measured_s: float | None = None  # seconds the measured phases cover (per-second rates), when some are excluded
+
+    @property
+    def rate_s(self) -> float:
+        """Seconds that per-second figures divide by: the measured phases', else the run's."""
+        return self.measured_s if self.measured_s else self.duration_s
 
 
 def _class_counts(cls: pd.Series) -> dict[str, int]:
@@ -299,9 +305,9 @@ def _tier_summary(
     floor, floor_rate = fairness.floor_share(good_in_sat, sat_good_total, info.slo.floor_share,
                                              saturated=bool(ctx.windows))
     floor.rate = floor_rate if sat_good_total else None
-    tenants = _group_rows(logical, good, "tenant", ctx.duration_s)
+    tenants = _group_rows(logical, good, "tenant", ctx.rate_s)
     tenant_ratio = [r.good / r.judged for r in tenants if r.judged]
-    personas = _group_rows(logical, good, "persona", ctx.duration_s)
+    personas = _group_rows(logical, good, "persona", ctx.rate_s)
     abandoned = abandoned_by_persona(logical)
     agent_lines, session_lines = tasks.split_kinds(task_lines, ctx.scenario.persona_kinds)
     return TierSummary(
@@ -321,7 +327,7 @@ def _tier_summary(
         share_429=wilson(int((status[sent] == 429).sum()), int(sent.sum())),
         share_503=wilson(int((status[sent] == 503).sum()), int(sent.sum())),
         goodput=wilson(int(good[ok].sum()), n_judged),
-        goodput_per_s=float(good.sum()) / ctx.duration_s if ctx.duration_s > 0 else 0.0,
+        goodput_per_s=float(good.sum()) / ctx.rate_s if ctx.rate_s > 0 else 0.0,
         latency=_latency(logical, attempts),
         inflation=_inflation(logical, ctx.base),
         saturation=_saturation_slice(logical, ctx),
@@ -756,7 +762,10 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
                            horizon_ns=duration_s * NS_PER_S)
     ratio = calibration.inflation_ratio(attempts, base)
     spans, windows = _windows(attempts, ratio, grid, metrics)
-    ctx = Context(duration_s, grid, spans, base, sc, data.breakers)
+    excluded = phases.excluded_spans(sc.phases)
+    measured_s = (sum(float(p.get("end_s", 0.0)) - float(p.get("start_s", 0.0)) for p in sc.phases
+                      if p.get("measured", True)) if excluded else None)
+    ctx = Context(duration_s, grid, spans, base, sc, data.breakers, measured_s)
     infos = _tier_infos(sc, attempts, slo_override)
     priorities = {t.name: t.priority for t in infos}
 
@@ -840,8 +849,9 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         tasks=len(data.tasks),
         measurement=Measurement(
             measured_phases=[str(p.get("name", "")) for p in sc.phases if p.get("measured", True)],
-            excluded_phases=[name for name, _, _ in phases.excluded_spans(sc.phases)],
-            excluded_spans=[[a, b] for _, a, b in phases.excluded_spans(sc.phases)],
+            excluded_phases=[name for name, _, _ in excluded],
+            excluded_spans=[[a, b] for _, a, b in excluded],
+            measured_s=measured_s,
             excluded_requests=int((~measured).sum()), excluded_attempts=int((~measured_att).sum()),
         ),
     )

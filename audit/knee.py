@@ -149,6 +149,8 @@ def step_from_summary(summary: Summary, index: int, scale: float, replicas: int 
                       run_dir: str = "", duration_s: float | None = None) -> Step:
     """Reduce an audited run to the per-tier figures a sweep plots and judges."""
     duration = duration_s or summary.run.duration_s or 1.0
+    if summary.measurement.measured_s:  # the tiers' counts cover the measured phases only (warm-up left out)
+        duration = summary.measurement.measured_s
     rows: list[TierStep] = []
     for tier in summary.tiers:
         checks = [judge_check(tier, v) for v in summary.verdicts if v.tier == tier.name]
@@ -489,6 +491,8 @@ def study_cell(summary: Summary, *, k: int, mix: str, load: str, policy: str, re
                run_dir: str = "", duration_s: float | None = None) -> StudyCell:
     """Reduce one study run to its figures (tiers are taken most urgent first)."""
     duration = duration_s or summary.run.duration_s or 1.0
+    if summary.measurement.measured_s:  # the tiers' counts cover the measured phases only (warm-up left out)
+        duration = summary.measurement.measured_s
     tiers = summary.tiers
     served = sum(t.by_class.get("served", 0) for t in tiers)
     requests = sum(t.requests for t in tiers)

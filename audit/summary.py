@@ -432,6 +432,8 @@ class Measurement(_Model):
     excluded_phases: list[str] = Field(default_factory=list)
     excluded_spans: list[list[float]] = Field(default_factory=list, description="[start_s, end_s] per excluded "
                                               "phase (by intended send)")
+    measured_s: float | None = Field(default=None, description="seconds the measured phases last (per-second "
+                                     "figures such as goodput_per_s divide by it); null when nothing is excluded")
     excluded_requests: int = Field(default=0, description="logical requests left out, every tier")
     excluded_attempts: int = 0
 

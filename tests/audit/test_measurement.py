@@ -129,3 +129,15 @@ def test_phase_lookup_and_defaults() -> None:
     # only a warm-up phase: the default would leave nothing, so everything is judged
     assert measured_flags([{"name": "Warm-Up"}]) == [True]
     assert measured_flags([{"name": "cool-down", "measure": True}, {"name": "x", "measure": False}]) == [True, False]
+
+
+def test_per_second_figures_divide_by_the_measured_time(tmp_path: Path) -> None:
+    """40 requests in the 20 s peak: 2/s, not 40 over the 40 s run (a sweep step's offered load too)."""
+    from audit.knee import step_from_summary
+
+    summary = audit_run(_run(tmp_path, {}))
+    assert summary.measurement.measured_s == pytest.approx(20.0)
+    assert summary.tier("interactive").goodput_per_s == pytest.approx(2.0)
+    step = step_from_summary(summary, 0, 1.0, duration_s=40.0)
+    assert step.duration_s == pytest.approx(20.0)
+    assert step.tiers[0].offered_rps == pytest.approx(2.0)
