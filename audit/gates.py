@@ -161,8 +161,11 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
 
 
 def exit_code(validity: Validity, verdicts: list[Verdict]) -> tuple[bool, int]:
-    """(passed, exit code): 2 when the run is invalid, 1 when a check failed, 2 when one is inconclusive, else 0."""
+    """(passed, exit code): 2 when the run is invalid, 1 when a check failed, 2 when one is inconclusive or
+    there is no check at all (a gate that cannot fail is not a pass), else 0."""
     if not validity.valid:
+        return False, EXIT_INVALID
+    if not verdicts:
         return False, EXIT_INVALID
     if any(not v.passed and not v.inconclusive for v in verdicts):
         return False, EXIT_FAIL

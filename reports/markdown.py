@@ -31,11 +31,13 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] | None = No
 
 
 def _status_badge(summary: Summary) -> str:
-    """'✅ PASS', '❌ FAIL', '❔ INCONCLUSIVE' or '⚠️ INVALID'."""
+    """'✅ PASS', '❌ FAIL', '❔ INCONCLUSIVE', '❔ NO SLOs' or '⚠️ INVALID'."""
     if not summary.validity.valid:
         return "⚠️ INVALID RUN"
     if summary.passed:
         return "✅ PASS"
+    if not summary.verdicts:
+        return "❔ NO SLOs"
     return "❔ INCONCLUSIVE" if summary.exit_code == 2 else "❌ FAIL"
 
 

@@ -52,7 +52,8 @@ def verdict_line(summary: Summary) -> str:
         names = ", ".join(f"{v.tier} {v.check}" for v in unsure)
         return f"INCONCLUSIVE: {len(unsure)} of {total} SLO checks could not be judged ({names}){tail}"
     if not total:
-        return ("No SLO checks were configured" if summary.passed else "FAIL") + tail
+        return ("NOT JUDGED: no SLO checks were configured (add `slo:` to a tier; a gate without checks "
+                "cannot fail)" + tail)
     return f"PASS: all {total} SLO checks passed{tail}"
 
 

@@ -48,6 +48,19 @@ def test_fail(tmp_path: Path) -> None:
     assert v.check == "ttft_ms.p90" and v.observed == pytest.approx(100.0) and not v.passed
 
 
+def test_no_slo_is_not_a_pass(tmp_path: Path) -> None:
+    # a gate without a single check cannot fail, so it must not pass either (exit 2, named)
+    from reports.markdown import render_markdown
+    from reports.sentences import verdict_line
+
+    tiers = [{"name": "gold", "priority": 10, "slo": {}}, TIERS_ONE[1]]
+    s = run_audit(make_run(tmp_path, tiers=tiers, drops=60))
+    assert s.validity.valid and not s.verdicts
+    assert not s.passed and s.exit_code == EXIT_INVALID
+    assert verdict_line(s).startswith("NOT JUDGED: no SLO checks were configured")
+    assert "NO SLOs" in render_markdown(s)
+
+
 def test_invalid_generator_lag(tmp_path: Path) -> None:
     s = run_audit(make_run(tmp_path, lag_ms=200))
     assert not s.validity.valid and s.exit_code == EXIT_INVALID and not s.passed
