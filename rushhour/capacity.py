@@ -29,10 +29,20 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _runner(processes: int, quiet: bool = True, base: str | None = None) -> Any:
-    """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report."""
+def _label(step: PlannedStep) -> str:
+    """What a step is, in a progress line: its grid cell, or its replicas and load."""
+    where = f"{step.replicas} replica{'s' if step.replicas != 1 else ''}, " if step.replicas else ""
+    return ", ".join(f"{k}={v}" for k, v in step.meta.items()) or f"{where}{step.scale:g}×"
+
+
+def _runner(processes: int, quiet: bool = True, base: str | None = None, total: int = 0) -> Any:
+    """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report.
+
+    A line every few seconds inside the step (``rushhour.progress``): elapsed time, requests done.
+    """
     from audit import run_audit
     from loadgen.runner import RunOptions, run_scenario
+    from rushhour.progress import StepWatch
     from scenarios import resolve_scenario_path
 
     allowed = [resolve_scenario_path(base).resolve().parent] if base else []
@@ -40,7 +50,9 @@ def _runner(processes: int, quiet: bool = True, base: str | None = None) -> Any:
     def run_step(step: PlannedStep) -> Path | None:
         # a step's scenario sits in the sweep's folder: its traces may come from the base scenario's
         options = RunOptions(out_dir=step.dir, processes=processes, live=False, allow_paths=allowed)
-        result = run_scenario(str(step.scenario_path), options, console=None if quiet else console)
+        label = f"step {step.index + 1}/{total} ({_label(step)})" if total else f"step {step.index + 1}"
+        with StepWatch(step.dir, label, lambda line: console.print(line, highlight=False, markup=False)):
+            result = run_scenario(str(step.scenario_path), options, console=None if quiet else console)
         if result.stop_reason == "interrupted":
             raise KeyboardInterrupt  # Ctrl-C / SIGTERM stops the whole ladder, not just this step
         if result.run_dir is None:
@@ -56,8 +68,7 @@ def _progress(total: int, started: float) -> Any:
 
     def on_done(step: PlannedStep) -> None:
         elapsed = time.monotonic() - started
-        where = f"{step.replicas} replica{'s' if step.replicas != 1 else ''}, " if step.replicas else ""
-        label = ", ".join(f"{k}={v}" for k, v in step.meta.items()) or f"{where}{step.scale:g}×"
+        label = _label(step)
         state = f"[red]failed: {step.error}[/]" if step.error else str(step.run_dir)
         console.print(f"  step {step.index + 1}/{total} ({label}) in {elapsed:.0f} s: {state}", highlight=False)
 
@@ -111,7 +122,8 @@ def sweep(
     from loadgen.sweep import estimate_s
 
     console.print(f"sweep {plan.id}: {len(plan.steps)} steps, about {fmt_duration(estimate_s(plan))}", highlight=False)
-    run_plan(plan, _runner(processes, base=scenario), _progress(len(plan.steps), time.monotonic()))
+    run_plan(plan, _runner(processes, base=scenario, total=len(plan.steps)),
+             _progress(len(plan.steps), time.monotonic()))
     done = _summaries(plan)
     if not done:
         raise _fail("no step produced an audited run", EXIT_USAGE)
@@ -174,7 +186,8 @@ def study(
     else:
         console.print(f"study {plan.id}: {len(plan.steps)} runs ({name} grid), "
                       f"about {fmt_duration(estimate_s(plan))}", highlight=False)
-        run_plan(plan, _runner(1, base=scenario), _progress(len(plan.steps), time.monotonic()))
+        run_plan(plan, _runner(1, base=scenario, total=len(plan.steps)),
+                 _progress(len(plan.steps), time.monotonic()))
     cells = [study_cell(s, replicas=st.replicas or 1, run_dir=str(st.run_dir), duration_s=st.duration_s,
                         **st.meta) for st, s in _summaries(plan)]
     if not cells:
