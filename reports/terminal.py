@@ -101,12 +101,22 @@ def _unclassified(summary: Summary, console: Console) -> None:
         console.print(Text("unclassified: " + line, style="bold red"), highlight=False)
 
 
+def _window(summary: Summary, console: Console) -> None:
+    """One line naming what the measurement window left out (warm-up, cool-down, measure: false)."""
+    m = summary.measurement
+    if m.excluded_phases:
+        console.print(Text(f"measurement window: {m.excluded_requests:,} request(s) sent in "
+                           f"{', '.join(m.excluded_phases)} left out of the figures and SLO checks"),
+                      highlight=False)
+
+
 def print_terminal(summary: Summary, console: Console) -> None:
     """The end-of-run summary: verdict line, the story in sentences, the per-tier table, findings."""
     console.print(_banner(summary))
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    _window(summary, console)
     for line in control.lines(summary):
         console.print(Text("priority vs equal-priority control: " + line), highlight=False)
     if summary.verdicts:
@@ -125,6 +135,7 @@ def print_verdicts(summary: Summary, console: Console) -> None:
     if cut:
         console.print(Text(cut[0].upper() + cut[1:], style="yellow"), highlight=False)
     _unclassified(summary, console)
+    _window(summary, console)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
     else:

@@ -44,3 +44,17 @@ def test_markdown_names_what_the_window_left_out(tmp_path: Path) -> None:
     text = render_markdown(audit_run(_run(tmp_path)))
     assert "Measurement window: 10 request(s) sent in warm-up are left out" in text
     assert "peak: ttft_ms.p50" in text
+
+
+def test_terminal_and_gate_name_the_window(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from reports.terminal import print_terminal, print_verdicts
+
+    summary = audit_run(_run(tmp_path))
+    for show in (print_terminal, print_verdicts):
+        console = Console(record=True, width=200)
+        show(summary, console)
+        text = console.export_text()
+        assert "measurement window: 10 request(s) sent in warm-up left out of the figures and SLO checks" in text
+        assert "peak: ttft_ms.p50" in text
