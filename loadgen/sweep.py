@@ -89,6 +89,7 @@ def scaled_scenario(scenario: Scenario, scale: float, *, mode: Mode = "steady", 
         phases.append({"name": f"steady-{scale:g}x", "duration": step_duration_s, "rate_scale": rate,
                        "agents_scale": agents})
         data["phases"] = phases
+        _phase_slos_onto(data, {peak.name: str(phases[-1]["name"])})
     else:
         for phase in data["phases"]:
             agents = phase.get("agents_scale")
@@ -105,6 +106,14 @@ def scaled_scenario(scenario: Scenario, scale: float, *, mode: Mode = "steady", 
     data["description"] = (f"{scenario.description} [sweep step: {scale:g}× peak"
                            f"{f', {replicas} replicas' if replicas else ''}]").strip()
     return Scenario.model_validate(data)
+
+
+def _phase_slos_onto(data: dict[str, Any], renames: dict[str, str]) -> None:
+    """A step replaces the phases: per-phase SLOs follow their phase (the peak → the steady phase), the rest go."""
+    for tier in data.get("tiers") or []:
+        slo = tier.get("slo") or {}
+        if slo.get("phases"):
+            slo["phases"] = {renames[name]: body for name, body in slo["phases"].items() if name in renames}
 
 
 def write_scenario(scenario: Scenario, path: Path) -> Path:
@@ -266,6 +275,7 @@ def study_scenario(base: Scenario, k: int, mix: str, load: str, policy: str, *, 
     data["target"]["profile"] = policy
     phases = [{"name": "warm-up", "duration": warmup_s}] if warmup_s > 0 else []
     data["phases"] = [*phases, {"name": load, "duration": duration_s, "rate_scale": 1.0}]
+    _phase_slos_onto(data, {})
     if seed is not None:
         data["seed"] = seed
     data["description"] = f"multi-tier study cell: K={k}, {mix} mix, {load} load, {policy}"
