@@ -3,6 +3,7 @@
 Usable as a module (tests: ``start_vllm()``, ``start_litellm()``, ``Server.stop()``) and as a command:
 
     python engines/serve.py vllm --port 8000            # tiny Llama, priority scheduling, queue limits
+    python engines/serve.py vllm --port 8001 --scheduling-policy fcfs   # the same, vLLM's default scheduling
     python engines/serve.py litellm --port 4000         # mock deployment, per-key tiers, Prometheus
     python engines/serve.py litellm --port 4000 --upstream http://127.0.0.1:8000   # gateway in front of vLLM
 
