@@ -140,3 +140,24 @@ def test_a_tier_at_the_neutral_priority_is_named_as_having_no_contrast(tmp_path:
     b.request(tier="batch", tenant="batch-t0", persona="chat-batch", logical_id="b1-tw", twin_of="b1", control=True)
     eff = run_audit(b.close()).tiers[1].priority_effect
     assert eff is not None and eff.pairs == 1 and "no contrast by construction" in eff.control
+
+
+def test_reports_show_the_control(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from reports.html import render_html
+    from reports.markdown import render_markdown
+    from reports.terminal import print_terminal
+
+    run_dir = _control_run(tmp_path, faster_ms=100, slower_ms=400)
+    summary = run_audit(run_dir)
+    md = render_markdown(summary)
+    assert "### Did priority do anything? (equal-priority control)" in md
+    assert "| interactive | 30 | 100 ms vs 400 ms (-75 %, p &lt; 0.001)" in md  # escaped: renders as <
+    html = render_html(summary, run_dir)
+    assert 'id="priority-control"' in html and "<strong>-75 %</strong>" in html
+    out = io.StringIO()
+    print_terminal(summary, Console(file=out, width=200))
+    assert "priority vs equal-priority control: interactive: TTFT p50 -75 % (p < 0.001)" in out.getvalue()
