@@ -217,7 +217,9 @@ class PairedEffect(_Model):
     n: int = Field(description="pairs where both got a first token")
     tier_p50_ms: float | None = None
     control_p50_ms: float | None = None
-    change: float | None = Field(default=None, description="tier p50 / control p50 - 1 (-0.61 = 61 % lower)")
+    change: float | None = Field(
+        default=None, description="median over pairs of tier / twin - 1 (-0.61 = the typical pair 61 % lower)"
+    )
     lower: int = Field(default=0, description="pairs where the tier's request was faster than its twin")
     higher: int = Field(default=0, description="pairs where the twin was faster")
     ties: int = 0

@@ -109,7 +109,7 @@ def test_audit_reports_the_effect_and_keeps_twins_out_of_tier_figures(tmp_path: 
     eff = inter.priority_effect
     assert eff is not None and eff.pairs == 30 and eff.effect
     assert eff.ttft.change == pytest.approx(-0.75) and eff.ttft.p_value is not None and eff.ttft.p_value < 0.001
-    assert "TTFT p50 -75 % (p < 0.001)" in eff.message and "vs equal-priority control" in eff.message
+    assert "TTFT -75 % (p < 0.001)" in eff.message and "vs equal-priority control" in eff.message
     assert "body priority 5" in eff.control
     beff = batch.priority_effect
     assert beff is not None and beff.pairs == 40
@@ -122,7 +122,7 @@ def test_audit_says_when_priority_had_no_measurable_effect(tmp_path: Path) -> No
     summary = run_audit(_control_run(tmp_path, faster_ms=200, slower_ms=200, n=12))
     eff = summary.tiers[0].priority_effect
     assert eff is not None and not eff.effect
-    assert eff.message.startswith("interactive: no measurable effect of priority: TTFT p50 +0 % (p: –)")
+    assert eff.message.startswith("interactive: no measurable effect of priority: TTFT +0 % (p: –)")
     assert "n = 12 pairs" in eff.message
 
 
@@ -160,4 +160,4 @@ def test_reports_show_the_control(tmp_path: Path) -> None:
     assert 'id="priority-control"' in html and "<strong>-75 %</strong>" in html
     out = io.StringIO()
     print_terminal(summary, Console(file=out, width=200))
-    assert "priority vs equal-priority control: interactive: TTFT p50 -75 % (p < 0.001)" in out.getvalue()
+    assert "priority vs equal-priority control: interactive: TTFT -75 % (p < 0.001)" in out.getvalue()
