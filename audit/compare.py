@@ -24,6 +24,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from audit import text
+from audit.phases import measured_mask
 from audit.stats import wilson
 from audit.summary import Summary
 
@@ -357,12 +358,18 @@ class TierSamples:
     e2e_ms: np.ndarray
 
 
-def served_samples(table: pd.DataFrame) -> dict[str, TierSamples]:
+def served_samples(table: pd.DataFrame, phases: list[dict[str, Any]] | None = None) -> dict[str, TierSamples]:
     """TTFT and E2E (ms) of the served attempts of the audit's attempts table, per tier, in send order.
 
-    "Served" is the audit's class, and calibration probes are left out, as in every tier figure.
+    "Served" is the audit's class, and calibration probes are left out, as in every tier figure. With
+    the run's ``phases``, only requests whose first intended send falls in a measured phase count (the
+    measurement window, ``audit.phases``), like the summary's figures.
     """
-    rows = table[table["class"].eq("served").to_numpy() & ~table["probe"].to_numpy()]
+    keep = table["class"].eq("served").to_numpy() & ~table["probe"].to_numpy()
+    if phases and {"logical_id", "intended_ns"} <= set(table.columns):
+        first = table.groupby("logical_id", observed=True, sort=False)["intended_ns"].transform("min")
+        keep &= measured_mask(first.astype("float64").to_numpy(), phases)
+    rows = table[keep]
     rows = rows.sort_values("sent_ns", kind="stable")
     out: dict[str, TierSamples] = {}
     for tier, part in rows.groupby("tier", observed=True, sort=False):
@@ -377,10 +384,10 @@ def load_run(run_dir: Path) -> tuple[Summary, dict[str, TierSamples]]:
     from audit import attempts, load_or_audit  # the audit package entry point
 
     summary = load_or_audit(Path(run_dir))
-    return summary, served_samples(attempts(Path(run_dir), columns=_SAMPLE_COLUMNS))
+    return summary, served_samples(attempts(Path(run_dir), columns=_SAMPLE_COLUMNS), summary.run.phases)
 
 
-_SAMPLE_COLUMNS = ["tier", "class", "probe", "sent_ns", "ttft_ns", "e2e_ns"]
+_SAMPLE_COLUMNS = ["tier", "class", "probe", "sent_ns", "ttft_ns", "e2e_ns", "logical_id", "intended_ns"]
 
 
 # --------------------------------------------------------------------------- comparing

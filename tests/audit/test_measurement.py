@@ -141,3 +141,18 @@ def test_per_second_figures_divide_by_the_measured_time(tmp_path: Path) -> None:
     step = step_from_summary(summary, 0, 1.0, duration_s=40.0)
     assert step.duration_s == pytest.approx(20.0)
     assert step.tiers[0].offered_rps == pytest.approx(2.0)
+
+
+def test_compare_reads_the_measured_window_too(tmp_path: Path) -> None:
+    """rushhour compare's latency samples come from the same requests as the summary's figures."""
+    from audit import attempts
+    from audit.build import write_summary
+    from audit.compare import load_run
+
+    run = _run(tmp_path, {})
+    write_summary(audit_run(run), run)
+    summary, samples = load_run(run)
+    assert len(attempts(run)) == 75
+    ttft = samples["interactive"].ttft_ms
+    assert len(ttft) == summary.tier("interactive").by_class["served"] == 40
+    assert ttft.max() == pytest.approx(100.0, abs=1.0)
