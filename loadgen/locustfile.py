@@ -22,7 +22,7 @@ import gevent
 from locust import User, events, task
 from locust.env import Environment
 
-from loadgen import prompts, tokens
+from loadgen import prompts, ship, tokens
 from loadgen.context import WorkerContext, build_routes
 from loadgen.manifest import scenario_of
 from loadgen.record import (
@@ -72,6 +72,15 @@ def _options(parser: Any) -> None:
         default="",
         help='JSON {route name: base URL}: where each route (its own testbed, for url: testbed) listens',
     )
+    group.add_argument(
+        "--rh-ship", env_var="RUSHHOUR_SHIP", default="0", help="1: workers ship their shards to the master"
+    )
+    group.add_argument(
+        "--rh-scenario-json",
+        env_var="RUSHHOUR_SCENARIO_JSON",
+        default="",
+        help="the resolved scenario (set by the master)",
+    )
 
 
 @events.init.add_listener
@@ -82,12 +91,32 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if not opts.rh_run_id and not getattr(opts, "worker", False):
         # a master (or a standalone Locust) without a run id makes one; workers get it from the master
         opts.rh_run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
-    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False):
+    shipping = getattr(opts, "master", False) and opts.rh_ship == "1"
+    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not shipping:
         anchor = Anchor.now()
         lead = 3_000_000_000  # let the workers connect before the schedule starts
         opts.rh_mono_anchor_ns = str(anchor.mono_ns + lead)
         opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
         opts.rh_anchor_host = socket.gethostname()
+    if getattr(opts, "master", False) and opts.rh_ship == "1" and environment.runner is not None:
+        # remote workers need no copy of the scenario file, and ship their shards here
+        if not opts.rh_scenario_json and opts.rh_scenario:
+            opts.rh_scenario_json = json.dumps(_load(opts).model_dump(mode="json"))
+        run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
+        _RECEIVERS.append(ship.Receiver(environment.runner, run_dir).install())
+        environment.events.test_start.add_listener(_anchor_at_start)
+
+
+def _anchor_at_start(environment: Environment, **_: Any) -> None:
+    """A shipping master takes the run's anchor once its workers are all there (the spawn carries it)."""
+    opts = environment.parsed_options
+    if opts is None or int(opts.rh_wall_anchor_ns or 0):
+        return
+    now = Anchor.now()
+    lead = 3_000_000_000  # the spawn message reaches the workers, they measure their clocks
+    opts.rh_mono_anchor_ns, opts.rh_wall_anchor_ns = str(now.mono_ns + lead), str(now.wall_ns + lead)
+    opts.rh_anchor_host = socket.gethostname()
+    ship.write_anchor(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}"), now.mono_ns + lead, now.wall_ns + lead)
 
 
 def _anchor(opts: Any) -> Anchor:
@@ -101,6 +130,8 @@ def _anchor(opts: Any) -> Anchor:
 
 
 def _load(opts: Any) -> Scenario:
+    if getattr(opts, "rh_scenario_json", ""):
+        return Scenario.model_validate(json.loads(opts.rh_scenario_json))
     path = Path(opts.rh_scenario)
     if path.suffix == ".json":
         return Scenario.model_validate(scenario_of(path))
@@ -130,8 +161,9 @@ class RushhourDriver(User):
         is_worker = bool(getattr(opts, "worker", False))
         worker_index = max(0, getattr(runner, "worker_index", 0)) if is_worker else 0
         workers = int(opts.rh_workers or 0) or (int(getattr(opts, "expect_workers", 1) or 1) if is_worker else 1)
+        remote = runner if is_worker and getattr(opts, "rh_ship", "0") == "1" else None
         try:
-            ctx = _context(opts, worker_index, workers)
+            ctx = _context(opts, worker_index, workers, remote)
         except Exception as exc:  # Locust would re-run the task at once, forever: fail this process once
             _fail_start(env, exc)
             return
@@ -139,23 +171,32 @@ class RushhourDriver(User):
         self.worker = Worker(ctx)
         _WORKERS.append(self.worker)
         ctx.on_attempt = _request_event(env)
+        if remote is not None:
+            _SHIPPERS.append(ship.Shipper(remote, ctx.writer.path).start())
         try:
             self.worker.run()
         finally:
             self.worker.cancel()
             _write_stop(ctx)
             self.worker.close()
+            for shipper in _SHIPPERS:
+                shipper.finish()
         if ctx.writer.error is not None:  # a full disk: the runner finalises run.json with what is missing
             env.process_exit_code = LOCUST_DISK_FULL
             with contextlib.suppress(OSError):
                 os.write(2, f"rushhour: cannot write records ({ctx.writer.error.strerror}); "
                             f"{ctx.writer.lost_lines} line(s) lost\n".encode())
+        if remote is not None:  # the shipping master ends the run once every worker finished or went missing
+            remote.send_message(ship.MSG_FINISHED, {"pid": os.getpid()})
+            return
         runner.quit()  # this process is done; a master ends the run when its last worker quits
 
 
 _WORKERS: list[Worker] = []
 _CONTEXTS: list[WorkerContext] = []
 _START_FAILED: list[str] = []
+_SHIPPERS: list[ship.Shipper] = []
+_RECEIVERS: list[ship.Receiver] = []
 LOCUST_DISK_FULL = 4  # loadgen/runner.py reads this exit code as a full disk
 
 
@@ -170,10 +211,14 @@ def _fail_start(env: Environment, exc: Exception) -> None:
         env.runner.quit()
 
 
-def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
+def _context(opts: Any, worker_index: int, workers: int, remote: Any = None) -> WorkerContext:
     scenario = _load(opts)
     anchor = _anchor(opts)
     run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
+    clock: dict[str, Any] = {}
+    if remote is not None:  # a worker of `rushhour worker`: its own spool, its clock measured against the master's
+        run_dir = ship.spool_dir(opts.rh_run_id)
+        anchor, clock = _remote_anchor(opts, anchor, ship.clock_offset(remote))
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
     # routes first: a route that cannot be built must not leave an open shard behind
@@ -184,11 +229,24 @@ def _context(opts: Any, worker_index: int, workers: int) -> WorkerContext:
         raise ValueError(f"cannot build a route to {', '.join(urls)}: {exc}") from None
     # the tokenizer before the shard too: a path that cannot be loaded is this process's one error
     prompts.use_tokenizer(tokens.load(scenario.target.tokenizer) if scenario.target.tokenizer else None)
-    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor)
+    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
     _attach_guards(ctx)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())
     return ctx
+
+
+def _remote_anchor(opts: Any, anchor: Anchor, offset: ship.ClockOffset | None) -> tuple[Anchor, dict[str, Any]]:
+    """A remote worker's anchor and its shard header's clock fields (offset to the master, uncertainty)."""
+    if offset is None:
+        return anchor, {"clock_offset_ns": None, "clock_uncertainty_ns": None}
+    clock = {"clock_offset_ns": offset.offset_ns, "clock_uncertainty_ns": offset.uncertainty_ns}
+    if opts.rh_anchor_host and opts.rh_anchor_host == socket.gethostname():
+        return anchor, clock  # the anchor's own monotonic clock (one kernel, e.g. network namespaces)
+    # another machine: the master's wall anchor on this host's clock, corrected by the measured offset
+    now = Anchor.now()
+    wall = int(opts.rh_wall_anchor_ns or 0)
+    return Anchor(now.mono_ns - (now.wall_ns + offset.offset_ns - wall), wall), clock
 
 
 def _attach_guards(ctx: WorkerContext) -> None:
@@ -244,6 +302,18 @@ def _write_stop(ctx: WorkerContext) -> None:
 
 
 def _close_all(**_: Any) -> None:
+    _close_shards()
+    for shipper in _SHIPPERS:
+        with contextlib.suppress(Exception):
+            shipper.finish()
+
+
+def _close_receivers(**_: Any) -> None:
+    for receiver in _RECEIVERS:  # the master: a worker that died leaves its shard open
+        receiver.close()
+
+
+def _close_shards() -> None:
     for worker in _WORKERS:
         try:
             if not worker.ctx.writer.closed:
@@ -257,3 +327,4 @@ def _close_all(**_: Any) -> None:
 
 events.test_stop.add_listener(_close_all)
 events.quitting.add_listener(_close_all)
+events.quitting.add_listener(_close_receivers)

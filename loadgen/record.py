@@ -354,6 +354,7 @@ class ShardWriter:
         anchor: Anchor,
         flush_interval_s: float = 0.2,
         flush_lines: int = 256,
+        header: dict[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,14 +378,17 @@ class ShardWriter:
             "pid": os.getpid(),
             "mono_anchor_ns": anchor.mono_ns,
             "wall_anchor_ns": anchor.wall_ns,
+            **(header or {}),  # e.g. a remote worker's clock offset to the master (loadgen/ship.py)
         }
         self._write_now(json.dumps(header, separators=(",", ":")).encode() + b"\n")
 
     @classmethod
-    def for_process(cls, run_dir: Path, *, run_id: str, anchor: Anchor, role: str = "") -> ShardWriter:
+    def for_process(
+        cls, run_dir: Path, *, run_id: str, anchor: Anchor, role: str = "", header: dict[str, Any] | None = None
+    ) -> ShardWriter:
         """The conventional shard path for this process: ``records/<host>-<pid>.jsonl``."""
         name = f"{socket.gethostname()}-{os.getpid()}{('-' + role) if role else ''}.jsonl"
-        return cls(Path(run_dir) / RECORDS_DIR / name, run_id=run_id, anchor=anchor)
+        return cls(Path(run_dir) / RECORDS_DIR / name, run_id=run_id, anchor=anchor, header=header)
 
     def next_seq(self) -> int:
         with self._lock:

@@ -31,6 +31,7 @@ from loadgen.live import ShardTail, render
 from loadgen.manifest import RunManifest, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
+from loadgen.ship import WORKERS_LOG, read_anchor
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
@@ -68,6 +69,10 @@ class RunOptions:
     locust_args: list[str] = field(default_factory=list)  # extra Locust flags (advanced)
     allow_paths: list[Path] = field(default_factory=list)  # traces may also come from these folders
     live: bool | None = None  # None: a live view when the console is a terminal
+    expect_workers: int = 0  # > 0: a Locust master that waits for this many `rushhour worker`s
+    master_bind: str = "127.0.0.1"  # where that master listens for its workers
+    master_port: int = 5557
+    workers_wait_s: float = 60.0  # how long it waits for them before giving up (one-line error)
 
 
 @dataclass
@@ -398,22 +403,33 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         ctx.stage = "calibration"
         _calibrate(ctx, target_url)
         ctx.stage = "start-up"
-    now = Anchor.now()
-    lead = int(STARTUP_LEAD_S * 1e9)
-    anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
-    try:  # faults count from the run's t = 0, not from each testbed's start
-        for name, tb in testbeds.items():
-            manifest.testbeds[name]["faults"] = tb.schedule_faults(anchor.mono_ns)
-    except TestbedError as exc:
-        return ctx.fail_startup(str(exc))
-    manifest.mono_anchor_ns, manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
-    manifest.resolved_target_url, manifest.schedule_starts_at = target_url, _iso(anchor.wall_ns)
-    ctx.save()
+    manifest.resolved_target_url = target_url
+    anchor: Anchor | None = None  # a master with remote workers takes it once they have all joined
+    if not ctx.options.expect_workers:
+        now = Anchor.now()
+        lead = int(STARTUP_LEAD_S * 1e9)
+        anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
+        failed = _set_anchor(ctx, anchor)
+        if failed is not None:
+            return ctx.fail_startup(failed)
     ctx.stage = "the load"
     try:
         return _drive(ctx, anchor, route_urls)
     finally:
         ctx.sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+
+
+def _set_anchor(ctx: RunContext, anchor: Anchor) -> str | None:
+    """Record the run's anchor and put the testbeds' faults on its clock; an error text, or None."""
+    try:  # faults count from the run's t = 0, not from each testbed's start
+        for name, tb in ctx.testbeds.items():
+            ctx.manifest.testbeds[name]["faults"] = tb.schedule_faults(anchor.mono_ns)
+    except TestbedError as exc:
+        return str(exc)
+    ctx.manifest.mono_anchor_ns, ctx.manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
+    ctx.manifest.schedule_starts_at = _iso(anchor.wall_ns)
+    ctx.save()
+    return None
 
 
 def _reserve(run_dir: Path) -> None:
@@ -587,13 +603,13 @@ def locust_command(
     options: RunOptions,
     run_dir: Path,
     run_id: str,
-    anchor: Anchor,
+    anchor: Anchor | None,
     target_url: str,
     total_s: float,
     route_urls: dict[str, str] | None = None,
 ) -> list[str]:
     """The Locust command line: one driver user per process, a run-time cap with margin."""
-    n = options.processes
+    n = options.expect_workers or options.processes
     cmd = [
         sys.executable,
         "-m",
@@ -617,9 +633,9 @@ def locust_command(
         "--rh-target",
         target_url,
         "--rh-mono-anchor-ns",
-        str(anchor.mono_ns),
+        str(anchor.mono_ns if anchor else 0),
         "--rh-wall-anchor-ns",
-        str(anchor.wall_ns),
+        str(anchor.wall_ns if anchor else 0),
         "--rh-anchor-host",
         socket.gethostname(),
         "--rh-workers",
@@ -632,7 +648,13 @@ def locust_command(
         cmd += ["--autostart", "--autoquit", "60", "--web-host", "127.0.0.1", "--web-port", str(_free_port())]
     else:
         cmd += ["--headless", "--only-summary"]
-    if n > 1:
+    if options.expect_workers:
+        # remote workers (`rushhour worker --master HOST:PORT`) join Locust's own master; they get the
+        # scenario and the anchor with the spawn message and ship their shards back (loadgen/ship.py)
+        cmd += ["--master", "--expect-workers", str(n), "--expect-workers-max-wait", f"{options.workers_wait_s:g}",
+                "--master-bind-host", options.master_bind, "--master-bind-port", str(options.master_port),
+                "--rh-ship", "1"]
+    elif n > 1:
         # Locust's master listens on 5557 by default: two runs at once (a sweep beside a CI gate, parallel
         # tests) would collide, so each run gets its own free loopback port for master and forked workers.
         port = str(_free_port())
@@ -681,7 +703,31 @@ class _Signals:
             signal.signal(sig, old)
 
 
-def _drive(ctx: RunContext, anchor: Anchor, route_urls: dict[str, str]) -> RunResult:
+WORKERS_GAVE_UP = "Gave up waiting for workers to connect"  # Locust's own log line
+
+
+def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals) -> Anchor | None:
+    """Wait until the master has all its workers and took the anchor (None: it exited or we were stopped)."""
+    deadline = time.monotonic() + ctx.options.workers_wait_s + 30
+    said = False
+    while proc.poll() is None and not sigs.count and time.monotonic() < deadline:
+        got = read_anchor(ctx.run_dir)
+        if got is not None:
+            anchor = Anchor(*got)
+            failed = _set_anchor(ctx, anchor)
+            if failed is not None:
+                ctx.say(f"[yellow]warning:[/] {escape(failed)}")
+            return anchor
+        if not said:
+            said = True
+            ctx.say(f"waiting for {ctx.options.expect_workers} worker(s) on "
+                    f"{ctx.options.master_bind}:{ctx.options.master_port} "
+                    f"(at most {ctx.options.workers_wait_s:g} s) …")
+        time.sleep(0.2)
+    return None
+
+
+def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -> RunResult:
     """Run Locust to the end (or a stop), watch it live, and finish ``run.json`` with how it ended."""
     scenario, options, run_dir, run_id, manifest, console = (
         ctx.scenario, ctx.options, ctx.run_dir, ctx.run_id, ctx.manifest, ctx.console)
@@ -693,7 +739,6 @@ def _drive(ctx: RunContext, anchor: Anchor, route_urls: dict[str, str]) -> RunRe
     if options.web:
         port = cmd[cmd.index("--web-port") + 1]
         _say(console, f"Locust UI: http://127.0.0.1:{port} (open until 60 s after the load ends)")
-    scraper = _start_scraper(scenario, target_url, run_dir, anchor)
     tail = ShardTail(run_dir)
     log_path = run_dir / "locust.log"
     children: set[int] = set()
@@ -704,6 +749,11 @@ def _drive(ctx: RunContext, anchor: Anchor, route_urls: dict[str, str]) -> RunRe
         )
         manifest.locust_pid = proc.pid
         ctx.save()
+        if anchor is None:
+            anchor = _await_anchor(ctx, proc, sigs)
+            if anchor is None:
+                return _workers_missing(ctx, proc, sigs, log_path)
+        scraper = _start_scraper(scenario, target_url, run_dir, anchor)
         live = _live(console, options)
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
@@ -780,6 +830,37 @@ def _drive(ctx: RunContext, anchor: Anchor, route_urls: dict[str, str]) -> RunRe
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
+
+
+def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals, log_path: Path) -> RunResult:
+    """The master ended (or was stopped) before its workers had all joined: one line, no load ran."""
+    stop_pid(proc, STOP_GRACE_S)
+    if sigs.count:
+        ctx.manifest.stop_reason, ctx.manifest.ended_at, ctx.manifest.interrupted_during = (
+            "interrupted", _iso(), "waiting for workers")
+        ctx.save()
+        ctx.say(f"interrupted while waiting for workers; partial run in {ctx.run_dir}")
+        return RunResult(ctx.run_dir, EXIT_INTERRUPTED, "interrupted")
+    joined = _joined(ctx.run_dir)
+    opts = ctx.options
+    error = (f"{joined} of {opts.expect_workers} worker(s) joined within {opts.workers_wait_s:g} s; start each with "
+             f"`rushhour worker --master {opts.master_bind}:{opts.master_port}` (nothing was sent)")
+    if WORKERS_GAVE_UP not in log_path.read_text(errors="replace"):
+        error = _start_failure(log_path) or (
+            f"the Locust master exited ({proc.returncode}) before its workers joined; see {log_path}")
+    return ctx.fail_startup(error)
+
+
+def _joined(run_dir: Path) -> int:
+    """How many workers the master saw ready (its ``workers.jsonl``)."""
+    seen: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in (run_dir / WORKERS_LOG).read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("event") == "worker_state" and entry.get("state") == "ready":
+                    seen.add(str(entry.get("worker")))
+    return len(seen)
 
 
 def _start_failure(log_path: Path) -> str | None:

@@ -183,14 +183,22 @@ def run(
     dry_run: Annotated[bool, typer.Option(help="print expected requests and tokens per tier; send nothing")] = False,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
     allow_path: AllowPaths = None,
+    expect_workers: Annotated[int, typer.Option(
+        help="wait for N `rushhour worker`s on other machines; they run the load and ship their records here")] = 0,
+    master_bind: Annotated[str, typer.Option(help="address the master listens on for its workers")] = "127.0.0.1",
+    master_port: Annotated[int, typer.Option(help="port the master listens on for its workers")] = 5557,
+    workers_wait: Annotated[float, typer.Option(help="seconds to wait for the workers before giving up")] = 60.0,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from loadgen.runner import RunOptions, run_scenario
     from scenarios import ScenarioError
 
+    if expect_workers < 0 or (expect_workers and processes != 1):
+        raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
+        expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
     )
     try:
         result = run_scenario(scenario, options, console=console)
@@ -206,6 +214,29 @@ def run(
         code = _audit_and_report(result.run_dir)
         raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def worker(
+    master: Annotated[str, typer.Option(help="the master's HOST[:PORT] (`rushhour run … --expect-workers N`)")],
+    spool: Annotated[Path | None, typer.Option(
+        help="local copy of this worker's shard (default ~/.cache/rushhour/spool)")] = None,
+) -> None:
+    """Join a multi-host run: get the scenario from the master, drive this worker's share, ship the records back."""
+    import os
+
+    from loadgen.distributed import worker_command
+    from loadgen.ship import SPOOL_ENV
+
+    try:
+        cmd = worker_command(master)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    env = dict(os.environ)
+    if spool is not None:
+        env[SPOOL_ENV] = str(spool.resolve())
+    # become the Locust worker (same PID: a supervisor or a test stops it by this PID)
+    os.execve(cmd[0], cmd, env)
 
 
 def _audit_and_report(run_dir: Path) -> int:

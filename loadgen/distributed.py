@@ -1,0 +1,45 @@
+"""The parent side of a multi-host run: the command line of a remote worker (``rushhour worker``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DEFAULT_MASTER_PORT = 5557  # Locust's own default
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+
+
+def parse_master(address: str) -> tuple[str, int]:
+    """``HOST[:PORT]`` (``[v6]:PORT`` too) → (host, port); ValueError with a one-line reason."""
+    text = address.strip()
+    if not text:
+        raise ValueError("--master is empty: give the master's HOST[:PORT]")
+    host, port = text, DEFAULT_MASTER_PORT
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError(f"--master {address!r}: unclosed '[' in an IPv6 address")
+        host, rest = text[1:end], text[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"--master {address!r}: expected ':PORT' after the address")
+            port = _port(rest[1:], address)
+    elif text.count(":") == 1:
+        host, raw = text.split(":")
+        port = _port(raw, address)
+    if not host:
+        raise ValueError(f"--master {address!r}: no host")
+    return host, port
+
+
+def _port(raw: str, address: str) -> int:
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ValueError(f"--master {address!r}: port must be 1..65535")
+    return int(raw)
+
+
+def worker_command(master: str, loglevel: str = "INFO") -> list[str]:
+    """``python -m locust -f loadgen/locustfile.py --worker --master-host H --master-port P``."""
+    host, port = parse_master(master)
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", host,
+            "--master-port", str(port), "--headless", "--loglevel", loglevel]

@@ -1,0 +1,270 @@
+"""Remote workers' shards travel to the master's run folder over Locust's own messages.
+
+A worker started with ``rushhour worker`` (Locust ``--worker``, ``--rh-ship`` from the master) writes
+its shard to a local spool and a shipper tails it: every ``SHIP_INTERVAL_S`` the complete new lines
+go to the master as one ``rh_shard`` message ``{name, offset, data}``; at the stop the rest follows
+and a ``rh_shard_done`` message carries the local file's size and SHA-256. The master appends each
+batch to ``records/<name>`` (append-only, flushed to the kernel at once), so a worker killed mid-run
+keeps every line it shipped, and notes each worker's state changes and every shard's checksum in
+``workers.jsonl``. A ``rh_clock`` request/answer pair measures the worker's wall-clock offset to the
+master before the load starts (``clock_offset`` below).
+
+Standard library only, and duck-typed on Locust's runner: the Locust child imports it (where
+``threading`` and ``time`` are gevent's), so it needs neither gevent nor locust itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MSG_SHARD = "rh_shard"
+MSG_DONE = "rh_shard_done"
+MSG_FINISHED = "rh_finished"  # a worker drove its whole share and shipped it; it waits for the master's quit
+MSG_CLOCK = "rh_clock"
+MSG_CLOCK_ANSWER = "rh_clock_answer"
+SHIP_INTERVAL_S = 0.25
+MAX_BATCH_BYTES = 1 << 20  # one message at most (complete lines; a longer line goes alone)
+WORKERS_LOG = "workers.jsonl"
+SPOOL_ENV = "RUSHHOUR_SPOOL"  # where a remote worker keeps its own copy of its shard
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.jsonl$")
+
+
+def spool_dir(run_id: str) -> Path:
+    """A remote worker's local run folder (never the master's: on a shared disk they would collide)."""
+    base = os.environ.get(SPOOL_ENV) or str(Path.home() / ".cache" / "rushhour" / "spool")
+    return Path(base) / run_id
+
+
+def safe_name(name: object) -> str | None:
+    """A shard file name a worker may ask the master to write (no path, no hidden file), or None."""
+    return name if isinstance(name, str) and _NAME.match(name) and ".." not in name else None
+
+
+def complete_lines(data: bytes) -> bytes:
+    """The prefix of ``data`` that ends with a newline (a half-written last line waits)."""
+    cut = data.rfind(b"\n")
+    return data[: cut + 1] if cut >= 0 else b""
+
+
+ANCHOR_FILE = "anchor.json"  # the shipping master's anchor, for the runner that started it
+
+
+def write_anchor(run_dir: Path, mono_ns: int, wall_ns: int) -> None:
+    """Write the anchor a shipping master took (temp file + rename: the runner never reads half)."""
+    tmp = Path(run_dir) / (ANCHOR_FILE + ".tmp")
+    tmp.write_text(json.dumps({"mono_anchor_ns": mono_ns, "wall_anchor_ns": wall_ns}))
+    tmp.replace(Path(run_dir) / ANCHOR_FILE)
+
+
+def read_anchor(run_dir: Path) -> tuple[int, int] | None:
+    """The anchor a shipping master wrote, or None while its workers are still joining."""
+    try:
+        data = json.loads((Path(run_dir) / ANCHOR_FILE).read_text())
+        return int(data["mono_anchor_ns"]), int(data["wall_anchor_ns"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+class Shipper:
+    """Tails one local shard and sends its complete lines to the master until ``finish``."""
+
+    def __init__(self, runner: Any, path: Path) -> None:
+        self.runner = runner
+        self.path = Path(path)
+        self.offset = 0  # bytes of the local file already shipped
+        self.batches = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._finished = False
+        self._thread = threading.Thread(target=self._loop, name="rh-shipper", daemon=True)
+
+    def start(self) -> Shipper:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SHIP_INTERVAL_S):
+            with contextlib.suppress(Exception):  # a failed send is retried from the same offset
+                self.ship()
+
+    def ship(self, final: bool = False) -> int:
+        """Send what is new in the file (complete lines; everything when ``final``); bytes sent."""
+        with self._lock:
+            sent = 0
+            with self.path.open("rb") as handle:
+                while True:
+                    handle.seek(self.offset)
+                    data = handle.read(MAX_BATCH_BYTES)
+                    chunk = data if final else complete_lines(data)
+                    if not chunk and data and len(data) == MAX_BATCH_BYTES:
+                        chunk = data  # one line longer than a batch: send it in pieces
+                    if not chunk:
+                        return sent
+                    self.runner.send_message(MSG_SHARD, {"name": self.path.name, "offset": self.offset, "data": chunk})
+                    self.offset += len(chunk)
+                    self.batches += 1
+                    sent += len(chunk)
+
+    def finish(self) -> None:
+        """After the shard is closed: ship the rest, then its size and checksum (once)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._stop.set()
+        self.ship(final=True)
+        digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        self.runner.send_message(MSG_DONE, {"name": self.path.name, "size": self.offset, "sha256": digest})
+
+
+@dataclass(slots=True)
+class ClockOffset:
+    """The master's wall clock minus this host's, and half the round trip it was measured over."""
+
+    offset_ns: int
+    uncertainty_ns: int
+
+
+def clock_offset(runner: Any, timeout_s: float = 5.0, rounds: int = 5) -> ClockOffset | None:
+    """Ask the master for its wall clock ``rounds`` times; keep the sample with the shortest round trip."""
+    answers: list[dict[str, int]] = []
+    got = threading.Event()
+
+    def on_answer(msg: Any, **_: Any) -> None:
+        if isinstance(msg.data, dict):
+            answers.append({**msg.data, "t1": time.time_ns()})
+            got.set()
+
+    runner.register_message(MSG_CLOCK_ANSWER, on_answer)
+    best: ClockOffset | None = None
+    for _ in range(rounds):
+        got.clear()
+        runner.send_message(MSG_CLOCK, {"t0": time.time_ns()})
+        if not got.wait(timeout_s):
+            break
+        a = answers[-1]
+        rtt = a["t1"] - a["t0"]
+        sample = ClockOffset(a["master_ns"] - (a["t0"] + a["t1"]) // 2, max(1, rtt // 2))
+        if best is None or sample.uncertainty_ns < best.uncertainty_ns:
+            best = sample
+    return best
+
+
+# --------------------------------------------------------------------------- master side
+
+
+def all_done(states: dict[str, str], finished: set[str]) -> bool:
+    """Every worker the master knows has finished or gone missing (and at least one finished)."""
+    return bool(finished) and all(cid in finished or state == "missing" for cid, state in states.items())
+
+
+class Receiver:
+    """The master's end: appends shipped batches to ``records/<name>`` and logs workers' fates."""
+
+    def __init__(self, runner: Any, run_dir: Path) -> None:
+        self.runner = runner
+        self.records = Path(run_dir) / "records"
+        self.records.mkdir(parents=True, exist_ok=True)
+        self.log_path = Path(run_dir) / WORKERS_LOG
+        self.received: dict[str, int] = {}
+        self._fds: dict[str, int] = {}
+        self._states: dict[str, str] = {}
+        self.finished: set[str] = set()
+        self._quitting = False
+
+    def install(self) -> Receiver:
+        self.runner.register_message(MSG_SHARD, self.on_shard)
+        self.runner.register_message(MSG_DONE, self.on_done)
+        self.runner.register_message(MSG_CLOCK, self.on_clock)
+        self.runner.register_message(MSG_FINISHED, self.on_finished)
+        threading.Thread(target=self._watch, name="rh-workers", daemon=True).start()
+        return self
+
+    def note(self, event: str, **detail: Any) -> None:
+        line = {"ts_wall_ns": time.time_ns(), "event": event, **detail}
+        with contextlib.suppress(OSError), self.log_path.open("a") as handle:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+    def on_clock(self, msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        self.runner.send_message(MSG_CLOCK_ANSWER, {"t0": data.get("t0", 0), "master_ns": time.time_ns()},
+                                 client_id=msg.node_id)
+
+    def on_shard(self, msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        name, chunk, offset = safe_name(data.get("name")), data.get("data"), data.get("offset")
+        if name is None or not isinstance(chunk, bytes) or not isinstance(offset, int):
+            self.note("bad_batch", worker=str(msg.node_id))
+            return
+        have = self.received.get(name, 0)
+        if name not in self._fds:
+            self._fds[name] = os.open(self.records / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.note("shard_open", worker=str(msg.node_id), shard=name)
+        if offset < have:  # a batch sent again after a failed send: keep the part not written yet
+            chunk = chunk[have - offset:]
+        elif offset > have:
+            self.note("gap", worker=str(msg.node_id), shard=name, missing_bytes=offset - have)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._fds[name], view):]
+        self.received[name] = max(have, offset) + len(chunk)
+
+    def on_done(self, msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        name = safe_name(data.get("name"))
+        if name is None:
+            return
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            os.close(fd)
+        path = self.records / name
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+        ok = digest == data.get("sha256") and self.received.get(name, 0) == data.get("size")
+        self.note("shard_complete", worker=str(msg.node_id), shard=name, size=data.get("size"), ok=ok)
+
+    def on_finished(self, msg: Any, **_: Any) -> None:
+        self.finished.add(str(msg.node_id))
+        self.note("worker_finished", worker=str(msg.node_id))
+
+    def _watch(self) -> None:
+        """Note every worker state change (ready, running, missing, gone) in ``workers.jsonl``; end the
+        run once every worker has finished or gone missing (a dead one is never waited for)."""
+        while True:
+            time.sleep(0.5)
+            with contextlib.suppress(Exception):
+                now = {str(c.id): str(c.state) for c in self.runner.clients.all}
+                for cid, state in now.items():
+                    if self._states.get(cid) != state:
+                        self.note("worker_state", worker=cid, state=state)
+                for cid in set(self._states) - set(now):
+                    self.note("worker_state", worker=cid, state="gone")
+                self._states = now
+                if all_done(now, self.finished) and not self._quitting:
+                    self._quitting = True
+                    lost = sorted(cid for cid, state in now.items() if state == "missing")
+                    self.note("run_done", finished=sorted(self.finished), missing=lost)
+                    # Locust's own quit message tells every worker (a rebalance on a worker's own quit
+                    # would move its finished user onto a worker still running)
+                    self.runner.quit()
+
+    def close(self) -> None:
+        """At the master's exit: fsync and close what is still open (a worker that died)."""
+        for name, fd in list(self._fds.items()):
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+                os.close(fd)
+            self.note("shard_incomplete", shard=name, received=self.received.get(name, 0))
+        self._fds.clear()
