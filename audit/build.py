@@ -803,8 +803,13 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
     stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
-                              truncated_shards=data.truncated_shards, workers_lost=max(0, starts - stops),
-                              duration_s=duration_s)
+                              truncated_shards=data.truncated_shards,
+                              workers_lost=max(starts - stops, len(data.lost_workers)),
+                              duration_s=duration_s, lost_names=data.lost_workers)
+    clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
+    validity = validity.model_copy(update={
+        "remote_shards": len(clock.remote_shards),
+        "clock_offset_uncertainty_ms": None if clock.uncertainty_ns is None else clock.uncertainty_ns / 1e6})
     validity = with_shortfall(validity, data.events)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):

@@ -57,7 +57,8 @@ BREAKER_FIELDS: dict[str, pa.DataType] = {
     "ts_ns": _I, "route": _S, "state": _S, "previous": _S, "cause": _S,
 }
 EVENT_FIELDS: dict[str, pa.DataType] = {"ts_ns": _I, "name": _S}
-SHARD_FIELDS: dict[str, pa.DataType] = {"host": _S, "pid": _I, "mono_anchor_ns": _I, "wall_anchor_ns": _I}
+SHARD_FIELDS: dict[str, pa.DataType] = {"host": _S, "pid": _I, "mono_anchor_ns": _I, "wall_anchor_ns": _I,
+                                        "clock_offset_ns": _I, "clock_uncertainty_ns": _I}
 
 # Request columns the audit reads; the rest of a record (endpoint, model, key fingerprint …) is
 # parsed for validation but never converted, which keeps a million rows cheap.
@@ -108,6 +109,21 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
 
 
 @dataclass
+class ClockAlignment:
+    """How the shards were put on one clock: other hosts' shards by the wall clock, with an uncertainty."""
+
+    remote_shards: list[str] = field(default_factory=list)  # written on another host than the anchor's
+    uncertainty_ns: int | None = 0  # None: a remote shard without a measured offset (NTP quality only)
+
+    def note(self, name: str, uncertainty_ns: object) -> None:
+        self.remote_shards.append(name)
+        if not isinstance(uncertainty_ns, int):
+            self.uncertainty_ns = None
+        elif self.uncertainty_ns is not None:
+            self.uncertainty_ns = max(self.uncertainty_ns, uncertainty_ns)
+
+
+@dataclass
 class RunData:
     """Everything the audit reads from a run folder."""
 
@@ -122,6 +138,8 @@ class RunData:
     skipped_lines: int = 0
     truncated_shards: int = 0
     processes: int = 0
+    lost_workers: list[str] = field(default_factory=list)  # shards with a worker_start and no worker_stop
+    clock: ClockAlignment = field(default_factory=lambda: ClockAlignment())
 
     @property
     def mono_anchor_ns(self) -> int | None:
@@ -269,6 +287,14 @@ def _to_frame(table: pa.Table) -> pd.DataFrame:
     return frame
 
 
+def _lost(table: pa.Table) -> bool:
+    """A shard whose process started (``worker_start``) and never said it stopped (``worker_stop``)."""
+    names = table.filter(pc.equal(table.column("kind"), KIND_EVENT)).column("name")
+    starts = pc.sum(pc.equal(names, "worker_start")).as_py() or 0
+    stops = pc.sum(pc.equal(names, "worker_stop")).as_py() or 0
+    return bool(starts > stops)
+
+
 def load_run(run_dir: Path) -> RunData:
     """Read ``run.json`` and every shard under ``records/``; shards may come from many processes."""
     run_dir = Path(run_dir)
@@ -280,6 +306,8 @@ def load_run(run_dir: Path) -> RunData:
     per_kind: dict[str, list[pa.Table]] = {kind: [] for kind in KIND_FIELDS}
     skipped = truncated = 0
     processes: set[tuple[str, int]] = set()
+    lost: list[str] = []
+    clock = ClockAlignment()
     for path in paths:
         try:
             raw = path.read_bytes()
@@ -305,11 +333,21 @@ def load_run(run_dir: Path) -> RunData:
             if not path.stem.endswith("-calibration"):  # the idle probes' own shard is not a load process
                 processes.add((f"{host}:{pid}:{path.name}", pid))  # one shard per process by contract
             shard_anchor = headers.column("mono_anchor_ns")[0].as_py()
+            shard_wall = headers.column("wall_anchor_ns")[0].as_py()
+            run_wall = manifest.wall_anchor_ns
+            if manifest.hostname and host != manifest.hostname:
+                # Another machine's monotonic clock is unrelated to the run's: its records count from the
+                # run's wall anchor as that host saw it (corrected by its measured offset to the master).
+                clock.note(path.name, headers.column("clock_uncertainty_ns")[0].as_py())
+                if isinstance(shard_wall, int) and isinstance(run_wall, int):
+                    offset = shard_wall - run_wall
             # Records are ns from the writer's anchor; re-base them on the run's so shards share one clock.
-            if isinstance(shard_anchor, int) and isinstance(run_anchor, int):
+            elif isinstance(shard_anchor, int) and isinstance(run_anchor, int):
                 offset = shard_anchor - run_anchor
         elif not path.stem.endswith("-calibration"):
             processes.add((path.stem, 0))
+        if _lost(table) and not path.stem.endswith("-calibration"):
+            lost.append(path.stem)
         for kind in KIND_FIELDS:
             part = _kind_table(table, kind)
             if offset and part.num_rows:
@@ -343,6 +381,8 @@ def load_run(run_dir: Path) -> RunData:
         skipped_lines=skipped,
         truncated_shards=truncated,
         processes=len(processes),
+        lost_workers=lost,
+        clock=clock,
     )
 
 

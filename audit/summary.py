@@ -360,6 +360,14 @@ class Validity(_Model):
     thresholds: dict[str, float] = Field(
         default_factory=dict, description="the limits the generator was checked against (audit.validity)"
     )
+    lost_workers: list[str] = Field(default_factory=list, description="shards (host-pid) of load processes that "
+                                    "died mid-run: a worker_start and no worker_stop")
+    clock_offset_uncertainty_ms: float | None = Field(
+        default=0.0, description="how far another host's shard may sit from the run's clock: 0 when every "
+        "shard was written on the anchor's host; else the largest half round trip of a worker's measured offset "
+        "to the master; None when a remote shard has no measured offset (then only NTP bounds it)")
+    remote_shards: int = Field(default=0, description="shards aligned through the wall clock (written on "
+                               "another host than the run's anchor)")
 
 
 class RouteSummary(_Model):

@@ -89,14 +89,15 @@ def _p99(values: np.ndarray) -> float | None:
 
 def check_validity(
     attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int,
-    workers_lost: int = 0, duration_s: float = 0.0,
+    workers_lost: int = 0, duration_s: float = 0.0, lost_names: list[str] | None = None,
 ) -> Validity:
     """Mark the run invalid when the generator lagged, was busy, could not send, lost a worker,
     or the target was unreachable for a substantial part of the run (or for most attempts)."""
     reasons: list[str] = []
     if workers_lost:
-        reasons.append(f"{workers_lost} load-generator process(es) died mid-run (no worker_stop): "
-                       "their share of the load was never sent")
+        named = f" ({', '.join(lost_names)})" if lost_names else ""
+        reasons.append(f"{workers_lost} load-generator process(es) died mid-run (no worker_stop){named}: "
+                       "the rest of their share of the load was never sent")
     if len(attempts):
         # attempts that really went out: not refused by the generator itself (not_sent, breaker)
         out = ~attempts["not_sent"].to_numpy() & ~eq(attempts["reason"], "breaker_open")
@@ -149,6 +150,7 @@ def check_validity(
         schedule_lag_p99_ms=sched,
         skipped_lines=skipped_lines,
         truncated_shards=truncated_shards,
+        lost_workers=list(lost_names or []),
         thresholds={"loop_lag_p99_ms": LOOP_LAG_P99_MS, "cpu_busy_percent": CPU_BUSY_PERCENT,
                     "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_p99_ms": SCHEDULE_LAG_P99_MS,
                     "not_sent": 0, "unreachable_min_s": UNREACHABLE_MIN_S,
