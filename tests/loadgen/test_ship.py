@@ -1,0 +1,96 @@
+"""Shard shipping (loadgen/ship.py): names, complete lines, the master's receiver, the end of a run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.distributed import parse_master, worker_command
+from loadgen.ship import Receiver, all_done, complete_lines, read_anchor, safe_name, write_anchor
+
+
+def test_safe_name_refuses_paths_and_hidden_files() -> None:
+    assert safe_name("vm-123.jsonl") == "vm-123.jsonl"
+    assert safe_name("rh-w1-77.jsonl") == "rh-w1-77.jsonl"
+    for bad in ("../x.jsonl", "/etc/x.jsonl", ".hidden.jsonl", "a/b.jsonl", "x.txt", "a..b.jsonl", None, 3, b"x.jsonl"):
+        assert safe_name(bad) is None, bad
+
+
+def test_complete_lines_keeps_a_half_written_line_back() -> None:
+    assert complete_lines(b'{"a":1}\n{"b"') == b'{"a":1}\n'
+    assert complete_lines(b'{"b"') == b""
+    assert complete_lines(b"") == b""
+
+
+def test_all_done_waits_for_every_worker_that_is_not_missing() -> None:
+    assert not all_done({"a": "running", "b": "running"}, {"a"})
+    assert all_done({"a": "running", "b": "missing"}, {"a"})
+    assert all_done({"a": "running", "b": "running"}, {"a", "b"})
+    assert not all_done({"a": "missing"}, set())  # nobody finished: the run-time cap ends it
+
+
+def test_parse_master() -> None:
+    assert parse_master("10.0.0.1") == ("10.0.0.1", 5557)
+    assert parse_master("master.example:6000") == ("master.example", 6000)
+    assert parse_master("[fd00::1]:7000") == ("fd00::1", 7000)
+    assert parse_master("fd00::1") == ("fd00::1", 5557)
+    for bad in ("", "host:0", "host:x", ":5557", "[fd00::1"):
+        with pytest.raises(ValueError):
+            parse_master(bad)
+    cmd = worker_command("10.0.0.1:6000")
+    assert cmd[cmd.index("--master-host") + 1] == "10.0.0.1" and cmd[cmd.index("--master-port") + 1] == "6000"
+    assert "--worker" in cmd
+
+
+def test_anchor_file_round_trip(tmp_path: Path) -> None:
+    assert read_anchor(tmp_path) is None
+    write_anchor(tmp_path, 5, 7)
+    assert read_anchor(tmp_path) == (5, 7)
+
+
+class _Msg:
+    def __init__(self, data: Any, node_id: str = "w1") -> None:
+        self.data, self.node_id = data, node_id
+
+
+class _Runner:
+    """What the receiver needs of Locust's master runner (the e2e tests use the real one)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any, str | None]] = []
+
+    def send_message(self, kind: str, data: Any = None, client_id: str | None = None) -> None:
+        self.sent.append((kind, data, client_id))
+
+
+def test_receiver_appends_batches_skips_a_resent_part_and_checks_the_sum(tmp_path: Path) -> None:
+    rx = Receiver(_Runner(), tmp_path)
+    lines = b'{"kind":"shard"}\n{"kind":"request","seq":1}\n{"kind":"request","seq":2}\n'
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 0, "data": lines[:17]}))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 0, "data": lines[:44]}))  # resent after a failed send
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 44, "data": lines[44:]}))
+    rx.on_done(_Msg({"name": "w-1.jsonl", "size": len(lines), "sha256": hashlib.sha256(lines).hexdigest()}))
+    assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == lines
+    log = [json.loads(line) for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
+    assert next(e for e in log if e["event"] == "shard_complete")["ok"] is True
+
+
+def test_receiver_refuses_a_path_and_notes_a_gap(tmp_path: Path) -> None:
+    rx = Receiver(_Runner(), tmp_path)
+    rx.on_shard(_Msg({"name": "../escape.jsonl", "offset": 0, "data": b"x\n"}))
+    assert not (tmp_path / "escape.jsonl").exists()
+    rx.on_shard(_Msg({"name": "w-2.jsonl", "offset": 10, "data": b"late\n"}))
+    rx.close()
+    events = [json.loads(line)["event"] for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
+    assert events == ["bad_batch", "shard_open", "gap", "shard_incomplete"]
+
+
+def test_receiver_answers_the_clock_to_the_asking_worker(tmp_path: Path) -> None:
+    runner = _Runner()
+    Receiver(runner, tmp_path).on_clock(_Msg({"t0": 123}, node_id="w9"))
+    kind, data, client = runner.sent[0]
+    assert kind == "rh_clock_answer" and data["t0"] == 123 and data["master_ns"] > 0 and client == "w9"
