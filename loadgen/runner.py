@@ -284,6 +284,10 @@ def _versions() -> dict[str, str]:
     }
 
 
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def _iso(ns: int | None = None) -> str:
     ts = (ns if ns is not None else time.time_ns()) / 1e9
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -300,6 +304,11 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     scenario = check_tokenizer(scenario, scenario_dir, str(name_or_path))
     if options.processes < 1:
         raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
+    if options.expect_workers and not _loopback(options.master_bind) and (
+            scenario.target.is_testbed or any(r.url == "testbed" for r in scenario.resilience.fallback)):
+        raise ScenarioError("--expect-workers", [Problem("target.url", None, (
+            "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
+            "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
     if options.dry_run:
         return _dry_run(scenario, console)
     run_id = new_run_id()

@@ -239,6 +239,35 @@ def worker(
     os.execve(cmd[0], cmd, env)
 
 
+@app.command()
+def k8s(
+    scenario: Annotated[Path, typer.Argument(help="scenario file (it goes into a ConfigMap as is)")],
+    workers: Annotated[int, typer.Option(help="worker pods (one Locust process each)")],
+    image: Annotated[str, typer.Option(help="image built with deploy/Dockerfile")] = "rushhour:0.1.0",
+    name: Annotated[str, typer.Option(help="prefix of every object's name")] = "rushhour",
+    namespace: Annotated[str | None, typer.Option(help="Kubernetes namespace")] = None,
+    target: Annotated[str | None, typer.Option(help="override target URL")] = None,
+    profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
+    duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total")] = None,
+    secret: Annotated[str | None, typer.Option(help="Secret whose keys become environment variables")] = None,
+) -> None:
+    """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
+    from rushhour.k8s import K8sOptions, render
+    from scenarios import ScenarioError, load_scenario
+
+    try:
+        loaded = load_scenario(scenario)  # refuse a broken scenario here, not in the cluster
+        if (target or loaded.target.url) == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
+            raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
+                             "give --target the URL of the stack under test")
+        text = scenario.read_text()
+        out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
+                                          target=target, profile=profile, duration=duration, secret=secret)),
+                  end="", markup=False, highlight=False, soft_wrap=True)
+    except (ScenarioError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
 def _audit_and_report(run_dir: Path) -> int:
     from audit import AuditError, run_audit
     from reports import print_terminal, write_reports
