@@ -1,12 +1,12 @@
 """A multi-host run across real network hosts on one machine: network namespaces made by this test.
 
-Four hosts, each its own network namespace (``rh-<tag>-m|w1|w2|tb``): the master (`rushhour run
+Four hosts, each its own network namespace (``rh-<tag>-<test pid>-m|w1|w2|tb``): the master (`rushhour run
 --expect-workers 2`), two workers (`rushhour worker --master …`) and the testbed. A bridge in the
 master's namespace joins them over veth pairs in a private 10.213.x.0/24 that exists only inside these
 namespaces (nothing is routed outside them). Required: per-tier counts per class equal the testbed's
 ledger; a worker killed by PID mid-run gives an invalid run that names it and keeps every record it
 shipped, and the run still ends on time. The namespaces are deleted in a ``finally`` (stale ones of
-a killed test are cleaned at the start).
+a killed test, whose PID is gone, are cleaned at the start).
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ from scenarios import load_scenario
 pytestmark = pytest.mark.e2e
 
 ROLES = ("m", "w1", "w2", "tb")
-STALE = re.compile(r"^rh-[0-9a-f]{6}-(m|w1|w2|tb)$")
+# rh-<tag>-<pid of the test that made it>-<role>: a namespace is stale only when that test is gone (two
+# runs of this test at once, e.g. two checkouts, must not tear down each other's hosts)
+OURS = re.compile(r"^rh-[0-9a-f]{6}-(?P<pid>[0-9]+)-(m|w1|w2|tb)$")
 MASTER_PORT = 5557
 TESTBED_PORT = 18080
 RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
@@ -100,6 +102,16 @@ def _remove(ns: str) -> None:
     subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class Hosts:
     ns: dict[str, str]
@@ -119,11 +131,12 @@ def hosts() -> Iterator[Hosts]:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("MULTI-HOST TEST NOT RUN: needs root and iproute2 (`ip netns add`) to make network namespaces")
     for ns in _namespaces():  # left behind by a killed run of this test
-        if STALE.match(ns):
+        found = OURS.match(ns)
+        if found and not _alive(int(found["pid"])):
             _remove(ns)
     tag = secrets.token_hex(3)
     net = f"10.213.{secrets.randbelow(250) + 2}"
-    ns = {role: f"rh-{tag}-{role}" for role in ROLES}
+    ns = {role: f"rh-{tag}-{os.getpid()}-{role}" for role in ROLES}
     addr = {"m": f"{net}.1", "w1": f"{net}.2", "w2": f"{net}.3", "tb": f"{net}.4"}
     made: list[str] = []
     box = Hosts(ns, addr)
