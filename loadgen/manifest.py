@@ -71,6 +71,9 @@ class RunManifest:
     disk_full: dict[str, Any] | None = None  # during, at_s, file, missing
     generator_warning: str | None = None
     shards: list[str] = field(default_factory=list)
+    # a multi-host run (rushhour run --expect-workers N): expected, master, joined/finished/missing workers,
+    # shards received whole (loadgen/ship.py; the full log is workers.jsonl)
+    workers: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of other versions, kept as they were
 
     def to_json(self) -> dict[str, Any]:

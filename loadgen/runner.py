@@ -333,7 +333,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         profile=scenario.target.profile,
         model=scenario.target.model,
         dialect=scenario.target.dialect,
-        processes=options.processes,
+        processes=options.expect_workers or options.processes,
         versions=_versions(),
         command_line=list(sys.argv),
         hostname=socket.gethostname(),
@@ -820,6 +820,8 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
     if killed_late_s is not None:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
     manifest.shards = [p.name for p in shards]
+    if options.expect_workers:
+        manifest.workers = workers_summary(run_dir, options)
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure
@@ -862,14 +864,36 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
 
 def _joined(run_dir: Path) -> int:
     """How many workers the master saw ready (its ``workers.jsonl``)."""
-    seen: set[str] = set()
+    return len(workers_summary(run_dir, RunOptions())["joined"])
+
+
+def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
+    """run.json's ``workers``: what the master's ``workers.jsonl`` says about a multi-host run."""
+    joined: set[str] = set()
+    finished: set[str] = set()
+    missing: set[str] = set()
+    complete: list[str] = []
+    incomplete: list[str] = []
     with contextlib.suppress(OSError):
         for line in (run_dir / WORKERS_LOG).read_text().splitlines():
-            with contextlib.suppress(ValueError):
+            try:
                 entry = json.loads(line)
-                if entry.get("event") == "worker_state" and entry.get("state") == "ready":
-                    seen.add(str(entry.get("worker")))
-    return len(seen)
+            except ValueError:
+                continue
+            event, worker = entry.get("event"), str(entry.get("worker"))
+            if event == "worker_state" and entry.get("state") == "ready":
+                joined.add(worker)
+            elif event == "worker_state" and entry.get("state") == "missing":
+                missing.add(worker)
+            elif event == "worker_finished":
+                finished.add(worker)
+            elif event == "shard_complete":
+                (complete if entry.get("ok") else incomplete).append(str(entry.get("shard")))
+            elif event == "shard_incomplete":
+                incomplete.append(str(entry.get("shard")))
+    return {"expected": options.expect_workers, "master": f"{options.master_bind}:{options.master_port}",
+            "joined": sorted(joined), "finished": sorted(finished), "missing": sorted(missing - finished),
+            "shards_complete": sorted(complete), "shards_incomplete": sorted(incomplete), "log": WORKERS_LOG}
 
 
 def _start_failure(log_path: Path) -> str | None:

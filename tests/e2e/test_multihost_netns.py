@@ -243,6 +243,9 @@ def test_three_hosts_match_the_ledger_and_survive_a_dead_worker(hosts: Hosts, tm
         assert hashlib.sha256(shipped.read_bytes()).digest() == hashlib.sha256(local.read_bytes()).digest()
     log = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
     assert sum(1 for e in log if e["event"] == "shard_complete" and e["ok"]) == 2
+    workers_info = manifest.workers or {}
+    assert workers_info["expected"] == 2 and len(workers_info["joined"]) == len(workers_info["finished"]) == 2
+    assert sorted(workers_info["shards_complete"]) == [p.name for p in shards] and not workers_info["missing"]
     summary = run_audit(run_dir)
     v = summary.validity
     assert v.lost_workers == [] and v.remote_shards == 2
@@ -284,6 +287,9 @@ def test_three_hosts_match_the_ledger_and_survive_a_dead_worker(hosts: Hosts, tm
     kept, written = shipped.read_bytes(), local.read_bytes()
     assert written.startswith(kept), "the master's copy is not a prefix of what the worker wrote"
     assert _requests(shipped) > 0
+    workers_info = read_manifest(run_dir).workers or {}
+    assert len(workers_info["missing"]) == 1 and len(workers_info["finished"]) == 1
+    assert workers_info["shards_incomplete"] == [shipped.name], workers_info
     summary = run_audit(run_dir)
     v = summary.validity
     assert not v.valid
