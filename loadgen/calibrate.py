@@ -26,11 +26,9 @@ reads it): ``{"probes", "sent", "served", "gave_up", "interrupted", "done"}``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,52 +38,21 @@ from loadgen import prompts
 from loadgen.attempts import Logical, Pools, send_once
 from loadgen.context import WorkerContext, build_routes
 from loadgen.manifest import scenario_of
+from loadgen.probes import (
+    CALIBRATION_PERSONA,
+    PROBE_GAP_S,
+    PROBE_OUTPUT_TOKENS,
+    ProbeResult,
+    probe_plan,
+    probe_scenario,
+    write_progress,
+)
 from loadgen.record import Anchor, RequestRecord, ShardWriter
 from loadgen.wire.client import Cancelled
 from scenarios import load_scenario
 from scenarios.model import Scenario
 
-CALIBRATION_PERSONA = "calibration"  # the audit's name for these probes (audit/fold.py)
-PROBE_OUTPUT_TOKENS = 16
-PROBE_GAP_S = 0.05  # between probes: the previous one's connection teardown must not overlap
-PROBE_CONNECT_S = 5.0  # a probe's own deadlines (capped by the scenario's): an idle target answers fast
-PROBE_TTFT_S = 10.0
-PROBE_TOTAL_S = 30.0
-PROGRESS_FILE = "calibration.json"
 EXIT_INTERRUPTED = 130
-
-
-@dataclass
-class ProbeResult:
-    """How the probes went (also the content of ``calibration.json``)."""
-
-    probes: int
-    sent: int = 0
-    served: int = 0
-    gave_up: str | None = None  # why the probes stopped early (a timeout or a transport error)
-    interrupted: bool = False
-    done: bool = False
-
-
-def probe_plan(scenario: Scenario) -> list[int]:
-    """The prompt size of every probe, in sending order (empty with ``probes: 0``)."""
-    cal = scenario.calibration
-    return [size for size in cal.prompt_tokens for _ in range(cal.probes)]
-
-
-def probe_scenario(scenario: Scenario) -> Scenario:
-    """The scenario with the probes' own short deadlines in place of ``resilience.timeouts``."""
-    t = scenario.resilience.timeouts
-    short = t.model_copy(
-        update={
-            "connect_s": min(t.connect_s, PROBE_CONNECT_S),
-            "ttft_s": min(t.ttft_s, PROBE_TTFT_S),
-            "total_s": min(t.total_s, PROBE_TOTAL_S),
-        }
-    )
-    resilience = scenario.resilience.model_copy(update={"timeouts": short})
-    return scenario.model_copy(update={"resilience": resilience})
-
 
 def give_up_reason(record: RequestRecord) -> str | None:
     """Why this probe ends the calibration (a timeout or a transport error), or None."""
@@ -134,22 +101,6 @@ def run_probes(
     return result
 
 
-def _write_progress(run_dir: Path, result: ProbeResult) -> None:
-    path = run_dir / PROGRESS_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(result)))
-    os.replace(tmp, path)
-
-
-def read_progress(run_dir: Path) -> dict[str, Any] | None:
-    """``calibration.json`` as the child last wrote it (None before the first write)."""
-    try:
-        data: dict[str, Any] = json.loads((Path(run_dir) / PROGRESS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
 def _load(path: Path) -> Scenario:
     if path.suffix == ".json":
         return Scenario.model_validate(scenario_of(path))
@@ -174,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = WorkerContext(scenario, args.run_id, anchor, writer, routes)
     result = ProbeResult(probes=len(sizes))
     try:
-        _write_progress(run_dir, result)
+        write_progress(run_dir, result)
         timeouts = scenario.resilience.timeouts
         ctx.event(
             "calibration_start",
@@ -183,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             ttft_s=timeouts.ttft_s,
             total_s=timeouts.total_s,
         )
-        probes = gevent.spawn(run_probes, ctx, sizes, PROBE_GAP_S, lambda r: _write_progress(run_dir, r))
+        probes = gevent.spawn(run_probes, ctx, sizes, PROBE_GAP_S, lambda r: write_progress(run_dir, r))
         handlers = [
             gevent.signal_handler(sig, lambda: probes.kill(Cancelled, block=False))
             for sig in (signal.SIGTERM, signal.SIGINT)
@@ -199,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             result.interrupted = True
         result.done = True
         ctx.event("calibration_end", **asdict(result))
-        _write_progress(run_dir, result)
+        write_progress(run_dir, result)
     finally:
         writer.close()
     how = "interrupted" if result.interrupted else (f"gave up: {result.gave_up}" if result.gave_up else "done")

@@ -198,7 +198,7 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
 
 def check_routes(scenario: Scenario, where: str) -> None:
     """Build every route's endpoint now: a URL the load processes could not connect to fails here, once."""
-    from loadgen.wire.http import Endpoint
+    from loadgen.endpoint import Endpoint
 
     urls = [("target.url", scenario.target.url)]
     urls += [(f"resilience.fallback.{r.name}.url", r.url) for r in scenario.resilience.fallback]
@@ -520,7 +520,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
     recorded cancelled) and propagates.
     """
-    from loadgen.calibrate import probe_plan, probe_scenario, read_progress
+    from loadgen.probes import probe_plan, probe_scenario, read_progress
 
     run_dir, run_id, console = ctx.run_dir, ctx.run_id, ctx.console
     scenario = ctx.scenario

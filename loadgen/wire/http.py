@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import httptools
+
+from loadgen.endpoint import Endpoint as Endpoint  # where to connect: shared with the parent (runner)
 
 MAX_ERROR_BODY = 64 * 1024  # enough to read an error message (non-2xx); a hostile body is cut here
 MAX_BODY = 32 * 1024 * 1024  # a complete 2xx non-streamed answer is read whole up to this, then refused
@@ -20,29 +21,6 @@ BODY_TOO_LARGE = "response body over 32 MiB"
 
 class ResponseTooLarge(Exception):
     """A part of the response passed its cap; ``str(exc)`` is the record's ``error`` text."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where to connect: scheme, host, port and the base path of the API."""
-
-    scheme: str
-    host: str
-    port: int
-    base_path: str
-
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"unsupported URL scheme in {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme, parts.hostname or "127.0.0.1", port, parts.path.rstrip("/"))
-
-    @property
-    def host_header(self) -> str:
-        default = 443 if self.scheme == "https" else 80
-        return self.host if self.port == default else f"{self.host}:{self.port}"
 
 
 def build_request(endpoint: Endpoint, path: str, headers: dict[str, str], body: bytes) -> bytes:

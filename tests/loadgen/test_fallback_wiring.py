@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.classify import classify_one
-from loadgen.calibrate import probe_plan
+from loadgen.probes import probe_plan
 from loadgen.context import build_routes
 from loadgen.testbed_proc import route_file_name
 from loadgen.testbed_proc import testbed_config as make_config
