@@ -397,7 +397,7 @@ def _switched(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ordered, switched
 
 
-# why traffic moved, coarse: the outcome key that starts ``retry_reason`` (loadgen/resilience.py)
+# why traffic moved, coarse: the outcome key that starts ``retry_reason`` (loadgen/engine/resilience.py)
 _MOVE_CAUSE = {"transport": "connection", "incomplete": "stream_cut", "in_band": "in_band_error"}
 _BREAKER_CAUSE = re.compile(r"(?:last|probe_failed):\s*([^\s,;]+)")
 

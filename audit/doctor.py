@@ -1,6 +1,6 @@
 """Judge ``rushhour doctor``'s probes: does rushhour understand this stack? (pure functions)
 
-The probes (``loadgen.doctor``) are ordinary attempt records tagged by persona; each is classified
+The probes (``loadgen.engine.doctor``) are ordinary attempt records tagged by persona; each is classified
 with the profile's own rules, exactly as a run's audit would. A check *fails* when the audit of a
 real run against this stack would be wrong (no answer, streams that never end, a tier the stack
 refuses, a priority polarity that runs backwards, an answer no rule recognises); it *warns* when the

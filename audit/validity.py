@@ -15,7 +15,7 @@ LOOP_LAG_P99_MS = 50.0
 CPU_BUSY_PERCENT = 90.0  # of one core (psutil's per-process percent)
 CPU_BUSY_SHARE = 0.10  # of health samples
 SCHEDULE_LAG_P99_MS = 100.0
-BUDGET_REASON = "budget"  # loadgen/attempts.py: refused by the cost guard, recorded not_sent
+BUDGET_REASON = "budget"  # loadgen/engine/attempts.py: refused by the cost guard, recorded not_sent
 UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
 UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
 NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
@@ -158,7 +158,7 @@ def check_validity(
     )
 
 
-SHORTFALL_EVENT = "shortfall"  # loadgen/personas/common.py: arrivals the open loop could not offer, per interval
+SHORTFALL_EVENT = "shortfall"  # loadgen/engine/personas/common.py: arrivals the open loop could not offer, per interval
 
 
 def with_shortfall(validity: Validity, events: list[dict[str, Any]]) -> Validity:

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _prompt_body(tokens: int, i: int) -> bytes:
+    from loadgen.engine.wire.dialects import build_body
     from loadgen.prompts import Conversation, text
-    from loadgen.wire.dialects import build_body
 
     conv = Conversation("", [("user", text(f"bench:{i}", 64))])
     return build_body("openai-chat", "testbed-model", conv, tokens, True)[1]
@@ -45,10 +45,10 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path) 
     import gevent
     from locust.env import Environment
 
-    import loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    import loadgen.engine.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
+    from loadgen.engine.wire.http import Endpoint, build_request
     from loadgen.record import RequestRecord
-    from loadgen.wire.client import ConnectionPool, Timeouts, perform
-    from loadgen.wire.http import Endpoint, build_request
 
     env = Environment()
     env.create_local_runner()  # so request events update Locust's stats, as in a worker

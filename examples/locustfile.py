@@ -14,11 +14,11 @@ import uuid
 
 from locust import User, between, task
 
+from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
+from loadgen.engine.wire.dialects import build_body
+from loadgen.engine.wire.http import Endpoint, build_request
 from loadgen.prompts import Conversation, text
 from loadgen.record import RequestRecord
-from loadgen.wire.client import ConnectionPool, Timeouts, perform
-from loadgen.wire.dialects import build_body
-from loadgen.wire.http import Endpoint, build_request
 
 
 class TieredChatUser(User):

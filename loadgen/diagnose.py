@@ -1,6 +1,6 @@
 """``rushhour doctor``'s parent side: write the plan, run the probe child by PID, scrape /metrics once.
 
-The probes themselves run in ``python -m loadgen.doctor`` (gevent stays out of this process, as
+The probes themselves run in ``python -m loadgen.engine.doctor`` (gevent stays out of this process, as
 for the calibration probes); this module only orchestrates, and hands what it collected to
 ``audit.doctor`` for judgement.
 """
@@ -127,7 +127,7 @@ def run_probes(
     log = folder / "doctor.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.doctor", "--dir", str(folder)],
+            [sys.executable, "-m", "loadgen.engine.doctor", "--dir", str(folder)],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

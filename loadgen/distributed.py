@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_MASTER_PORT = 5557  # Locust's own default
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
 
 
 def parse_master(address: str) -> tuple[str, int]:
@@ -39,7 +39,7 @@ def _port(raw: str, address: str) -> int:
 
 
 def worker_command(master: str, loglevel: str = "INFO") -> list[str]:
-    """``python -m locust -f loadgen/locustfile.py --worker --master-host H --master-port P``."""
+    """``python -m locust -f loadgen/engine/locustfile.py --worker --master-host H --master-port P``."""
     host, port = parse_master(master)
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", host,
             "--master-port", str(port), "--headless", "--loglevel", loglevel]

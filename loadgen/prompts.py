@@ -51,7 +51,7 @@ def _offset(key: str) -> int:
     return int.from_bytes(digest, "big") % _BASE_BYTES
 
 
-# The scenario's tokenizer, set once per load process (loadgen.locustfile): with it every piece of
+# The scenario's tokenizer, set once per load process (loadgen.engine.locustfile): with it every piece of
 # text is cut to an exact token count; without it pieces are sized at BYTES_PER_TOKEN (an estimate).
 _tokenizer: Tokenizer | None = None
 

@@ -1,7 +1,7 @@
 """``rushhour run``: resolve the scenario, start the testbed if asked, drive Locust, watch, stop, record.
 
 This module runs in the parent process and never imports locust or gevent: Locust (which
-monkey-patches for gevent on import) runs as a subprocess with ``loadgen/locustfile.py``.
+monkey-patches for gevent on import) runs as a subprocess with ``loadgen/engine/locustfile.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
-LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/locustfile.py)
+LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/engine/locustfile.py)
 # Space set aside in every run folder and given back when the disk fills up, so that the final run.json
 # can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
 RESERVE_FILE = ".reserve"
@@ -51,7 +51,7 @@ STOP_GRACE_S = 15.0
 # Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
 # end, it has overrun (a stuck process): it gets SIGTERM, then SIGKILL after STOP_GRACE_S.
 OVERRUN_MARGIN_S = 40.0
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
 
 
 @dataclass
@@ -514,7 +514,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     anchor; the audit re-bases it, so the probes sit before t = 0). The load's schedule therefore
     never starts before the last probe has finished, however slow the target is. Each probe has
     short deadlines of its own and the child stops after the first one that times out or fails to
-    connect (``loadgen.calibrate``), so an unresponsive target costs one probe, not minutes.
+    connect (``loadgen.engine.calibrate``), so an unresponsive target costs one probe, not minutes.
 
     Sets ``ctx.manifest.calibration`` (written as soon as the child runs: its PID, for clean-up)
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
@@ -534,7 +534,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "loadgen.calibrate",
+        "loadgen.engine.calibrate",
         "--run-dir",
         str(run_dir),
         "--run-id",

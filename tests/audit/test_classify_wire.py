@@ -22,8 +22,8 @@ SCRIPT = r"""
 import json, sys
 from pathlib import Path
 from loadgen.record import RequestRecord
-from loadgen.wire.client import _Attempt, _fill
-from loadgen.wire.http import ResponseHead
+from loadgen.engine.wire.client import _Attempt, _fill
+from loadgen.engine.wire.http import ResponseHead
 
 out = []
 for path in sorted(Path(sys.argv[1]).glob("*.json")):

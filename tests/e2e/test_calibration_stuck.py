@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadgen.probes import PROBE_TTFT_S
 from loadgen.manifest import read_manifest
+from loadgen.probes import PROBE_TTFT_S
 from loadgen.record import read_shard, shard_paths
 from loadgen.runner import RunOptions, run_scenario
 

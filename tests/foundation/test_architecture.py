@@ -44,12 +44,11 @@ ALLOWED_MODULES: dict[str, frozenset[str]] = {
     "audit": frozenset({"loadgen.record", "loadgen.manifest", "loadgen.diagnose"}),
 }
 
-# The Locust/gevent child: the only modules that may import gevent or locust, and that no module
-# outside this set may import (importing locust monkey-patches the whole process for gevent).
-CHILD = frozenset({
-    "loadgen.locustfile", "loadgen.worker", "loadgen.attempts", "loadgen.personas", "loadgen.wire.client",
-    "loadgen.context", "loadgen.health", "loadgen.calibrate", "loadgen.doctor",
-})
+# The Locust/gevent child: the subpackage loadgen/engine/ holds every module that runs in a load,
+# calibration or doctor process. Only it may import gevent or locust, and no module outside it may
+# import it (importing locust monkey-patches the whole process for gevent); it may import the pure
+# parent-side modules (loadgen.record, schedule, tiers, prompts, probes, endpoint, …).
+CHILD = frozenset({"loadgen.engine"})
 # Third-party modules and the only packages/modules that may import them (directly).
 THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "gevent": CHILD,
@@ -68,11 +67,8 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
 STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest"})
 
 # Violations that exist today and are named, not hidden: each must still exist (so the list only
-# shrinks). The runner lazily imports the calibration child's pure planning functions; the loadgen
-# layout split (issue 13) moves them to the parent side and empties this list.
-KNOWN: frozenset[str] = frozenset({
-    "loadgen.runner imports loadgen.calibrate (a Locust-child module) outside the child",
-})
+# shrinks). Empty since the loadgen layout split (issue 13) moved the probes' pure plan to loadgen.probes.
+KNOWN: frozenset[str] = frozenset()
 
 
 # ----------------------------------------------------------------------------------------- the checker
@@ -166,7 +162,8 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
 
 def test_every_module_follows_the_rules() -> None:
     modules = module_files(ROOT, PACKAGES)
-    assert {"loadgen.wire.client", "loadgen.personas.chat", "audit.build", "testbed.server"} <= set(modules)
+    assert {"loadgen.engine.wire.client", "loadgen.engine.personas.chat", "audit.build", "testbed.server"} <= set(
+        modules)
     found = violations(imports_of(modules))
     new = [v for v in found if v not in KNOWN]
     assert not new, "\n".join(new)
@@ -204,9 +201,11 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("imports", "expected"), [
-    ({"audit.x": {"loadgen.wire.client"}}, ["audit.x imports loadgen.wire.client: audit may not import loadgen",
-                                           "audit.x imports loadgen.wire.client (a Locust-child module) outside "
-                                           "the child"]),
+    ({"audit.x": {"loadgen.engine.wire.client"}}, [
+        "audit.x imports loadgen.engine.wire.client: audit may not import loadgen",
+        "audit.x imports loadgen.engine.wire.client (a Locust-child module) outside the child"]),
+    ({"loadgen.runner": {"loadgen.engine.calibrate"}}, [
+        "loadgen.runner imports loadgen.engine.calibrate (a Locust-child module) outside the child"]),
     ({"audit.x": {"loadgen.record", "loadgen.diagnose", "stacks", "numpy"}}, []),
     ({"audit.x": {"loadgen"}}, ["audit.x imports loadgen: audit may not import loadgen"]),
     ({"loadgen.sweep": {"numpy"}}, ["loadgen.sweep imports numpy: only audit, reports, rushhour may"]),
@@ -214,7 +213,7 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     ({"scenarios.x": {"audit.summary"}}, ["scenarios.x imports audit.summary: scenarios may not import audit"]),
     ({"testbed.x": {"stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
     ({"loadgen.scrape": {"aiohttp"}}, ["loadgen.scrape imports aiohttp: only testbed may"]),
-    ({"loadgen.worker": {"gevent", "loadgen.attempts"}}, []),
+    ({"loadgen.engine.worker": {"gevent", "loadgen.engine.attempts"}}, []),
 ])
 def test_rules_on_synthetic_module_maps(imports: dict[str, set[str]], expected: list[str]) -> None:
     assert violations(imports) == expected
@@ -241,6 +240,11 @@ FORBIDDEN = {
     "loadgen.runner": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.tiers": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.diagnose": {"locust", "gevent", "numpy", "pandas"},
+    # pure planning: probe plans, dry runs, sweep/study scaling
+    "loadgen.probes": {"locust", "gevent", "numpy", "pandas"},
+    "loadgen.dryrun": {"locust", "gevent", "numpy", "pandas"},
+    "loadgen.sweep": {"locust", "gevent", "numpy", "pandas"},
+    "loadgen.endpoint": {"locust", "gevent", "numpy", "pandas", "pydantic", "httptools"},
     "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
 }
 
@@ -256,3 +260,24 @@ def test_import_does_not_load_forbidden_modules(module: str) -> None:
     assert result.returncode == 0, result.stderr
     loaded = set(json.loads(result.stdout))
     assert not (FORBIDDEN[module] & loaded), f"{module} loads {sorted(FORBIDDEN[module] & loaded)}"
+
+
+def test_pure_planning_runs_without_gevent(tmp_path: Path) -> None:
+    """A dry run, the probes' plan and a sweep's and a study's scaling, run (not only imported): no gevent."""
+    code = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from loadgen.runner import RunOptions, run_scenario\n"
+        "from loadgen.probes import probe_plan, probe_scenario\n"
+        "from loadgen.sweep import plan_sweep, scaled_scenario\n"
+        "from scenarios import load_scenario\n"
+        "sc = load_scenario('demo')\n"
+        "assert run_scenario('demo', RunOptions(dry_run=True)).exit_code == 0\n"
+        "probe_scenario(sc); probe_plan(sc)\n"
+        f"plan_sweep(sc, [0.5, 1.0], out_dir=Path({str(tmp_path)!r})); scaled_scenario(sc, 2.0)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert not ({"gevent", "locust"} & loaded), sorted({"gevent", "locust"} & loaded)

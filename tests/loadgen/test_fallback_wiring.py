@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from audit.classify import classify_one
+from loadgen.engine.context import build_routes
+from loadgen.engine.wire.client import _header_reason
 from loadgen.probes import probe_plan
-from loadgen.context import build_routes
 from loadgen.testbed_proc import route_file_name
 from loadgen.testbed_proc import testbed_config as make_config
-from loadgen.wire.client import _header_reason
 from scenarios import parse_scenario
 
 SCENARIO = """

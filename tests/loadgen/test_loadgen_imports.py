@@ -8,9 +8,12 @@ import sys
 
 import pytest
 
-PURE = ["loadgen.runner", "loadgen.tiers", "loadgen.wire.http", "loadgen.wire.sse", "loadgen.wire.stream",
-        "loadgen.wire.dialects", "loadgen.prompts", "loadgen.schedule", "loadgen.traces", "loadgen.live",
-        "loadgen.testbed_proc", "loadgen.record"]
+PURE = ["loadgen.runner", "loadgen.tiers", "loadgen.prompts", "loadgen.schedule", "loadgen.traces", "loadgen.live",
+        "loadgen.testbed_proc", "loadgen.record", "loadgen.manifest", "loadgen.probes", "loadgen.endpoint",
+        "loadgen.dryrun", "loadgen.sweep",
+        # the child's gevent-free parts (the wire's parsers), importable on their own
+        "loadgen.engine.wire.http", "loadgen.engine.wire.sse", "loadgen.engine.wire.stream",
+        "loadgen.engine.wire.dialects"]
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -10,13 +10,13 @@ import pytest
 from gevent.pool import Group
 from wire_fakes import FakeServer
 
-from loadgen.attempts import Logical, Pools, send_logical
-from loadgen.context import WorkerContext, build_routes
-from loadgen.personas.agents import run_swarm
-from loadgen.personas.chat import run_chat
+from loadgen.engine.attempts import Logical, Pools, send_logical
+from loadgen.engine.context import WorkerContext, build_routes
+from loadgen.engine.personas.agents import run_swarm
+from loadgen.engine.personas.chat import run_chat
+from loadgen.engine.wire.client import Cancelled
 from loadgen.prompts import Conversation
 from loadgen.record import Anchor, ShardWriter, read_shard
-from loadgen.wire.client import Cancelled
 from scenarios import parse_scenario
 
 SCENARIO = """

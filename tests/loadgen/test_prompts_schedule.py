@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from loadgen import prompts
-from loadgen.personas.agents import ideal_s, plan_task
+from loadgen.engine.personas.agents import ideal_s, plan_task
+from loadgen.engine.wire.dialects import build_body
 from loadgen.schedule import (
     next_arrival,
     phase_index,
@@ -19,7 +20,6 @@ from loadgen.schedule import (
     worker_share,
     worker_slots,
 )
-from loadgen.wire.dialects import build_body
 from scenarios import parse_scenario
 from scenarios.model import AgentSwarmPersona, Arrival, Phase
 

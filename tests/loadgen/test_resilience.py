@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.record import RequestRecord
-from loadgen.resilience import (
+from loadgen.engine.resilience import (
     Decision,
     backoff_delay,
     is_failure_key,
@@ -22,6 +21,7 @@ from loadgen.resilience import (
     parse_retry_after,
     retry_reason,
 )
+from loadgen.record import RequestRecord
 from scenarios.model import RetryPolicy
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -33,7 +33,7 @@ def test_the_master_waits_for_its_workers_and_takes_the_anchor_itself() -> None:
     assert _value(cmd, "--master-bind-host") == "10.0.0.5" and _value(cmd, "--master-bind-port") == "6001"
     assert _value(cmd, "-u") == _value(cmd, "--rh-workers") == "3"
     assert _value(cmd, "--rh-ship") == "1"
-    # no anchor yet: the master takes it when every worker has joined (loadgen/locustfile.py)
+    # no anchor yet: the master takes it when every worker has joined (loadgen/engine/locustfile.py)
     assert _value(cmd, "--rh-mono-anchor-ns") == _value(cmd, "--rh-wall-anchor-ns") == "0"
 
 

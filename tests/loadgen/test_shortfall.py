@@ -13,10 +13,10 @@ from wire_fakes import FakeServer
 
 from audit.summary import Validity
 from audit.validity import with_shortfall
-from loadgen.context import WorkerContext, build_routes
-from loadgen.health import run_health
-from loadgen.personas.chat import run_chat
-from loadgen.personas.common import BEHIND_LIMIT_S, NOT_SENT_RECORDS_PER_INTERVAL
+from loadgen.engine.context import WorkerContext, build_routes
+from loadgen.engine.health import run_health
+from loadgen.engine.personas.chat import run_chat
+from loadgen.engine.personas.common import BEHIND_LIMIT_S, NOT_SENT_RECORDS_PER_INTERVAL
 from loadgen.record import Anchor, ShardWriter, read_shard
 from scenarios import parse_scenario
 

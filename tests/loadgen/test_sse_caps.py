@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.wire.http import ResponseTooLarge
-from loadgen.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
-from loadgen.wire.stream import OPENAI_CHAT, StreamInterpreter
+from loadgen.engine.wire.http import ResponseTooLarge
+from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
+from loadgen.engine.wire.stream import OPENAI_CHAT, StreamInterpreter
 
 CHUNK = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from loadgen.wire.sse import SSESplitter
-from loadgen.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
+from loadgen.engine.wire.sse import SSESplitter
+from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
 
 CHUNK = b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}'
 ROLE = b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from loadgen import prompts, tokens
-from loadgen.wire.dialects import build_body
+from loadgen.engine.wire.dialects import build_body
 from scenarios.tools import BUILTIN_TOOLS
 
 TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from loadgen.personas.replay import prompt_for
+from loadgen.engine.personas.replay import prompt_for
 from loadgen.traces import read_trace, schedule
 from scenarios.distributions import resolve_trace_path
 from scenarios.model import TraceReplayPersona

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import stacks
+from loadgen.engine.wire.client import Timeouts
+from loadgen.engine.wire.http import Endpoint
 from loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
 from loadgen.schedule import seeded_rng
 from loadgen.tiers import TierWire, map_tier
-from loadgen.wire.client import Timeouts
-from loadgen.wire.http import Endpoint
 from scenarios.model import Scenario
 
 
@@ -29,7 +29,7 @@ class RouteWire:
     model: str
     dialect: str
     tiers: dict[tuple[str, str], TierWire]
-    pin_output: bool = False  # the body asks for exactly max_tokens (see loadgen.wire.dialects)
+    pin_output: bool = False  # the body asks for exactly max_tokens (see loadgen.engine.wire.dialects)
 
 
 def build_routes(
@@ -99,8 +99,8 @@ class WorkerContext:
     workers: int = 1
     counters: Counters = field(default_factory=Counters)
     on_attempt: Callable[[RequestRecord], None] | None = None  # fires Locust's request event
-    budget: Any = None  # loadgen.budget.BudgetGuard when the scenario has a budget
-    breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.breaker.RouteBreaker
+    budget: Any = None  # loadgen.engine.budget.BudgetGuard when the scenario has a budget
+    breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.engine.breaker.RouteBreaker
     shortfalls: dict[str, Any] = field(default_factory=dict)  # persona -> personas.common.Shortfall
     group: Any = None  # the worker's gevent Group of in-flight work: control twins join it (drain, cancel)
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)

@@ -9,10 +9,10 @@ from typing import Any
 import gevent
 from gevent.pool import Group
 
-from loadgen.attempts import Logical, new_attempt_record
-from loadgen.context import WorkerContext
+from loadgen.engine.attempts import Logical, new_attempt_record
+from loadgen.engine.context import WorkerContext
+from loadgen.engine.resilience import is_served
 from loadgen.record import RequestRecord, TaskRecord
-from loadgen.resilience import is_served
 from loadgen.schedule import next_arrival
 
 

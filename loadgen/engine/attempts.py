@@ -15,14 +15,15 @@ from typing import Any
 
 import gevent
 
-from loadgen import control, resilience
-from loadgen.context import RouteWire, WorkerContext
+from loadgen import control
+from loadgen.engine import resilience
+from loadgen.engine.context import RouteWire, WorkerContext
+from loadgen.engine.wire.client import KEEPALIVE_S, Cancelled, ConnectionPool, perform
+from loadgen.engine.wire.dialects import build_body
+from loadgen.engine.wire.http import build_request
 from loadgen.prompts import Conversation
 from loadgen.record import RequestRecord
 from loadgen.tiers import TierWire
-from loadgen.wire.client import KEEPALIVE_S, Cancelled, ConnectionPool, perform
-from loadgen.wire.dialects import build_body
-from loadgen.wire.http import build_request
 
 
 @dataclass(slots=True)

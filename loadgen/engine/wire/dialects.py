@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
+from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
 from loadgen.prompts import Conversation
-from loadgen.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
 
 PATHS = {
     OPENAI_CHAT: "/v1/chat/completions",

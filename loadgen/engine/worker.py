@@ -5,13 +5,13 @@ from __future__ import annotations
 import gevent
 from gevent.pool import Group
 
-from loadgen.context import WorkerContext
-from loadgen.health import run_health
-from loadgen.personas.agents import run_swarm
-from loadgen.personas.chat import run_chat
-from loadgen.personas.common import sleep_until
-from loadgen.personas.replay import run_replay
-from loadgen.wire.client import Cancelled
+from loadgen.engine.context import WorkerContext
+from loadgen.engine.health import run_health
+from loadgen.engine.personas.agents import run_swarm
+from loadgen.engine.personas.chat import run_chat
+from loadgen.engine.personas.common import sleep_until
+from loadgen.engine.personas.replay import run_replay
+from loadgen.engine.wire.client import Cancelled
 from scenarios.model import AgentSwarmPersona, ChatPersona
 
 CANCEL_GRACE_S = 5.0

@@ -7,7 +7,7 @@ import time
 import gevent
 import psutil
 
-from loadgen.context import WorkerContext
+from loadgen.engine.context import WorkerContext
 from loadgen.record import HealthRecord
 from loadgen.schedule import phase_index
 

@@ -1,4 +1,4 @@
-"""Idle calibration probes, sent before a run's load starts: ``python -m loadgen.calibrate``.
+"""Idle calibration probes, sent before a run's load starts: ``python -m loadgen.engine.calibrate``.
 
 The audit measures TTFT inflation against the unloaded TTFT of the same prompt size
 (``audit/calibration.py``: served attempts of persona ``calibration``, median per log2 prompt-size
@@ -35,8 +35,9 @@ from typing import Any
 import gevent
 
 from loadgen import prompts
-from loadgen.attempts import Logical, Pools, send_once
-from loadgen.context import WorkerContext, build_routes
+from loadgen.engine.attempts import Logical, Pools, send_once
+from loadgen.engine.context import WorkerContext, build_routes
+from loadgen.engine.wire.client import Cancelled
 from loadgen.manifest import scenario_of
 from loadgen.probes import (
     CALIBRATION_PERSONA,
@@ -48,7 +49,6 @@ from loadgen.probes import (
     write_progress,
 )
 from loadgen.record import Anchor, RequestRecord, ShardWriter
-from loadgen.wire.client import Cancelled
 from scenarios import load_scenario
 from scenarios.model import Scenario
 
@@ -108,7 +108,7 @@ def _load(path: Path) -> Scenario:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m loadgen.engine.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--scenario", required=True, help="run.json (resolved scenario) or a scenario YAML")

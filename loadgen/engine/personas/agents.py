@@ -9,9 +9,10 @@ import gevent
 from gevent.pool import Group
 
 from loadgen import prompts
-from loadgen.attempts import Logical, Pools, send_logical
-from loadgen.context import WorkerContext
-from loadgen.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
+from loadgen.engine.attempts import Logical, Pools, send_logical
+from loadgen.engine.context import WorkerContext
+from loadgen.engine.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
+from loadgen.engine.wire.client import Cancelled
 from loadgen.record import RequestRecord
 from loadgen.schedule import (
     agents_scale,
@@ -20,7 +21,6 @@ from loadgen.schedule import (
     worker_share,
     worker_slots,
 )
-from loadgen.wire.client import Cancelled
 from scenarios.model import AgentSwarmPersona
 
 # Ideal-time estimate for a deadline factor: a call on an idle stack (assumed, documented).

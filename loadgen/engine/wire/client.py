@@ -17,8 +17,7 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
-from loadgen.record import RequestRecord, short_text
-from loadgen.wire.http import (
+from loadgen.engine.wire.http import (
     BODY_TOO_LARGE,
     MAX_BODY,
     MAX_ERROR_BODY,
@@ -28,7 +27,8 @@ from loadgen.wire.http import (
     ResponseTooLarge,
     parse_retry_after,
 )
-from loadgen.wire.stream import StreamInterpreter, error_summary, interpret_body
+from loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
+from loadgen.record import RequestRecord, short_text
 from stacks import header_reason
 
 RECV_BYTES = 65536

@@ -1,4 +1,4 @@
-"""The Locust entry point: ``python -m locust -f loadgen/locustfile.py`` (the runner builds the command).
+"""The Locust entry point: ``python -m locust -f loadgen/engine/locustfile.py`` (the runner builds the command).
 
 One ``RushhourDriver`` user per Locust process drives that process's share of the scenario (the
 runner asks for as many users as processes, and Locust places one on each worker). The run id,
@@ -23,7 +23,8 @@ from locust import User, events, task
 from locust.env import Environment
 
 from loadgen import prompts, ship, tokens
-from loadgen.context import WorkerContext, build_routes
+from loadgen.engine.context import WorkerContext, build_routes
+from loadgen.engine.worker import Worker
 from loadgen.manifest import scenario_of
 from loadgen.record import (
     START_FAILED_MARK,
@@ -34,7 +35,6 @@ from loadgen.record import (
     is_disk_full,
     short_text,
 )
-from loadgen.worker import Worker
 from scenarios import load_scenario
 from scenarios.model import Scenario
 
@@ -252,8 +252,8 @@ def _remote_anchor(opts: Any, anchor: Anchor, offset: ship.ClockOffset | None) -
 def _attach_guards(ctx: WorkerContext) -> None:
     """Budget guard and circuit breakers, when the scenario asks for them."""
     scenario = ctx.scenario
-    from loadgen.breaker import RouteBreaker
-    from loadgen.budget import BudgetGuard
+    from loadgen.engine.breaker import RouteBreaker
+    from loadgen.engine.budget import BudgetGuard
 
     if scenario.budget is not None:
         ctx.budget = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index)

@@ -8,12 +8,12 @@ import gevent
 from gevent.pool import Group
 
 from loadgen import prompts
-from loadgen.attempts import Logical, Pools, send_logical
-from loadgen.context import WorkerContext
-from loadgen.personas.common import behind, not_sent, sleep_until
+from loadgen.engine.attempts import Logical, Pools, send_logical
+from loadgen.engine.context import WorkerContext
+from loadgen.engine.personas.common import behind, not_sent, sleep_until
+from loadgen.engine.wire.client import Cancelled
 from loadgen.schedule import mine, worker_slots
 from loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow, read_trace, schedule
-from loadgen.wire.client import Cancelled
 from scenarios.distributions import resolve_trace_path
 from scenarios.model import TraceReplayPersona
 

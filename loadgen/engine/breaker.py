@@ -29,8 +29,8 @@ from typing import Any
 
 import pybreaker
 
+from loadgen.engine.resilience import is_failure_key, outcome_key, retry_reason
 from loadgen.record import RequestRecord
-from loadgen.resilience import is_failure_key, outcome_key, retry_reason
 
 CLOSED = "closed"
 OPEN = "open"

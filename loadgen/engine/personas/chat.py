@@ -6,11 +6,11 @@ import gevent
 from gevent.pool import Group
 
 from loadgen import prompts
-from loadgen.attempts import Logical, Pools, send_logical
-from loadgen.context import WorkerContext
-from loadgen.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
+from loadgen.engine.attempts import Logical, Pools, send_logical
+from loadgen.engine.context import WorkerContext
+from loadgen.engine.personas.common import Slots, close_task, count_call, new_task, not_sent, open_loop, sleep_until
+from loadgen.engine.wire.client import Cancelled
 from loadgen.schedule import unit_work, worker_share, worker_slots
-from loadgen.wire.client import Cancelled
 from scenarios.model import ChatPersona
 
 

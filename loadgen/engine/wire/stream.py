@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
+from loadgen.engine.wire.http import ResponseTooLarge
+from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
 from loadgen.record import short_text
-from loadgen.wire.http import ResponseTooLarge
-from loadgen.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
