@@ -22,3 +22,11 @@ def test_no_patching_imports(module: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     loaded = {m.split(".")[0] for m in json.loads(out.stdout)}
     assert not loaded & {"locust", "gevent", "numpy", "pandas"}
+
+
+def test_the_locustfile_paths_point_at_the_child() -> None:
+    """The runner and a remote worker start Locust on loadgen/engine/locustfile.py (moved in issue 13)."""
+    from loadgen import distributed, runner
+
+    assert runner.LOCUSTFILE.is_file() and runner.LOCUSTFILE.parent.name == "engine"
+    assert distributed.LOCUSTFILE == runner.LOCUSTFILE
