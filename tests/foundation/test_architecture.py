@@ -263,7 +263,7 @@ def test_import_does_not_load_forbidden_modules(module: str) -> None:
 
 
 def test_pure_planning_runs_without_gevent(tmp_path: Path) -> None:
-    """A dry run, the probes' plan and a sweep's and a study's scaling, run (not only imported): no gevent."""
+    """A dry run, the probes' plan and a sweep's scaling, run (not only imported): no gevent."""
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
