@@ -52,7 +52,7 @@ from audit.summary import (
 )
 from audit.table import build_table
 from audit.tokens import token_fidelity
-from audit.validity import check_validity, with_shortfall
+from audit.validity import check_validity, with_early_quits, with_shortfall
 from loadgen.manifest import RunManifest
 from scenarios.model import SLO
 
@@ -806,6 +806,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
                               truncated_shards=data.truncated_shards,
                               workers_lost=max(starts - stops, len(data.lost_workers)),
                               duration_s=duration_s, lost_names=data.lost_workers)
+    validity = with_early_quits(validity, data.manifest.workers)
     clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
     validity = validity.model_copy(update={
         "remote_shards": len(clock.remote_shards),

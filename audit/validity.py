@@ -170,3 +170,17 @@ def with_shortfall(validity: Validity, events: list[dict[str, Any]]) -> Validity
     reason = (f"the generator could not offer the scheduled load in {len(hits)} interval(s) (shortfall events: "
               "arrivals too late to send or beyond its not_sent record bound were only counted)")
     return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})
+
+
+def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Validity:
+    """A multi-host run is invalid when a worker left before finishing its share (stopped, not dead: it
+    closed its shard with a ``worker_stop``, so only run.json's ``workers`` account shows it)."""
+    if not workers:
+        return validity
+    gone = sorted(set(workers.get("joined") or []) - set(workers.get("finished") or [])
+                  - set(workers.get("missing") or []))
+    if not gone:
+        return validity
+    reason = (f"{len(gone)} worker(s) quit before finishing their share ({', '.join(gone)}): "
+              "the rest of their load was never sent")
+    return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})

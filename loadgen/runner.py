@@ -822,6 +822,9 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
     manifest.shards = [p.name for p in shards]
     if options.expect_workers:
         manifest.workers = workers_summary(run_dir, options)
+        left = set(manifest.workers["joined"]) - set(manifest.workers["finished"]) - set(manifest.workers["missing"])
+        if left and stop_reason == "completed":
+            stop_reason = manifest.stop_reason = "worker_quit"  # stopped (SIGTERM, scale-down) before its share ended
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure

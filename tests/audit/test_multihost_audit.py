@@ -76,3 +76,19 @@ def test_one_host_has_no_clock_uncertainty(tmp_path: Path) -> None:
         b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S)
     s = run_audit(b.close())
     assert s.validity.remote_shards == 0 and s.validity.clock_offset_uncertainty_ms == 0.0
+
+
+def test_a_worker_that_quit_before_its_share_ended_makes_the_run_invalid(tmp_path: Path) -> None:
+    b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
+    for i in range(5):
+        b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S)
+    run_dir = b.close()
+    manifest = read_manifest(run_dir)
+    manifest.workers = {"expected": 3, "joined": ["a", "b", "c"], "finished": ["a"], "missing": ["c"]}
+    write_manifest(run_dir, manifest)
+    s = run_audit(run_dir)
+    assert not s.validity.valid
+    assert any("1 worker(s) quit before finishing their share (b)" in r for r in s.validity.reasons)
+    manifest.workers = {"expected": 2, "joined": ["a", "b"], "finished": ["a", "b"], "missing": []}
+    write_manifest(run_dir, manifest)
+    assert run_audit(run_dir).validity.valid
