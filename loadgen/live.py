@@ -87,6 +87,7 @@ class ShardTail:
         elif kind == KIND_HEALTH:
             self.health[shard] = Health(obj.get("loop_lag_ns", 0), obj.get("cpu_percent", 0.0), obj.get("in_flight", 0))
         elif kind == KIND_EVENT:
+            obj.setdefault("shard", shard)  # which process said it (the runner merges per-process budgets)
             self.events.append(obj)
         return 1
 

@@ -74,6 +74,8 @@ class RunManifest:
     # a multi-host run (rushhour run --expect-workers N): expected, master, joined/finished/missing workers,
     # shards received whole (loadgen/ship.py; the full log is workers.jsonl)
     workers: dict[str, Any] | None = None
+    # a budget: every process's share and usage, and their sums (loadgen/ship.py merge_budget_usage)
+    budget_usage: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of other versions, kept as they were
 
     def to_json(self) -> dict[str, Any]:

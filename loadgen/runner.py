@@ -31,7 +31,7 @@ from loadgen.live import ShardTail, render
 from loadgen.manifest import RunManifest, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
-from loadgen.ship import WORKERS_LOG, read_anchor
+from loadgen.ship import WORKERS_LOG, merge_budget_usage, read_anchor
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
@@ -820,6 +820,7 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
     if killed_late_s is not None:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
     manifest.shards = [p.name for p in shards]
+    manifest.budget_usage = merge_budget_usage(tail.events)
     if options.expect_workers:
         manifest.workers = workers_summary(run_dir, options)
         left = set(manifest.workers["joined"]) - set(manifest.workers["finished"]) - set(manifest.workers["missing"])

@@ -268,3 +268,40 @@ class Receiver:
                 os.close(fd)
             self.note("shard_incomplete", shard=name, received=self.received.get(name, 0))
         self._fds.clear()
+
+
+# --------------------------------------------------------------------------- budget across processes
+
+_SUMMED = ("requests", "prompt_tokens", "output_tokens", "tokens", "cost_usd", "refused")
+
+
+def merge_budget_usage(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """run.json's ``budget_usage``: every process's ``budget_usage`` event, and their sums (run and per tier).
+
+    Each process enforces its own share of the budget (``loadgen/engine/budget.py``); this is the
+    account of the run as a whole: what was used in total and which processes reached their share.
+    """
+    per: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.get("name") == "budget_usage" and isinstance(event.get("detail"), dict):
+            per[str(event.get("shard", len(per)))] = event["detail"]
+    if not per:
+        return None
+
+    def add(into: dict[str, Any], usage: Any, who: str) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key in _SUMMED:
+            value = usage.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                into[key] = round(into.get(key, 0) + value, 6)
+        if usage.get("reached"):
+            into.setdefault("reached_by", []).append(f"{who}: {usage['reached']}")
+
+    run: dict[str, Any] = {}
+    tiers: dict[str, dict[str, Any]] = {}
+    for who, detail in sorted(per.items()):
+        add(run, detail.get("run"), who)
+        for tier, usage in (detail.get("tiers") or {}).items():
+            add(tiers.setdefault(str(tier), {}), usage, who)
+    return {"enforcement": "an equal share per process", "processes": per, "run": run, "tiers": tiers}

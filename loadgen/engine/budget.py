@@ -17,7 +17,7 @@ We chose this over a shared file-lock counter because (1) ``flock`` blocks the w
 a worker on every request, (2) a file lock does not reach workers on other hosts in Locust's
 distributed mode, and (3) shares can never overshoot the total. The cost: a process whose share
 runs out stops early even if another process has budget left, so an uneven load reaches fewer than
-the total requests. The runner should report the shares in ``run.json``.
+the total requests. The runner merges every process's usage into ``run.json`` ``budget_usage``.
 
 Thread- and greenlet-safe: one lock, held only for arithmetic (no I/O, no yield).
 """

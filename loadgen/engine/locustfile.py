@@ -298,6 +298,8 @@ def _request_event(env: Environment) -> Any:
 def _write_stop(ctx: WorkerContext) -> None:
     # the runner reads stop reasons from the shards' event lines
     if not ctx.writer.closed:
+        if ctx.budget is not None:  # this process's share and what it used: the runner merges them (run.json)
+            ctx.event("budget_usage", workers=ctx.workers, worker_index=ctx.worker_index, **ctx.budget.snapshot())
         ctx.event("worker_stop", reason=ctx.stop_reason or "interrupted")
 
 

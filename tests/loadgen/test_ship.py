@@ -94,3 +94,27 @@ def test_receiver_answers_the_clock_to_the_asking_worker(tmp_path: Path) -> None
     Receiver(runner, tmp_path).on_clock(_Msg({"t0": 123}, node_id="w9"))
     kind, data, client = runner.sent[0]
     assert kind == "rh_clock_answer" and data["t0"] == 123 and data["master_ns"] > 0 and client == "w9"
+
+
+def test_budget_usage_is_kept_per_process_and_summed() -> None:
+    from loadgen.ship import merge_budget_usage
+
+    def usage(requests: int, cost: float, reached: str | None = None) -> dict[str, Any]:
+        return {"requests": requests, "prompt_tokens": 10 * requests, "output_tokens": requests,
+                "tokens": 11 * requests, "cost_usd": cost, "in_flight": 0, "refused": 1 if reached else 0,
+                "reached": reached}
+
+    events = [
+        {"name": "budget_usage", "shard": "a-1", "detail": {"workers": 2, "worker_index": 0,
+                                                            "run": usage(5, 0.25, "max_requests"),
+                                                            "tiers": {"gold": usage(5, 0.25)}}},
+        {"name": "worker_stop", "shard": "a-1", "detail": {}},
+        {"name": "budget_usage", "shard": "b-2", "detail": {"workers": 2, "worker_index": 1, "run": usage(3, 0.125),
+                                                            "tiers": {"gold": usage(2, 0.1), "free": usage(1, 0.025)}}},
+    ]
+    merged = merge_budget_usage(events)
+    assert merged is not None and set(merged["processes"]) == {"a-1", "b-2"}
+    assert merged["run"]["requests"] == 8 and merged["run"]["cost_usd"] == 0.375 and merged["run"]["refused"] == 1
+    assert merged["run"]["reached_by"] == ["a-1: max_requests"]
+    assert merged["tiers"]["gold"]["requests"] == 7 and merged["tiers"]["free"]["tokens"] == 11
+    assert merge_budget_usage([{"name": "worker_stop"}]) is None
