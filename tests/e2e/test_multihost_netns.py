@@ -128,8 +128,9 @@ class Hosts:
 
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("MULTI-HOST TEST NOT RUN: needs root and iproute2 (`ip netns add`) to make network namespaces")
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("MULTI-HOST TEST NOT RUN: needs root, iproute2 (`ip netns add`) and util-linux (`unshare`) "
+                    "to make network namespaces and host names")
     for ns in _namespaces():  # left behind by a killed run of this test
         found = OURS.match(ns)
         if found and not _alive(int(found["pid"])):
