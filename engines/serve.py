@@ -75,6 +75,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_or_free(port: int | None) -> int:
+    """``port`` if nothing listens there (else a one-line EngineError), or a free one.
+
+    Readiness is polled on the port: another server already on it would answer, and the engine that
+    then fails to bind would be reported ready.
+    """
+    if not port:
+        return free_port()
+    with socket.socket() as sock:
+        # SO_REUSEADDR: a port left in TIME_WAIT by an earlier server is free; a listener still is not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            raise EngineError(f"port {port} on {HOST} is already in use: pick another --port") from None
+    return port
+
+
 @dataclass
 class Server:
     """A running engine: its process group, URL and log file."""
@@ -164,7 +182,7 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     limits = limits or VllmLimits()
     env_dir = venv("vllm")
     model = tiny_model_dir()
-    port = port or free_port()
+    port = port_or_free(port)
     env = _offline_env()
     # One core, a small KV cache (GiB), no thread binding: the machine is shared with the load generator.
     env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
@@ -230,7 +248,7 @@ def start_litellm(port: int | None = None, *, deployment: LitellmDeployment | No
     """The LiteLLM proxy with per-key tiers through its custom-auth hook and the Prometheus callback."""
     deployment = deployment or LitellmDeployment()
     env_dir = venv("litellm")
-    port = port or free_port()
+    port = port_or_free(port)
     work = Path(tempfile.mkdtemp(prefix="rushhour-litellm-cfg-"))
     shutil.copy(HERE / "litellm" / "custom_auth.py", work / "custom_auth.py")
     # JSON is valid YAML: no yaml dependency here.

@@ -42,3 +42,28 @@ def test_installer_usage_error() -> None:
     proc = subprocess.run(["bash", str(ENGINES / "install.sh"), "nothing"], capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 2 and "usage: engines/install.sh {vllm|litellm|all}" in proc.stderr
+
+
+def test_serve_refuses_a_port_another_server_holds() -> None:
+    # readiness is polled on the port: a server already there would answer and the engine that then
+    # fails to bind would be reported ready (seen by hand with vLLM on a busy port)
+    import importlib.util
+    import socket
+
+    spec = importlib.util.spec_from_file_location("rushhour_engines_serve_ports", ENGINES / "serve.py")
+    assert spec is not None and spec.loader is not None
+    serve = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = serve
+    spec.loader.exec_module(serve)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        try:
+            serve.port_or_free(port)
+        except serve.EngineError as exc:
+            assert f"port {port}" in str(exc) and "already in use" in str(exc)
+        else:
+            raise AssertionError("a port with a listener was accepted")
+    assert serve.port_or_free(port) == port  # free again once the listener is gone
+    assert serve.port_or_free(None) > 0
