@@ -23,9 +23,20 @@ demo: $(STAMP)
 engines:
 	bash engines/install.sh all
 
-## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines)
+## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in two passes
+## and one exit code: the real-engine and timing-sensitive tests (markers `real`, `serial`) one at a time,
+## then the rest, which mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
+## PYTEST_ARGS goes to both passes (e.g. PYTEST_ARGS=--durations=30).
+TEST_WORKERS ?= 3
+PYTEST_ARGS  ?=
 test: $(STAMP) engines
-	$(BIN)/pytest -q
+	@serial=0; parallel=0; \
+	echo "make test: serial pass (real engines, timing-sensitive tests)"; \
+	$(BIN)/pytest -q -m "real or serial" $(PYTEST_ARGS) || serial=$$?; \
+	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
+	echo "make test: serial pass exit $$serial, parallel pass exit $$parallel"; \
+	if [ $$serial -ne 0 ]; then exit $$serial; fi; exit $$parallel
 
 ## test-real: only the tests against real vLLM and LiteLLM
 test-real: $(STAMP) engines
@@ -45,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/testbed.py
 	$(BIN)/python benchmarks/loadgen.py
 	$(BIN)/python benchmarks/audit.py
+	$(BIN)/python benchmarks/sim.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

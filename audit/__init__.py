@@ -48,12 +48,17 @@ def run_audit(
 ) -> Summary:
     """Load, classify and compute a run; write ``summary.json`` and ``attempts.parquet`` (unless ``write=False``)."""
     run_dir = Path(run_dir)
-    inputs = _inputs(run_dir) if write else {}  # taken before reading: a shard that grows meanwhile is stale
-    result = audit(run_dir, slo_file=slo_file, judge=judge, with_table=write)
-    if write:
+    if not write:
+        return audit(run_dir, slo_file=slo_file, judge=judge).summary
+    inputs = _inputs(run_dir)  # taken before reading: a shard that grows meanwhile is stale
+    writer = _table.TableWriter(run_dir)  # the table is encoded on a second thread while the summary is finished
+    try:
+        result = audit(run_dir, slo_file=slo_file, judge=judge, table_writer=writer)
         path = write_summary(result.summary, run_dir)
-        assert result.table is not None
-        _table.write_table(run_dir, result.table, {**inputs, "summary_sha256": _sha256(path)})
+        writer.finish({**inputs, "summary_sha256": _sha256(path)})
+    except BaseException:
+        writer.abort()
+        raise
     return result.summary
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,18 +15,22 @@ import pandas as pd
 import pyarrow as pa
 
 import stacks
-from audit import calibration, control, fairness, phases, tasks, text, timeline
+from audit import calibration, control, fairness, memory, phases, tasks, text, timeline
 from audit.abandon import abandoned_by_persona
-from audit.classify import classify_frame, normalise_profile
+from audit.agents import agent_figures
+from audit.classify import classify_frame, named_cause, normalise_profile
 from audit.crosscheck import crosscheck
 from audit.errors import AuditError
 from audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
-from audit.gates import exit_code, tier_verdicts
+from audit.gates import abort_verdicts, exit_code, tier_verdicts
 from audit.load import RunData, load_run
 from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
+from audit.outages import outage_mask, scheduled_outages
 from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file
-from audit.stats import cdf_points, percentiles, wait_percentiles, wilson
+from audit.spend import spend
+from audit.stats import cdf_points, group_quantiles, percentiles, wait_percentiles, wilson
 from audit.summary import (
+    CLIENT_REASONS,
     OUTCOME_CLASSES,
     UNSERVED_CLASSES,
     Evidence,
@@ -35,6 +40,7 @@ from audit.summary import (
     Inflation,
     Latency,
     Measurement,
+    Outage,
     Percentiles,
     PersonaSummary,
     PhaseSlice,
@@ -47,10 +53,11 @@ from audit.summary import (
     TierRoute,
     TierSummary,
     Timeline,
+    Validity,
     Verdict,
     Window,
 )
-from audit.table import build_table
+from audit.table import TableWriter, build_table
 from audit.tokens import token_fidelity
 from audit.validity import check_validity, with_early_quits, with_shortfall
 from loadgen.manifest import RunManifest
@@ -120,6 +127,17 @@ def _good_mask(logical: pd.DataFrame, slo: SLO) -> np.ndarray:
     return good
 
 
+# Attempt columns no tier figure reads (the ids, raw text, the table's and the run-wide checks' own): left out of
+# each tier's slice, which is a copy (a third of the run's rows per tier)
+_NOT_PER_TIER = ("request_id", "logical_id", "twin_of", "seq", "headers_ns", "done_ns", "last_token_ns",
+                 "prompt_bytes", "tokens", "retry_after_s", "error", "in_band_error", "service_tier", "complete",
+                 "client_timeout", "transport_error", "reconnected", "control", "task_id", "profile", "itl_max_ns",
+                 "prompt_size")
+_DERIVED_ONLY = ("last_token_ns", "prompt_bytes")  # prepare_attempts' inputs nothing after it reads
+_EVIDENCE_COLUMNS = ("request_id", "unserved", "t_end_ns", "cls", "status", "reason", "error", "retry_after_s")
+_GOOD_COLUMNS = ["served", "ttft_ns", "ttft_intended_ns", "tpot_ns", "e2e_ns"]  # what _good_mask reads
+
+
 def _ms(frame: pd.DataFrame, column: str, mask: np.ndarray) -> np.ndarray:
     """One column's values (ms) where ``mask``: pulls a numpy column, never copies the frame."""
     return frame[column].to_numpy(dtype=np.float64)[mask] / NS_PER_MS
@@ -165,11 +183,13 @@ def _inflation(logical: pd.DataFrame, base: calibration.Baseline) -> Inflation:
     idle = base.idle_for(logical["prompt_size"].to_numpy()[mask])
     ratio = ratio[np.isfinite(ratio)]
     idle = idle[np.isfinite(idle)]
+    spread = percentiles(ratio) if len(ratio) else None  # bootstrap intervals (the vendor side by side shows them)
     return Inflation(
         idle_ttft_ms=float(np.median(idle)) / NS_PER_MS if len(idle) else None,
         p50_x=float(np.quantile(ratio, 0.5)) if len(ratio) else None,
         p99_x=float(np.quantile(ratio, 0.99)) if len(ratio) else None,
         source=base.source,
+        ci={k: v for k, v in spread.ci.items() if k in ("p50", "p99")} if spread is not None else {},
     )
 
 
@@ -189,7 +209,7 @@ class GroupRow:
 
 
 def _group_rows(logical: pd.DataFrame, good: np.ndarray, key: str, duration_s: float) -> list[GroupRow]:
-    """Per tenant or persona: requests, served, not served and its rate, goodput/s, TTFT p99 (one groupby)."""
+    """Per tenant or persona: requests, served, not served and its rate, goodput/s, TTFT p99 (counts and one sort)."""
     if len(logical) == 0:
         return []
     column = logical[key]
@@ -200,22 +220,19 @@ def _group_rows(logical: pd.DataFrame, good: np.ndarray, key: str, duration_s: f
     else:
         keys, uniq = pd.factorize(column.fillna("").astype(str))
         names = np.asarray(uniq, dtype=object)
-    frame = pd.DataFrame({
-        "key": keys,
-        "served": logical["served"].to_numpy().astype(np.int64),
-        "unserved": logical["unserved"].to_numpy().astype(np.int64),
-        "judged": judged(logical).to_numpy().astype(np.int64),
-        "good": good.astype(np.int64),
-        "ttft": np.where(logical["served"].to_numpy(), logical["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
-                         np.nan),
-    })
-    grouped = frame.groupby("key", sort=True)
-    sums = grouped[["served", "unserved", "judged", "good"]].sum()
-    sizes = grouped.size().to_numpy()
-    p99 = grouped["ttft"].quantile(0.99).to_numpy(dtype=np.float64)
-    cols = {c: sums[c].to_numpy(dtype=np.int64) for c in ("served", "unserved", "judged", "good")}
+    keys = np.asarray(keys, dtype=np.int64)
+    served = logical["served"].to_numpy()
+    flags = {"served": served, "unserved": logical["unserved"].to_numpy(), "judged": judged(logical).to_numpy(),
+             "good": good}
+    width = int(keys.max()) + 1
+    every = np.bincount(keys, minlength=width)
+    present = np.flatnonzero(every)  # the groups, in key order (as a sorted groupby lists them)
+    sizes = every[present]
+    cols = {c: np.bincount(keys[np.asarray(f, dtype=bool)], minlength=width)[present] for c, f in flags.items()}
+    ttft = np.where(served, logical["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS, np.nan)
+    p99 = group_quantiles(keys, ttft, (0.99,), width)[0][present]
     rows = []
-    for i, code in enumerate(sums.index):
+    for i, code in enumerate(present):
         unserved, n_judged, n_good = int(cols["unserved"][i]), int(cols["judged"][i]), int(cols["good"][i])
         rows.append(GroupRow(
             key=str(names[int(code)]), requests=int(sizes[i]), served=int(cols["served"][i]), unserved=unserved,
@@ -310,6 +327,7 @@ def _tier_summary(
     personas = _group_rows(logical, good, "persona", ctx.rate_s)
     abandoned = abandoned_by_persona(logical)
     agent_lines, session_lines = tasks.split_kinds(task_lines, ctx.scenario.persona_kinds)
+    reasons = _value_counts(attempts["reason"])
     return TierSummary(
         name=info.name,
         priority=info.priority,
@@ -318,7 +336,8 @@ def _tier_summary(
         by_class=_class_counts(logical["cls"]),
         attempts_by_class=_class_counts(attempts["cls"]),
         by_status=_value_counts(attempts["status"].fillna(0)),
-        by_reason=_value_counts(attempts["reason"]),
+        by_reason={k: v for k, v in reasons.items() if k not in CLIENT_REASONS},
+        client_reasons={k: v for k, v in reasons.items() if k in CLIENT_REASONS},
         status_by_class=_status_by_class(attempts),
         unserved=int(unserved.sum()),
         drop_rate=wilson(int(unserved.sum()), n_judged),
@@ -359,6 +378,7 @@ def _tier_summary(
             "from_intended": cdf_points(_ms(logical, "ttft_intended_ns", served_mask)),
         },
         tokens=token_fidelity(attempts),
+        agents=agent_figures(attempts),
     )
 
 
@@ -368,13 +388,16 @@ def _routes(attempts: pd.DataFrame, breakers: pd.DataFrame, end_ns: float) -> li
     out = []
     # Only logical requests with several attempts can have switched route: look at those alone.
     _, switched = _switched(attempts)
-    for route, part in attempts.groupby(attempts["route"].astype(object).fillna("primary"), sort=True):
-        served = part[part["served"].to_numpy()]
-        ttft = served["ttft_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    # the few columns read per route; a run of one route (the usual case) reads them without a copy
+    columns = attempts[["served", "ttft_ns", "cls", "not_sent", "sent_ns"]]
+    for route, rows in _route_rows(attempts):
+        part = columns if rows is None else columns[rows]
+        served_rows = part["served"].to_numpy()
+        ttft = part["ttft_ns"].to_numpy(dtype=np.float64)[served_rows] / NS_PER_MS
         ttft = ttft[np.isfinite(ttft)]
         moved = switched[switched["route"].astype(object) == route]
         out.append(RouteSummary(
-            route=str(route), attempts=len(part), served=len(served), by_class=_class_counts(part["cls"]),
+            route=str(route), attempts=len(part), served=int(served_rows.sum()), by_class=_class_counts(part["cls"]),
             ttft_p50_ms=float(np.quantile(ttft, 0.5)) if len(ttft) else None,
             ttft_p99_ms=float(np.quantile(ttft, 0.99)) if len(ttft) else None,
             switch_reasons=_value_counts(moved["retry_reason"].astype(object).fillna("unknown")),
@@ -383,6 +406,24 @@ def _routes(attempts: pd.DataFrame, breakers: pd.DataFrame, end_ns: float) -> li
             moved_because=_moved_because(moved, breakers),
             down_s=_down_s(part),
         ))
+    return out
+
+
+def _route_rows(attempts: pd.DataFrame) -> list[tuple[str, np.ndarray | None]]:
+    """Each route name (no route: ``primary``) in sorted order, with its rows (None: every row is that route's)."""
+    route = attempts["route"]
+    if not isinstance(route.dtype, pd.CategoricalDtype):
+        keys = route.astype(object).fillna("primary").to_numpy()
+        return [(str(name), keys == name) for name in sorted(set(keys))]
+    # by the category codes: one name per category in use, rows compared as small integers
+    names = np.append(np.asarray(route.cat.categories.astype(object), dtype=object), "primary")
+    codes = route.cat.codes.to_numpy().astype(np.int64)
+    codes = np.where(codes < 0, len(names) - 1, codes)
+    used = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+    out: list[tuple[str, np.ndarray | None]] = []
+    for name in sorted({str(names[c]) for c in used}):
+        mine = [c for c in used if str(names[c]) == name]
+        out.append((name, None if len(mine) == len(used) else np.isin(codes, mine)))
     return out
 
 
@@ -397,7 +438,7 @@ def _switched(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ordered, switched
 
 
-# why traffic moved, coarse: the outcome key that starts ``retry_reason`` (loadgen/engine/resilience.py)
+# why traffic moved, coarse: the outcome key that starts ``retry_reason`` (loadgen/resilience.py)
 _MOVE_CAUSE = {"transport": "connection", "incomplete": "stream_cut", "in_band": "in_band_error"}
 _BREAKER_CAUSE = re.compile(r"(?:last|probe_failed):\s*([^\s,;]+)")
 
@@ -437,6 +478,18 @@ def _down_s(part: pd.DataFrame) -> float:
         return 0.0
     frame = pd.DataFrame({"b": bucket, "served": served}).groupby("b")["served"].any()
     return float((~frame).sum())
+
+
+def merged_breaker_changes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's breaker timeline from every process's lines (sorted by time): a change to the state
+    the route is already in is another process following (a shared breaker), not a new change."""
+    state: dict[str, str] = {}
+    out = []
+    for row in rows:
+        if state.get(row["route"]) != row["state"]:
+            state[row["route"]] = row["state"]
+            out.append(row)
+    return out
 
 
 def _breaker_open_s(breakers: pd.DataFrame, route: str, end_ns: float, state: str = "open") -> float:
@@ -493,6 +546,7 @@ def _none_if_na(value: Any) -> Any:
 
 
 def _evidence(attempts: pd.DataFrame, tier: str) -> list[Evidence]:
+    """The tier's first drops by end time (``attempts``: the tier's attempts, or only its unserved ones)."""
     drops = attempts[attempts["unserved"].to_numpy()].sort_values("t_end_ns").head(EVIDENCE_PER_TIER)
     out = []
     for row in drops.to_dict("records"):
@@ -508,10 +562,13 @@ def _evidence(attempts: pd.DataFrame, tier: str) -> list[Evidence]:
     return out
 
 
-def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, metrics: ServerMetrics
-             ) -> tuple[list[tuple[float, float]], list[Window]]:
+def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, metrics: ServerMetrics,
+             outages: list[Outage] | None = None) -> tuple[list[tuple[float, float]], list[Window]]:
     out_mask = timeline.outcome_saturation_mask(attempts, ratio, grid)
     met_mask, signals = metric_saturation(metrics, grid)
+    if outages:  # a stack switched off is down, not saturated: its scheduled outages are named apart
+        down = outage_mask(outages, grid.bucket_s, len(out_mask))
+        out_mask, met_mask = out_mask & ~down, met_mask & ~down[: len(met_mask)]
     spans = timeline.windows_from_mask(out_mask | met_mask, grid)
     windows = []
     for start, end in spans:
@@ -558,8 +615,10 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         started_at=str(started or ""),
         duration_s=duration_s,
         processes=max(m.processes, data.processes),
+        mode=m.mode or "real",
         stop_reason=stop_reason,
         interrupted=interrupted,
+        abort=m.abort if stop_reason.startswith("aborted") else None,
         drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
         versions={str(k): str(v) for k, v in m.versions.items()},
         command=str(command),
@@ -591,7 +650,13 @@ def _tier_infos(sc: RunScenario, attempts: pd.DataFrame, slo_override: dict[str,
 
 
 def _has_fallback(attempts: pd.DataFrame) -> bool:
-    return "route" in attempts.columns and bool((attempts["route"].astype(object).fillna("primary") != "primary").any())
+    if "route" not in attempts.columns:
+        return False
+    route = attempts["route"]
+    if isinstance(route.dtype, pd.CategoricalDtype):  # the routes in use, by their codes: no text per row
+        used = np.bincount(route.cat.codes.to_numpy() + 1, minlength=len(route.cat.categories) + 1)[1:] > 0
+        return any(str(name) != "primary" for name in route.cat.categories[used])
+    return bool((route.astype(object).fillna("primary") != "primary").any())
 
 
 MASKED_DOWN_SHARE = 0.5  # the primary was down for at least this share of the run …
@@ -663,12 +728,12 @@ def _cut(text: str, limit: int = UNCLASSIFIED_SAMPLE) -> str:
 
 def _unclassified_findings(attempts: pd.DataFrame, sc: RunScenario) -> list[Finding]:
     """One error per (tier, status, text) no rule of the profile knew: counted as not served, and named."""
-    rows = attempts[eq(attempts["cls"], "unclassified")]
+    keys = ["tier", "status", "reason", "error", "in_band_error", "route"]
+    rows = attempts.loc[eq(attempts["cls"], "unclassified"), [k for k in keys if k in attempts.columns]]
     if not len(rows):
         return []
     profiles = {"primary": normalise_profile(sc.profile)}
     profiles.update({k: normalise_profile(v) for k, v in sc.route_profiles.items()})
-    keys = ["tier", "status", "reason", "error", "in_band_error", "route"]
     frame = pd.DataFrame({k: (rows[k].astype(object) if k in rows.columns else None) for k in keys})
     counts: dict[tuple[str, int, str, str], int] = {}
     for key, n in frame.groupby(keys, dropna=False, sort=False).size().items():
@@ -692,6 +757,31 @@ def _unclassified_findings(attempts: pd.DataFrame, sc: RunScenario) -> list[Find
     return out
 
 
+def _named_findings(attempts: pd.DataFrame, sc: RunScenario) -> list[Finding]:
+    """One error per (tier, cause) for failed answers a rule names (``Rule.finding``, e.g. tools refused)."""
+    keys = ["tier", "status", "reason", "error", "in_band_error", "route"]
+    rows = attempts.loc[eq(attempts["cls"], "failed"), [k for k in keys if k in attempts.columns]]
+    if not len(rows):
+        return []
+    profiles = {"primary": normalise_profile(sc.profile)}
+    profiles.update({k: normalise_profile(v) for k, v in sc.route_profiles.items()})
+    frame = pd.DataFrame({k: (rows[k].astype(object) if k in rows.columns else None) for k in keys})
+    counts: dict[tuple[str, str], tuple[int, int]] = {}
+    for key, n in frame.groupby(keys, dropna=False, sort=False).size().items():
+        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        tier, status, reason, error, in_band, route = (_none_if_na(v) for v in parts)
+        code = int(float(status)) if status is not None else 0
+        profile = profiles.get(str(route) if route else "primary", profiles["primary"])
+        cause = named_cause(profile, status=code, reason=reason, error=error, in_band_error=in_band)
+        if cause:
+            seen, _ = counts.get((str(tier), cause), (0, code))
+            counts[(str(tier), cause)] = (seen + int(n), code)
+    return [Finding(kind="named_failure", severity="error", tier=tier,
+                    message=f"{n} × {code}: {cause} (counted as failed, not served)",
+                    data={"count": n, "status": code, "cause": cause})
+            for (tier, cause), (n, code) in sorted(counts.items(), key=lambda kv: -kv[1][0])]
+
+
 def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
     """Every attempt with its class (each route classified by its own stack profile) and derived times."""
     req = data.requests
@@ -704,7 +794,6 @@ def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
                          [route_profile["primary"]], dtype=object)
         codes = req["route"].cat.codes.to_numpy()
         row_codes = np.where(codes < 0, len(names), codes)
-        profiles = pd.Series(table[row_codes], index=req.index)
         # the profile per row as a categorical built from the route codes (no factorising a million strings)
         uniques, inverse = np.unique(table.astype(str), return_inverse=True)
         profile_column = pd.Categorical.from_codes(inverse[row_codes], categories=pd.Index(uniques))
@@ -713,7 +802,7 @@ def classified_attempts(data: RunData, sc: RunScenario) -> pd.DataFrame:
             "primary", index=req.index)
         profiles = routes.map(route_profile).fillna(route_profile["primary"])
         profile_column = pd.Categorical(profiles.to_numpy())
-    out = prepare_attempts(req, classify_frame(req, profiles), inplace=True)
+    out = prepare_attempts(req, classify_frame(req, pd.Series(profile_column, index=req.index)), inplace=True)
     out["profile"] = profile_column
     return out
 
@@ -732,8 +821,12 @@ def audit_run(run_dir: Path, *, slo_file: Path | None = None, judge: str | None 
 
 
 def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = None,
-          with_table: bool = False) -> Audited:
-    """Audit a run folder: its Summary, and its attempts table when ``with_table`` (nothing is written)."""
+          with_table: bool = False, table_writer: TableWriter | None = None) -> Audited:
+    """Audit a run folder: its Summary, and its attempts table when ``with_table`` (nothing is written).
+
+    ``table_writer``: handed the classified attempts once the tier figures are done, to encode the table
+    on a second thread while the rest of the summary is computed (the caller finishes or aborts it).
+    """
     if judge not in (None, "point", "bound"):
         raise AuditError(f"judge must be 'point' or 'bound', not {judge!r}")
     data = load_run(Path(run_dir))
@@ -741,27 +834,44 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     slo_override = load_slo_file(slo_file) if slo_file else None
     n_records = len(data.requests)
     all_attempts = classified_attempts(data, sc)  # adds columns to data.requests in place
-    attempts_table = build_table(all_attempts) if with_table else None
+    for name in _DERIVED_ONLY:  # read only to derive tpot and prompt size: 8 MB a column per million rows
+        if name in all_attempts.columns:
+            del all_attempts[name]
+    # the table is built last: its rows are these (run data holds them anyway), and built here it would sit in
+    # memory beside every per-tier copy
+    every_attempt = all_attempts
     base = calibration.baseline(all_attempts)
     probes = eq(all_attempts["persona"], CALIBRATION_PERSONA)
     probe_rows = all_attempts[probes] if probes.any() else None  # the server counted them too (cross-check)
     attempts = all_attempts[~probes].reset_index(drop=True) if probes.any() else all_attempts
     del all_attempts
     attempts, twins = _split_twins(attempts)
+    duration_s = _duration_s(data, attempts, sc)
+    starts = sum(1 for e in data.events if e.get("name") == "worker_start")
+    stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
+    # Validity and the routes read only the attempts (and health, breakers): they run on the second core (numpy
+    # and arrow let go of the GIL) while the logical requests are folded and the windows found — before the
+    # tiers' slices exist, so the two never add up to the memory peak.
+    pool = ThreadPoolExecutor(max_workers=1)
+    beside = pool.submit(_validity_and_routes, attempts, data, duration_s,
+                         max(starts - stops, len(data.lost_workers)))
     if twins is not None:  # the server saw the twins too: they count in the cross-check's totals
         probe_rows = twins if probe_rows is None else pd.concat([probe_rows, twins], ignore_index=True)
-    logical = fold_logical(attempts)
+    # ids are carried only where read: a million strings are the dearest columns to copy per tier
+    ids = [c for c in ("request_id", "twin_of", *(("logical_id",) if twins is None else ())) if c in attempts.columns]
+    logical = fold_logical(attempts.drop(columns=ids))
+    per_tier = attempts.drop(columns=[c for c in _NOT_PER_TIER if c in attempts.columns])
     # the measurement window: requests whose first intended send fell in an excluded phase leave the figures
     measured = phases.measured_mask(logical["first_intended_ns"], sc.phases)
     measured_att = (np.isin(attempts["logical_code"].to_numpy(), logical["logical_code"].to_numpy()[measured])
                     if not measured.all() else np.ones(len(attempts), dtype=bool))
-    duration_s = _duration_s(data, attempts, sc)
     grid = timeline.make_grid(duration_s)
     anchor = data.mono_anchor_ns
     metrics = load_metrics(data.run_dir, anchor, data.manifest.wall_anchor_ns,
                            horizon_ns=duration_s * NS_PER_S)
     ratio = calibration.inflation_ratio(attempts, base)
-    spans, windows = _windows(attempts, ratio, grid, metrics)
+    outages = scheduled_outages(data.manifest.scenario, duration_s)
+    spans, windows = _windows(attempts, ratio, grid, metrics, outages)
     excluded = phases.excluded_spans(sc.phases)
     measured_s = (sum(float(p.get("end_s", 0.0)) - float(p.get("start_s", 0.0)) for p in sc.phases
                       if p.get("measured", True)) if excluded else None)
@@ -772,18 +882,26 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     good_all = np.zeros(len(logical), dtype=bool)
     for info in infos:
         sel = eq(logical["tier"], info.name)
-        good_all[sel] = _good_mask(logical[sel], info.slo)
+        good_all[sel] = _good_mask(logical[_GOOD_COLUMNS][sel], info.slo)
     # floor membership = the saturation slice's: the first intended send falls in a window (and is measured)
     sat_good_total = int((good_all & measured & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
+    try:
+        validity, route_summaries = beside.result()
+    finally:
+        pool.shutdown()
+    memory.trim()
 
     tier_summaries, series, evidence = [], {}, []
     phase_verdicts: list[Verdict] = []
     for info in infos:
         in_tier_att, in_tier_log = eq(attempts["tier"], info.name), eq(logical["tier"], info.name)
-        att, log = attempts[in_tier_att], logical[in_tier_log]
+        att, log = per_tier[in_tier_att], logical[in_tier_log]
         lines = data.tasks[eq(data.tasks["tier"], info.name)] if len(data.tasks) else data.tasks
-        tier = _tier_summary(info, attempts[in_tier_att & measured_att], logical[in_tier_log & measured], lines,
-                             ctx, sat_good_total)
+        if measured.all():  # no phase left out: the tier's frames as they are (a copy less of a million rows)
+            tier = _tier_summary(info, att, log, lines, ctx, sat_good_total)
+        else:
+            tier = _tier_summary(info, per_tier[in_tier_att & measured_att], logical[in_tier_log & measured], lines,
+                                 ctx, sat_good_total)
         tier.phases = _phase_slices(log.reset_index(drop=True), sc.phases)
         if not measured.all():
             left = ~measured_att[in_tier_att]
@@ -794,18 +912,21 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         if info.slo.phases:
             phase_verdicts += _phase_verdicts(info, att, log.reset_index(drop=True), ctx, sat_good_total, judge)
         series[info.name] = timeline.tier_series(att, grid)
-        evidence += _evidence(att, info.name)
-
+        evidence += _evidence(attempts.loc[in_tier_att & attempts["unserved"].to_numpy(),
+                                           [c for c in _EVIDENCE_COLUMNS if c in attempts.columns]], info.name)
+        # a tier's slices are copies: gone before the next tier's are made (else two tiers' rows stay resident)
+        del att, log, lines
+        memory.trim()
+    del per_tier
     if twins is not None:
         _priority_effects(tier_summaries, logical[measured], twins, sc)  # the measured requests only
+    del logical  # nothing below reads the logical requests: their memory makes room for the table's
+    memory.trim()
+    if table_writer is not None:  # the table's rows are every attempt as classified: encoded on the second core
+        table_writer.start(every_attempt)
+
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
     checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows)
-    starts = sum(1 for e in data.events if e.get("name") == "worker_start")
-    stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
-    validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
-                              truncated_shards=data.truncated_shards,
-                              workers_lost=max(starts - stops, len(data.lost_workers)),
-                              duration_s=duration_s, lost_names=data.lost_workers)
     validity = with_early_quits(validity, data.manifest.workers)
     clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
     validity = validity.model_copy(update={
@@ -816,8 +937,10 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)
     verdicts += phase_verdicts
+    verdicts += abort_verdicts(data.manifest)
     passed, code = exit_code(validity, verdicts)
-    findings = (_unclassified_findings(attempts, sc) + fairness.inversion_findings(inversions)
+    findings = (_unclassified_findings(attempts, sc) + _named_findings(attempts, sc)
+                + fairness.inversion_findings(inversions)
                 + _findings(tier_summaries) + cross_findings)
     if validity.truncated_shards or validity.skipped_lines:
         findings.append(Finding(
@@ -830,13 +953,12 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         findings.insert(0, Finding(kind="invalid", severity="error", tier=None,
                                    message="run invalid for latency claims: " + "; ".join(validity.reasons),
                                    data={"reasons": validity.reasons}))
-    route_summaries = _routes(attempts, data.breakers, duration_s * NS_PER_S)
     findings += _masked_findings(tier_summaries, route_summaries, duration_s)
-    breaker_rows = [
+    breaker_rows = merged_breaker_changes([
         {"t_s": float(r["ts_ns"]) / NS_PER_S, "route": str(r["route"]), "state": str(r["state"]),
          "previous": _none_if_na(r["previous"]), "cause": _none_if_na(r["cause"])}
         for r in data.breakers.sort_values("ts_ns").to_dict("records")
-    ]
+    ])
     summary = Summary(
         run=_run_info(data, sc, duration_s, max(0, starts - stops)),
         validity=validity,
@@ -860,8 +982,20 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
             measured_s=measured_s,
             excluded_requests=int((~measured).sum()), excluded_attempts=int((~measured_att).sum()),
         ),
+        outages=outages,
+        spend=spend(attempts, data.manifest.scenario, data.manifest.budget_usage),
     )
-    return Audited(summary, attempts_table)
+    del attempts
+    return Audited(summary, build_table(every_attempt) if with_table else None)
+
+
+def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: float, workers_lost: int
+                         ) -> tuple[Validity, list[RouteSummary]]:
+    """The run's validity (before the workers' early quits and shortfalls) and its routes: both only read."""
+    validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
+                              truncated_shards=data.truncated_shards, workers_lost=workers_lost,
+                              duration_s=duration_s, lost_names=data.lost_workers)
+    return validity, _routes(attempts, data.breakers, duration_s * NS_PER_S)
 
 
 def _split_twins(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:

@@ -115,6 +115,23 @@ def classify_one(
     return "transport"
 
 
+def named_cause(
+    profile: str | None,
+    *,
+    status: int = 0,
+    reason: str | None = None,
+    error: str | None = None,
+    in_band_error: str | None = None,
+    first_token: bool = False,
+) -> str | None:
+    """The one-line cause and fix (``Rule.finding``) of the rule that classed this error answer, if it names one."""
+    if not in_band_error and status < 300:
+        return None
+    haystack = " | ".join(t for t in (reason, error, in_band_error) if t)
+    rule = stacks.get(normalise_profile(profile)).rule_for(haystack, status, first_token)
+    return (rule.finding or None) if rule is not None else None
+
+
 def _match(profile: str, haystack: str, status: int, first_token: bool) -> str | None:
     return stacks.get(profile).classify(haystack, status, first_token)
 
@@ -140,8 +157,11 @@ def classify_frame(df: pd.DataFrame, profile: str | pd.Series | None = None) -> 
     def col(name: str, default: object) -> pd.Series:
         return df[name] if name in df.columns else pd.Series([default] * n, index=df.index)
 
-    profiles = (profile.astype(str).to_numpy() if isinstance(profile, pd.Series)
-                else np.full(n, normalise_profile(profile), dtype=object))
+    if isinstance(profile, pd.Series):  # a categorical one is read through its codes (no text per row)
+        profiles = profile if isinstance(profile.dtype, pd.CategoricalDtype) else profile.astype(str).to_numpy()
+    else:
+        one = pd.Index([normalise_profile(profile)])
+        profiles = pd.Series(pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), one))
     columns = [
         _codes(profiles),
         _codes(col("status", 0).fillna(0).astype(np.int64).to_numpy()),
@@ -173,8 +193,10 @@ def classify_frame(df: pd.DataFrame, profile: str | pd.Series | None = None) -> 
         b = int(bits[row])
         classes.append(_classify_key((profile_v, status_v, reason_v, error_v, band_v,
                                       *(bool(b >> i & 1) for i in range(len(flags) + 1)))))
-    mapped = np.asarray(classes, dtype=object)[np.asarray(inverse).reshape(-1)]
-    return pd.Series(pd.Categorical(mapped, categories=OUTCOME_CLASSES), index=df.index)
+    # each row's class by its combination's code: no text per row
+    class_codes = np.array([OUTCOME_CLASSES.index(c) for c in classes], dtype=np.int8)
+    mapped = class_codes[np.asarray(inverse).reshape(-1)]
+    return pd.Series(pd.Categorical.from_codes(mapped, categories=pd.Index(OUTCOME_CLASSES)), index=df.index)
 
 
 def _classify_key(key: tuple[object, ...]) -> str:

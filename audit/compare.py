@@ -520,11 +520,11 @@ def describe_test(test: Test) -> str:
     if test.metric == "drop_rate":
         ci = f"{text.signed_points(test.low)} … {text.signed_points(test.high)}"
         return (f"{test.tier}: not served {text.pct(test.base, 1)} → {text.pct(test.cand, 1)} "
-                f"({text.signed_points(test.diff)}, 95 % CI {ci}; p = {text.p_value(test.p_adjusted)} adjusted)")
+                f"({text.signed_points(test.diff)}, 95 % CI {ci}; {text.p_clause(test.p_adjusted)} adjusted)")
     name = test.metric.replace("_p99", "").upper()
     ci = f"{text.signed_pct(test.rel_low)} … {text.signed_pct(test.rel_high)}"
     return (f"{test.tier}: {name} p99 {text.ms(test.base)} → {text.ms(test.cand)} ({text.signed_pct(test.rel)}, "
-            f"95 % CI {ci}; p = {text.p_value(test.p_adjusted)} adjusted)")
+            f"95 % CI {ci}; {text.p_clause(test.p_adjusted)} adjusted)")
 
 
 def compare_runs(run_dirs: Sequence[Path], rule: RegressionRule | None = None, seed: int = 0,

@@ -83,7 +83,7 @@ def drop_effect(tier_unserved: np.ndarray, control_unserved: np.ndarray, alpha: 
 def _p(p: float | None) -> str:
     if p is None:
         return "p: –"
-    return "p < 0.001" if p < 0.001 else "p = " + text.p_value(p)
+    return text.p_clause(p)
 
 
 def message(tier: str, effect: PriorityEffect) -> str:
@@ -125,6 +125,9 @@ def describe_control(profile_wire: dict[str, object], neutral: int | None, objec
     bits = []
     if profile_wire.get("priority_body"):
         bits.append(f"body priority {neutral} in rushhour's polarity (sent {profile_wire['priority_body']})")
+    if profile_wire.get("priority_extra_body"):
+        bits.append(f"extra_body.priority {neutral} in rushhour's polarity "
+                    f"(sent {profile_wire['priority_extra_body']})")
     for header in ("objective_header", "priority_header"):
         name = profile_wire.get(header)
         if name:

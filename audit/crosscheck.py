@@ -184,7 +184,17 @@ def crosscheck(
 
 def _primary(frame: pd.DataFrame) -> pd.DataFrame:
     """Sent attempts of the primary route (the scraped metrics are the primary's; fallbacks are other stacks)."""
-    sent = frame[~frame["not_sent"].to_numpy(dtype=bool)]
-    if "route" in sent.columns:
-        sent = sent[(sent["route"].astype(object).fillna("primary") == "primary").to_numpy()]
-    return sent
+    keep = ~frame["not_sent"].to_numpy(dtype=bool)
+    if "route" in frame.columns:
+        route = frame["route"]
+        if isinstance(route.dtype, pd.CategoricalDtype):  # decided per route name, mapped by code (null: primary)
+            primary = np.append(np.asarray(route.cat.categories.astype(object) == "primary", dtype=bool), True)
+            keep &= primary[route.cat.codes.to_numpy()]
+        else:
+            keep &= (route.astype(object).fillna("primary") == "primary").to_numpy()
+    # only the columns the counts read: filtering the whole frame would copy every column
+    return frame.loc[keep, [c for c in _COUNTED if c in frame.columns]]
+
+
+_COUNTED = ("tier", "route", "t_end_ns", "sent_ns", "status", "cls", "first_token_ns", "reason", "error",
+            "in_band_error")

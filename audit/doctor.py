@@ -4,7 +4,8 @@ The probes (``loadgen.engine.doctor``) are ordinary attempt records tagged by pe
 with the profile's own rules, exactly as a run's audit would. A check *fails* when the audit of a
 real run against this stack would be wrong (no answer, streams that never end, a tier the stack
 refuses, a priority polarity that runs backwards, an answer no rule recognises); it *warns* when the
-audit would be poorer but not wrong (no usage in the stream, unreadable metrics, no queueing seen).
+audit would be poorer but not wrong (no usage in the stream, unreadable metrics); a trial that saw no
+queueing is a note (priority could not act: more fillers).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 import stacks
 from audit import text
-from audit.classify import classify_one
+from audit.classify import classify_one, named_cause
 from loadgen.diagnose import Collected, Plan
 
 Status = Literal["pass", "warn", "fail", "info"]
@@ -48,6 +49,7 @@ class DoctorInput:
     model: str = ""
     models: list[str] = field(default_factory=list)  # what GET /v1/models listed
     models_error: str | None = None
+    route_profiles: Mapping[str, str] = field(default_factory=dict)  # fallback route name -> its profile
 
 
 def outcome(profile: str, rec: Mapping[str, Any]) -> str:
@@ -248,7 +250,7 @@ def check_polarity(inp: DoctorInput) -> Check | None:
         return Check(
             "priority polarity",
             "info",
-            f"no queueing seen in both trials, so priority could not act ({detail}); raise --fillers to test it",
+            f"a trial saw no queueing, so priority could not act ({detail}); raise --fillers to test it",
         )
     if verdict == "honoured":
         return Check(
@@ -271,6 +273,35 @@ def check_polarity(inp: DoctorInput) -> Check | None:
 
 def _fmt(ms: float | None) -> str:
     return "—" if ms is None else text.ms(ms)
+
+
+def check_tools(inp: DoctorInput) -> list[Check]:
+    """Per route, when the personas offer tools: the stack accepts a request carrying them.
+
+    A refusal fails: every agent call of a run would be refused. A rule that names the cause
+    (``Rule.finding``, e.g. vLLM started without a tool-call parser) gives the line its fix.
+    """
+    out: list[Check] = []
+    for rec in _by_persona(inp.records, "doctor-tools"):
+        route = str(rec.get("route") or "primary")
+        profile = inp.route_profiles.get(route, inp.profile)
+        name = "tools" if route == "primary" else f"tools ({route})"
+        cls = outcome(profile, rec)
+        if cls == "served":
+            out.append(Check(name, "pass", f"a request offering the personas' tools was served "
+                                           f"(status {int(rec.get('status') or 0)})"))
+            continue
+        cause = named_cause(profile, status=int(rec.get("status") or 0), reason=rec.get("reason"),
+                            error=rec.get("error"), in_band_error=rec.get("in_band_error"),
+                            first_token=rec.get("first_token_ns") is not None)
+        status = int(rec.get("status") or 0)
+        if cause:
+            out.append(Check(name, "fail", f"{cause} ({status} → {cls})"))
+        elif 400 <= status < 500 and status not in (408, 429):
+            out.append(Check(name, "fail", f"refused a request offering tools: {describe(profile, rec)}"))
+        else:
+            out.append(Check(name, "warn", f"a request offering tools was not served: {describe(profile, rec)}"))
+    return out
 
 
 def check_error_shapes(inp: DoctorInput) -> list[Check]:
@@ -323,7 +354,7 @@ def judge(inp: DoctorInput) -> list[Check]:
     reach = check_reachable(inp)
     if reach.status == "fail":
         return [reach, check_metrics(inp)]
-    checks = [reach, check_model(inp), *check_streaming(inp), *check_tiers(inp)]
+    checks = [reach, check_model(inp), *check_streaming(inp), *check_tiers(inp), *check_tools(inp)]
     polarity = check_polarity(inp)
     if polarity is not None:
         checks.append(polarity)
@@ -356,4 +387,5 @@ def doctor_input(plan: Plan, got: Collected) -> DoctorInput:
         model=scenario.target.model,
         models=got.models,
         models_error=got.models_error,
+        route_profiles={fb.name: fb.profile for fb in scenario.resilience.fallback},
     )

@@ -104,13 +104,15 @@ def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
     n_groups = int(codes.max()) + 1
     counts = np.bincount(codes, minlength=n_groups)
     intended = attempts["intended_ns"].to_numpy(dtype=np.float64)
-    first_intended = np.full(n_groups, np.inf)
-    np.minimum.at(first_intended, codes, np.where(np.isfinite(intended), intended, np.inf))
-    first_intended[np.isinf(first_intended)] = np.nan
-    # Most logical requests have one attempt: only the retried ones need choosing.
+    intended = np.where(np.isfinite(intended), intended, np.inf)
+    # Most logical requests have one attempt: only the retried ones need choosing (or a minimum).
     multi = counts[codes] > 1
     single = np.flatnonzero(~multi)
     rows = np.flatnonzero(multi)
+    first_intended = np.full(n_groups, np.inf)
+    first_intended[codes[single]] = intended[single]
+    np.minimum.at(first_intended, codes[rows], intended[rows])
+    first_intended[np.isinf(first_intended)] = np.nan
     if len(rows):
         # Deciding attempt: served beats not served; then one that was sent and reached an outcome beats a
         # unfinished or not_sent one (a retry the generator did not send must not hide the drop before it);

@@ -20,6 +20,7 @@ from typing import Literal
 
 from audit import text
 from audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
+from loadgen.manifest import RunManifest
 from scenarios.model import SLO
 
 Judge = Literal["point", "bound"]
@@ -158,6 +159,22 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
                 out.append(_rate(name, f"{label}.max_deadline_miss_rate", slo.max_deadline_miss_rate,
                                  stats.deadline_miss_rate, judge, upper=True))
     return out
+
+
+def abort_verdicts(manifest: RunManifest) -> list[Verdict]:
+    """A failed ``early_abort`` check when the run was stopped early (fail closed: a run that could not
+    pass, or a stack over-saturated, never gates green, whatever the checks on its partial data say)."""
+    reason = manifest.stop_reason or ""
+    if not reason.startswith("aborted"):
+        return []
+    info = manifest.abort or {}
+    at = info.get("at_s")
+    when = f" at {text.seconds(float(at))}" if isinstance(at, int | float) else ""
+    message = f"run aborted early{when}: {info.get('message') or reason}"
+    # threshold: the seconds the schedule planned; observed: when it was stopped
+    return [Verdict(tier=str(info.get("tier") or "run"), check="early_abort", threshold=manifest.duration_s or 0.0,
+                    observed=float(at) if isinstance(at, int | float) else None, bound=None, judge="point",
+                    passed=False, message=message)]
 
 
 def exit_code(validity: Validity, verdicts: list[Verdict]) -> tuple[bool, int]:

@@ -43,6 +43,8 @@ class Check(_Model):
     passed: bool
     confident: bool  # the whole 95 % interval lies on the verdict's side of the threshold
     inconclusive: bool = False  # too few samples (or censored): not a pass, and never a confident fail
+    judge: Literal["point", "bound"] = "point"
+    bound: float | None = None  # the confidence bound the verdict used when judge = bound
 
 
 def _interval(tier: TierSummary, check: str) -> tuple[float | None, float | None, bool]:
@@ -86,7 +88,8 @@ def judge_check(tier: TierSummary, verdict: Verdict) -> Check:
     else:
         confident = low > thr if higher_worse else high < thr
     return Check(check=verdict.check, threshold=thr, observed=verdict.observed, low=low, high=high,
-                 passed=verdict.passed, confident=bool(confident), inconclusive=verdict.inconclusive)
+                 passed=verdict.passed, confident=bool(confident), inconclusive=verdict.inconclusive,
+                 judge=verdict.judge, bound=verdict.bound)
 
 
 # --------------------------------------------------------------------------- steps
@@ -228,6 +231,8 @@ class Knee(_Model):
     fail_scale: float | None = None
     fail_rps: float | None = None
     fail_checks: list[str] = Field(default_factory=list)
+    fail_unjudged: bool = Field(default=False, description="every check failing at fail_scale was inconclusive "
+                                "(too few samples): not judged there, which fails closed")
     confident_pass: bool = False
     confident_fail: bool = False
     noisy: bool = False
@@ -247,7 +252,13 @@ def _fmt_check(c: Check) -> str:
             return text.ms(v)
         return text.pct(v, 1) if v <= 1 else text.plain(v)
 
-    op = "<" if c.check.startswith("min_") else ">"
+    floor = c.check.startswith("min_") or c.check == "floor_share"
+    op = "<" if floor else ">"
+    if c.judge == "bound" and c.bound is not None:
+        # judged on its confidence bound: the observed figure alone may lie on the passing side
+        if (c.bound < c.threshold) if floor else (c.bound > c.threshold):
+            return f"{c.check} bound {num(c.bound)} {op} {num(c.threshold)} (observed {num(c.observed)})"
+        return f"{c.check} {num(c.observed)}: too few samples to bound it within {num(c.threshold)}"
     return f"{c.check} {num(c.observed)} {op} {num(c.threshold)}"
 
 
@@ -273,7 +284,9 @@ def tier_knee(steps: Sequence[Step], tier: str, replicas: int | None = None, ons
     if core.fail is not None:
         s, t = pairs[core.fail]
         knee.fail_scale, knee.fail_rps, knee.confident_fail = s.scale, s.offered_rps, t.confident
-        knee.fail_checks = [_fmt_check(c) for c in t.checks if not c.passed]
+        failed = [c for c in t.checks if not c.passed]
+        knee.fail_checks = [_fmt_check(c) for c in failed]
+        knee.fail_unjudged = bool(failed) and all(c.inconclusive for c in failed)
     if core.passes_again is not None:
         knee.passes_again_scale = pairs[core.passes_again][0].scale
     for s, t in pairs:
@@ -304,12 +317,17 @@ def knee_sentence(k: Knee, steps: Sequence[Step]) -> str:
     elif k.status == "never_passes":
         low = f"{text.rps(lowest.offered_rps)} ({text.scale(lowest.scale)})" if lowest else "–"
         why = f": {'; '.join(k.fail_checks)}" if k.fail_checks else ""
-        answer = f"{k.tier} misses its SLO already at the lowest load tested{where}, {low}{why}"
+        if k.fail_unjudged:  # too few samples is no pass (fail closed), but no miss either: say which
+            answer = (f"{k.tier} cannot be judged at the lowest load tested{where}, {low}{why}; "
+                      "longer steps (--step-duration) give each step more requests")
+        else:
+            answer = f"{k.tier} misses its SLO already at the lowest load tested{where}, {low}{why}"
     else:
         conf = "confident" if k.confident_pass else "not confident: an interval crosses the threshold"
         why = f": {'; '.join(k.fail_checks)}" if k.fail_checks else ""
+        fails = "cannot be judged from" if k.fail_unjudged else "fails from"
         answer = (f"{k.tier} holds its SLO up to {text.rps(k.knee_rps)}{where} ({text.scale(k.knee_scale)}; "
-                  f"pass {conf}) and fails from {text.rps(k.fail_rps)} ({text.scale(k.fail_scale)}{why})")
+                  f"pass {conf}) and {fails} {text.rps(k.fail_rps)} ({text.scale(k.fail_scale)}{why})")
     if k.noisy and k.passes_again_scale is not None:
         answer += (f"; it passes again at {text.scale(k.passes_again_scale)}: the boundary is noisy, "
                    "rerun with longer steps")

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from audit import text
 from audit.build import classified_attempts
+from audit.control import is_twin
 from audit.fold import CALIBRATION_PERSONA, NS_PER_MS
 from audit.load import load_run, read_jsonl_frame
 from audit.scenario import from_manifest
@@ -100,8 +101,13 @@ def compare_with_ledger(run_dir: Path, summary: Summary, ledger_path: Path | Non
     data = load_run(run_dir)
     sc = from_manifest(data.manifest)
     attempts = classified_attempts(data, sc)
-    attempts = attempts[(attempts["persona"].astype(object) != CALIBRATION_PERSONA).to_numpy()]
+    # the idle probes and the priority control's twins count in no tier figure: both sides leave them out
+    # (their ledger lines are held by their records, so they are not "seen by the server only" either)
+    aside = (attempts["persona"].astype(object) == CALIBRATION_PERSONA).to_numpy() | is_twin(attempts)
+    aside_ids = set(attempts.loc[aside, "request_id"].astype(str))
+    attempts = attempts[~aside]
     ledger = load_ledger(ledger_path) if ledger_path else _run_ledgers(run_dir)
+    ledger = ledger[~ledger["request_id"].astype(str).isin(aside_ids).to_numpy()]
     anchor = float(data.mono_anchor_ns or 0)
     left = pd.DataFrame({"request_id": attempts["request_id"].astype(str).to_numpy(),
                          "tier": attempts["tier"].astype(str).to_numpy(),

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,51 +20,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from audit.errors import AuditError
+from audit.memory import lean_allocators, trim
+from loadgen import columns as sidecar
+from loadgen.columns import KIND_FIELDS, REQUEST_FIELDS, SHARD_FIELDS, UNION_SCHEMA
 from loadgen.manifest import RUN_MANIFEST, RunManifest
-from loadgen.record import (
-    KIND_BREAKER,
-    KIND_EVENT,
-    KIND_HEALTH,
-    KIND_REQUEST,
-    KIND_SHARD,
-    KIND_TASK,
-    RECORDS_DIR,
-)
-
-_I = pa.int64()
-_F = pa.float64()
-_S = pa.string()
-_B = pa.bool_()
-
-# Every field of every line kind, typed. Fields that hold free objects (event ``detail``, ``token_ns``)
-# are left out: the bulk parser ignores them, so one odd value cannot fail a whole block.
-REQUEST_FIELDS: dict[str, pa.DataType] = {
-    "seq": _I, "request_id": _S, "logical_id": _S, "tier": _S, "tenant": _S, "persona": _S,
-    "session_id": _S, "task_id": _S, "step": _I, "fanout_index": _I, "attempt": _I, "retry_reason": _S,
-    "route": _S, "endpoint": _S, "model": _S, "dialect": _S, "stream": _B, "prompt_bytes": _I,
-    "intended_ns": _I, "sent_ns": _I, "headers_ns": _I, "first_token_ns": _I, "last_token_ns": _I,
-    "done_ns": _I, "tokens": _I, "itl_max_ns": _I, "itl_mean_ns": _I, "status": _I, "reason": _S,
-    "error": _S, "in_band_error": _S, "complete": _B, "cancelled": _B, "not_sent": _B,
-    "client_timeout": _B, "transport_error": _B, "retry_after_s": _F, "prompt_tokens": _I,
-    "output_tokens": _I, "cached_tokens": _I, "service_tier": _S, "reconnected": _B,
-    "prompt_tokens_intended": _I, "prompt_tokens_exact": _B, "max_tokens": _I, "output_pinned": _B, "abandoned": _B,
-    "twin_of": _S, "control": _B,
-}
-TASK_FIELDS: dict[str, pa.DataType] = {
-    "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,
-    "deadline_ns": _I, "end_ns": _I, "outcome": _S, "steps": _I, "calls": _I, "calls_failed": _I,
-    "first_failure": _S, "ideal_ns": _I,
-}
-HEALTH_FIELDS: dict[str, pa.DataType] = {
-    "ts_ns": _I, "loop_lag_ns": _I, "cpu_percent": _F, "in_flight": _I, "not_sent_total": _I,
-    "sent_total": _I,
-}
-BREAKER_FIELDS: dict[str, pa.DataType] = {
-    "ts_ns": _I, "route": _S, "state": _S, "previous": _S, "cause": _S,
-}
-EVENT_FIELDS: dict[str, pa.DataType] = {"ts_ns": _I, "name": _S}
-SHARD_FIELDS: dict[str, pa.DataType] = {"host": _S, "pid": _I, "mono_anchor_ns": _I, "wall_anchor_ns": _I,
-                                        "clock_offset_ns": _I, "clock_uncertainty_ns": _I}
+from loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK, RECORDS_DIR
 
 # Request columns the audit reads; the rest of a record (endpoint, model, key fingerprint …) is
 # parsed for validation but never converted, which keeps a million rows cheap.
@@ -69,16 +35,8 @@ REQUEST_USED = (
     "client_timeout", "transport_error", "retry_after_s", "prompt_tokens", "output_tokens", "prompt_bytes",
     "service_tier", "reconnected",
     "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
-    "twin_of", "control",
+    "twin_of", "control", "tools_offered", "tool_call", "parent_id",
 )
-
-KIND_FIELDS: dict[str, dict[str, pa.DataType]] = {
-    KIND_REQUEST: REQUEST_FIELDS,
-    KIND_TASK: TASK_FIELDS,
-    KIND_HEALTH: HEALTH_FIELDS,
-    KIND_BREAKER: BREAKER_FIELDS,
-    KIND_EVENT: EVENT_FIELDS,
-}
 
 # Columns shifted when a shard's anchor differs from the run's (a worker on its own anchor).
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -91,21 +49,29 @@ TIME_COLUMNS: dict[str, tuple[str, ...]] = {
 # Low-cardinality text: dictionary-encoded, so a million rows cost a few bytes each.
 CATEGORICAL = ("tier", "tenant", "persona", "route", "reason", "error", "in_band_error", "retry_reason",
                "endpoint", "model", "dialect", "service_tier", "outcome", "first_failure", "state",
-               "previous", "cause", "name", "task_id")
+               "previous", "cause", "name", "task_id", "tool_call", "parent_id")
 
 
-def _union_schema() -> pa.Schema:
-    fields: dict[str, pa.DataType] = {"kind": _S, "schema": _I}
-    for table in (*KIND_FIELDS.values(), SHARD_FIELDS):
-        for name, dtype in table.items():
-            fields.setdefault(name, dtype)
-    return pa.schema(list(fields.items()))
+# Unique-ish text (ids): kept as arrow strings in the frame.
+_ARROW_TEXT = ("request_id", "logical_id", "twin_of")
 
 
-UNION_SCHEMA = _union_schema()
+def _parse_schema() -> pa.Schema:
+    """The union schema less the request fields the audit never reads: a field left out is skipped by the
+    parser, not converted (a fifth of the parse time of a request line), and its value cannot fail a line."""
+    unused = set(REQUEST_FIELDS) - set(REQUEST_USED)
+    for table in (*(t for k, t in KIND_FIELDS.items() if k != KIND_REQUEST), SHARD_FIELDS):
+        unused -= set(table)
+    return pa.schema([f for f in UNION_SCHEMA if f.name not in unused])
+
+
+PARSE_SCHEMA = _parse_schema()
 _CHUNK_LINES = 50_000  # bisection unit after a failed parse: a bad line costs little re-parsing
 _BLOCK_BYTES = 4 << 20  # pyarrow block: the unit of parallel parsing
+CHUNK_BYTES = 64 << 20
+_PARSING = threading.Lock()  # a shard is parsed this much at a time: memory follows the rows kept, not the file
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
+_BLANK = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)  # what bytes.strip() removes
 
 
 @dataclass
@@ -140,6 +106,8 @@ class RunData:
     processes: int = 0
     lost_workers: list[str] = field(default_factory=list)  # shards with a worker_start and no worker_stop
     clock: ClockAlignment = field(default_factory=lambda: ClockAlignment())
+    shard_bytes: int = 0  # complete lines in the shards
+    columnar_bytes: int = 0  # of them, read from verified sidecars instead of parsed
 
     @property
     def mono_anchor_ns(self) -> int | None:
@@ -164,24 +132,24 @@ def _parse(data: pa.Buffer, schema: pa.Schema | None, extra: str = "ignore") -> 
     return pj.read_json(pa.BufferReader(data), parse_options=options, read_options=read)
 
 
-def parse_jsonl(data: bytes, schema: pa.Schema | None = None, extra: str = "ignore") -> ParsedBytes:
+def parse_jsonl(data: bytes | pa.Buffer, schema: pa.Schema | None = None, extra: str = "ignore") -> ParsedBytes:
     """Parse complete JSON lines; a bad line is isolated by bisection and counted, never fatal.
 
     The bulk goes through pyarrow in one call (zero-copy, multi-threaded); only when that fails is
     the text split by lines and bisected, so a handful of malformed lines costs a few re-parses of
     the chunks around them rather than a Python loop over every line.
     """
-    if not data or (len(data) < 4096 and not data.strip()):  # never copy a big shard just to look at it
+    buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    if not buf.size or (buf.size < 4096 and not buf.to_pybytes().strip()):  # never copy a big shard to look at it
         return ParsedBytes(None, 0)
-    buf = pa.py_buffer(data)
     try:
         return ParsedBytes(_parse(buf, schema, extra), 0)
     except _ARROW_ERRORS:
         pass
-    view = np.frombuffer(data, dtype=np.uint8)
+    view = np.frombuffer(buf, dtype=np.uint8)
     ends = np.flatnonzero(view == 10) + 1  # exclusive end of each line
-    if len(ends) == 0 or ends[-1] != len(data):
-        ends = np.append(ends, len(data))
+    if len(ends) == 0 or ends[-1] != len(view):
+        ends = np.append(ends, len(view))
     starts = np.concatenate(([0], ends[:-1]))
     tables: list[pa.Table] = []
     skipped = 0
@@ -189,7 +157,7 @@ def parse_jsonl(data: bytes, schema: pa.Schema | None = None, extra: str = "igno
     def span(lo: int, hi: int) -> None:
         nonlocal skipped
         a, b = int(starts[lo]), int(ends[hi - 1])
-        if not data[a:b].strip():
+        if not np.isin(view[a:b], _BLANK, invert=True).any():
             return
         try:
             tables.append(_parse(buf.slice(a, b - a), schema, extra))
@@ -247,87 +215,202 @@ def _kind_table(table: pa.Table, kind: str) -> pa.Table:
     if hits == 0:
         return _empty({name: UNION_SCHEMA.field(name).type for name in fields})
     # select first: filtering copies only the columns this kind uses
-    return table.select(list(fields)).filter(mask)
+    part = table.select(list(fields)).filter(mask)
+    # repeated text kept as a dictionary from the start: a chunk's rows cost a few bytes each, not the text
+    # again per row (the frame's categories come out in the same first-seen order as encoding the whole column)
+    for idx, (name, dtype) in enumerate(zip(part.column_names, part.schema.types, strict=True)):
+        if name in CATEGORICAL and pa.types.is_string(dtype):
+            part = part.set_column(idx, name, pc.dictionary_encode(part.column(idx)))
+    return part
 
 
-def _with_logical_code(table: pa.Table) -> pa.Table:
-    """Fill an empty ``logical_id`` with the request id and add ``logical_code``: one int per logical request.
-
-    Folding retries then groups integers, not a million Python strings.
-    """
+def _with_logical_id(table: pa.Table) -> pa.Table:
+    """Fill an empty ``logical_id`` with the request id (a first attempt is its own logical request)."""
     rid, lid = table.column("request_id"), table.column("logical_id")
     missing = pc.fill_null(pc.or_kleene(pc.is_null(lid), pc.equal(lid, "")), True)
     if pc.any(missing).as_py():
         lid = pc.if_else(missing, rid, lid)
         table = table.set_column(table.schema.get_field_index("logical_id"), "logical_id", lid)
+    return table
+
+
+def _logical_codes(lid: pa.ChunkedArray) -> np.ndarray:
+    """``logical_code``: one int per logical request, in first-seen order (folding then groups integers,
+    not a million strings)."""
     # pandas' hash factorize on the arrow strings is ~2x faster than arrow's dictionary_encode here
     codes, uniques = pd.factorize(pd.Series(lid.combine_chunks(), dtype=pd.ArrowDtype(pa.string())))
     missing_ids = codes < 0
     if missing_ids.any():  # neither id (a hand-written line): each such attempt is its own logical request
         codes[missing_ids] = len(uniques) + np.arange(int(missing_ids.sum()))
-    return table.append_column("logical_code", pa.array(codes.astype(np.int64)))
+    return codes.astype(np.int64)
 
 
-def _to_frame(table: pa.Table) -> pd.DataFrame:
-    columns = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if name in CATEGORICAL and pa.types.is_string(col.type):
+def _to_frame(tables: list[pa.Table]) -> pd.DataFrame:
+    """The rows of ``tables`` (consumed: the caller's list is emptied) as a DataFrame, one column at a time.
+
+    Each arrow column is released as soon as its pandas column exists, so the conversion never holds
+    two copies of the whole table. Text of few distinct values becomes categorical; times and counts
+    may be absent: float64 + NaN keeps numpy speed (ns fit exactly up to ~104 days); flags absent = False.
+    """
+    table = pa.concat_tables(tables)
+    tables.clear()
+    names, types = table.column_names, table.schema.types
+    arrays = table.columns
+    del table
+    out: dict[str, Any] = {}
+    for name, dtype in zip(names, types, strict=True):
+        col = arrays.pop(0)
+        if name in CATEGORICAL and pa.types.is_string(dtype):
             col = pc.dictionary_encode(col)
-        columns[name] = col
-    frame = pa.table(columns).to_pandas(self_destruct=True, split_blocks=True)
-    for name, dtype in zip(table.column_names, table.schema.types, strict=True):
-        # Times and counts may be absent: float64 + NaN keeps numpy speed (ns fit exactly up to ~104 days).
-        if name == "logical_code":
+        elif name in _ARROW_TEXT and pa.types.is_string(dtype):
+            # ids stay arrow strings (zero-copy, ~36 B a row), not a million Python str objects (~80 B each)
+            out[name] = pd.Series(col, dtype=pd.ArrowDtype(pa.string()), copy=False)
+            del col
             continue
-        if pa.types.is_integer(dtype):
-            frame[name] = frame[name].astype("float64")
+        elif pa.types.is_integer(dtype):
+            col = pc.cast(col, pa.float64())
         elif pa.types.is_boolean(dtype):
-            frame[name] = frame[name].fillna(False).astype(bool)
-    return frame
+            col = pc.fill_null(col, False)
+        out[name] = col.to_pandas()
+        del col
+    return pd.DataFrame(out, copy=False)
 
 
-def _lost(table: pa.Table) -> bool:
-    """A shard whose process started (``worker_start``) and never said it stopped (``worker_stop``)."""
-    names = table.filter(pc.equal(table.column("kind"), KIND_EVENT)).column("name")
-    starts = pc.sum(pc.equal(names, "worker_start")).as_py() or 0
-    stops = pc.sum(pc.equal(names, "worker_stop")).as_py() or 0
-    return bool(starts > stops)
+@dataclass
+class ShardParts:
+    """One shard parsed a chunk at a time: its rows per kind (on the writer's clock) and what it said of itself."""
+
+    per_kind: dict[str, list[pa.Table]] = field(default_factory=lambda: {kind: [] for kind in KIND_FIELDS})
+    headers: list[pa.Table] = field(default_factory=list)  # its shard header line(s)
+    skipped: int = 0
+    cut: bool = False  # its last line was cut (a killed writer)
+    worker_starts: int = 0
+    worker_stops: int = 0
+    parsed: bool = False  # at least one line parsed
+    body_bytes: int = 0  # complete lines
+    columnar_bytes: int = 0  # the leading bytes read from the shard's verified sidecar, not parsed
 
 
-def load_run(run_dir: Path) -> RunData:
-    """Read ``run.json`` and every shard under ``records/``; shards may come from many processes."""
+_SHARD_COLUMNS = ["host", "pid", "mono_anchor_ns", "wall_anchor_ns", "clock_uncertainty_ns"]
+
+
+def _add_chunk(parts: ShardParts, table: pa.Table) -> None:
+    """Split one parsed chunk by kind, keeping only the columns each kind uses (the chunk itself is dropped)."""
+    parts.parsed = True
+    kinds = table.column("kind")
+    # how many lines of each kind: a kind absent from the chunk costs nothing more (most chunks hold 2 or 3)
+    tally = pc.value_counts(kinds)
+    counts = dict(zip(tally.field("values").to_pylist(), tally.field("counts").to_pylist(), strict=True))
+    known = (*KIND_FIELDS, KIND_SHARD)
+    parts.skipped += sum(n for kind, n in counts.items() if kind is not None and kind not in known)
+    parts.skipped += kinds.null_count
+    if counts.get(KIND_SHARD):
+        parts.headers.append(table.select(_SHARD_COLUMNS).filter(pc.equal(kinds, KIND_SHARD)))
+    if counts.get(KIND_EVENT):
+        names = pc.filter(table.column("name"), pc.equal(kinds, KIND_EVENT))
+        parts.worker_starts += pc.sum(pc.equal(names, "worker_start")).as_py() or 0
+        parts.worker_stops += pc.sum(pc.equal(names, "worker_stop")).as_py() or 0
+    for kind in KIND_FIELDS:
+        if counts.get(kind):
+            parts.per_kind[kind].append(_kind_table(table, kind))
+
+
+def read_shard(path: Path, chunk_bytes: int | None = None, columnar: bool = True) -> ShardParts:
+    """Parse one shard ``chunk_bytes`` of whole lines at a time from a memory map.
+
+    Each chunk's pages are handed back to the kernel once parsed and only the columns the audit uses
+    are kept, so memory follows the parsed rows, not the size of the file (a 10M-attempt run has 9 GB
+    of shards). Bad lines are isolated within their chunk exactly as within a whole shard.
+    ``columnar``: the leading lines that the shard's sidecar holds, checked against these very bytes, are
+    taken from it instead of parsed (``loadgen/columns.py``); the rest is parsed.
+    """
+    parts = ShardParts()
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return parts
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        body = mapped.rfind(b"\n") + 1  # complete lines end here; after it, a killed writer's cut line
+        parts.cut = bool(mapped[body:].strip())
+        parts.body_bytes = body
+        parts.skipped += int(parts.cut)
+        pos = 0
+        if columnar:
+            for batch, end in sidecar.verified_batches(path, mapped, body, PARSE_SCHEMA):
+                _add_chunk(parts, pa.Table.from_batches([batch]))
+                del batch
+                pos = end
+            parts.columnar_bytes = pos
+            if pos:
+                mapped.madvise(mmap.MADV_DONTNEED, 0, pos - pos % mmap.PAGESIZE)  # checked: need not stay resident
+        whole = pa.py_buffer(mapped)  # zero-copy: chunks are slices of the map
+        # one shard parsed at a time (the parser uses every core anyway): the parse holds one chunk's memory
+        with _PARSING if pos < body else contextlib.nullcontext():
+            while pos < body:
+                end = body
+                if pos + chunk_bytes < body:
+                    end = mapped.rfind(b"\n", pos, pos + chunk_bytes) + 1 or mapped.find(b"\n", pos + chunk_bytes) + 1
+                parsed = parse_jsonl(whole.slice(pos, end - pos), PARSE_SCHEMA)
+                parts.skipped += parsed.skipped
+                if parsed.table is not None:
+                    _add_chunk(parts, parsed.table)
+                del parsed
+                start = pos - pos % mmap.PAGESIZE
+                mapped.madvise(mmap.MADV_DONTNEED, start, end - start)  # parsed: its pages need not stay resident
+                pos = end
+        del whole
+    finally:
+        with contextlib.suppress(BufferError):  # a slice still alive (an exception mid-parse): the GC unmaps it
+            mapped.close()
+    return parts
+
+
+def _read_shards(paths: list[Path], columnar: bool) -> Iterator[tuple[Path, ShardParts]]:
+    """Each shard read, in order, the next one read meanwhile (arrow lets go of the GIL: the other core works)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ahead: Future[ShardParts] | None = None
+        for i, path in enumerate(paths):
+            current = ahead or pool.submit(read_shard, path, columnar=columnar)
+            ahead = pool.submit(read_shard, paths[i + 1], columnar=columnar) if i + 1 < len(paths) else None
+            try:
+                parts = current.result()
+            except OSError as exc:
+                if ahead is not None:
+                    ahead.cancel()
+                raise AuditError(f"cannot read shard {path}: {exc}") from None
+            yield path, parts
+            del parts, current
+
+
+def load_run(run_dir: Path, columnar: bool = True) -> RunData:
+    """Read ``run.json`` and every shard under ``records/``; shards may come from many processes.
+
+    ``columnar=False``: parse every line, whatever sidecars the shards have.
+    """
     run_dir = Path(run_dir)
+    lean_allocators()
     manifest = read_manifest(run_dir)
     paths = sorted((run_dir / RECORDS_DIR).glob("*.jsonl"))
     if not paths:
         raise AuditError(f"{run_dir} has no shards: {RECORDS_DIR}/*.jsonl is empty or missing")
     run_anchor = manifest.mono_anchor_ns
     per_kind: dict[str, list[pa.Table]] = {kind: [] for kind in KIND_FIELDS}
-    skipped = truncated = 0
+    skipped = truncated = columnar_bytes = shard_bytes = 0
     processes: set[tuple[str, int]] = set()
     lost: list[str] = []
     clock = ClockAlignment()
-    for path in paths:
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise AuditError(f"cannot read shard {path}: {exc}") from None
-        body, cut = split_tail(raw)
-        truncated += int(cut)
-        skipped += int(cut)
-        parsed = parse_jsonl(body, UNION_SCHEMA)
-        del raw, body
-        skipped += parsed.skipped
-        if parsed.table is None:
+    for path, parts in _read_shards(paths, columnar):
+        columnar_bytes += parts.columnar_bytes
+        shard_bytes += parts.body_bytes
+        truncated += int(parts.cut)
+        skipped += parts.skipped
+        if not parts.parsed:
             continue
-        table = parsed.table
-        kinds = table.column("kind")
-        unknown = pc.sum(pc.invert(pc.is_in(kinds, pa.array([*KIND_FIELDS, KIND_SHARD])))).as_py() or 0
-        skipped += int(unknown) + table.column("kind").null_count
         offset = 0
-        headers = table.filter(pc.equal(kinds, KIND_SHARD))
-        if headers.num_rows:
+        headers = pa.concat_tables(parts.headers) if parts.headers else None
+        if headers is not None:
             host = headers.column("host")[0].as_py() or path.stem
             pid = headers.column("pid")[0].as_py() or 0
             if not path.stem.endswith("-calibration"):  # the idle probes' own shard is not a load process
@@ -346,28 +429,34 @@ def load_run(run_dir: Path) -> RunData:
                 offset = shard_anchor - run_anchor
         elif not path.stem.endswith("-calibration"):
             processes.add((path.stem, 0))
-        if _lost(table) and not path.stem.endswith("-calibration"):
+        # a process that started (worker_start) and never said it stopped (worker_stop)
+        if parts.worker_starts > parts.worker_stops and not path.stem.endswith("-calibration"):
             lost.append(path.stem)
         for kind in KIND_FIELDS:
-            part = _kind_table(table, kind)
-            if offset and part.num_rows:
-                for name in TIME_COLUMNS[kind]:
-                    idx = part.schema.get_field_index(name)
-                    part = part.set_column(idx, name, pc.add(part.column(name), offset))
-            if part.num_rows:
+            for part in parts.per_kind[kind]:
+                if offset:
+                    for name in TIME_COLUMNS[kind]:
+                        idx = part.schema.get_field_index(name)
+                        part = part.set_column(idx, name, pc.add(part.column(name), offset))
                 per_kind[kind].append(part)
+        del parts
     frames = {}
-    for kind, tables in per_kind.items():
-        if tables:
-            merged = pa.concat_tables(tables)
-        elif kind == KIND_REQUEST:
-            merged = _empty({name: REQUEST_FIELDS[name] for name in REQUEST_USED})
-        else:
-            merged = _empty(KIND_FIELDS[kind])
-        per_kind[kind] = []
-        if kind == KIND_REQUEST:
-            merged = _with_logical_code(merged)
-        frames[kind] = _to_frame(merged)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        codes: Future[np.ndarray] | None = None
+        for kind, tables in per_kind.items():
+            if not tables:
+                tables.append(_empty({name: REQUEST_FIELDS[name] for name in REQUEST_USED}) if kind == KIND_REQUEST
+                              else _empty(KIND_FIELDS[kind]))
+            if kind == KIND_REQUEST:
+                tables[:] = [_with_logical_id(pa.concat_tables(tables))]
+                # the ids hashed on the second core (arrow lets go of the GIL) while the columns are converted
+                codes = pool.submit(_logical_codes, tables[0].column("logical_id"))
+            frames[kind] = _to_frame(tables)
+            if codes is not None:
+                frames[kind]["logical_code"] = codes.result()  # the last column, as it always was
+                codes = None
+    pa.default_memory_pool().release_unused()  # the parser's scratch memory: give it back before the audit grows
+    trim()
     events = [{str(k): v for k, v in row.items()} for row in frames[KIND_EVENT].to_dict("records")]
     return RunData(
         run_dir=run_dir,
@@ -383,6 +472,8 @@ def load_run(run_dir: Path) -> RunData:
         processes=len(processes),
         lost_workers=lost,
         clock=clock,
+        shard_bytes=shard_bytes,
+        columnar_bytes=columnar_bytes,
     )
 
 

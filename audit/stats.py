@@ -69,6 +69,34 @@ def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: boo
                        p50=fields["p50"], p90=fields["p90"], p95=fields["p95"], p99=fields["p99"])
 
 
+def group_quantiles(keys: np.ndarray, values: np.ndarray, qs: tuple[float, ...], width: int) -> np.ndarray:
+    """Each ``q``-quantile of each group's non-NaN ``values``: shape (len(qs), width), NaN for a group without any.
+
+    Groups are the integers ``0 … width − 1`` in ``keys``. The same numbers as pandas'
+    ``groupby(keys)[values].quantile(q)`` (linear interpolation computed as pandas computes it: value +
+    (next − value) × fraction), from one sort of the values instead of a groupby.
+    """
+    ok = ~np.isnan(values)
+    k, v = keys[ok], values[ok]
+    by_value = np.argsort(v)  # then a stable sort by group: each group's values in order (ties need no order)
+    v, k = v[by_value], k[by_value]
+    v = v[np.argsort(k.astype(np.uint16) if width <= 1 << 16 else k, kind="stable")]  # 16-bit keys: a radix sort
+    counts = np.bincount(k, minlength=width)
+    out = np.full((len(qs), width), np.nan)
+    has = counts > 0
+    n = counts[has]
+    start = (np.cumsum(counts) - counts)[has]
+    for row, q in enumerate(qs):
+        q_idx = q * (n - 1).astype(np.float64)
+        idx = q_idx.astype(np.int64)  # truncated: the order statistic at or below the quantile
+        frac = q_idx % 1
+        val = v[start + idx]
+        nxt = v[start + np.minimum(idx + 1, n - 1)]
+        with np.errstate(invalid="ignore"):
+            out[row, has] = np.where(frac == 0.0, val, val + (nxt - val) * frac)
+    return out
+
+
 def kaplan_meier(times: np.ndarray, censored: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct event times, survival S(t) after each, Greenwood's Σ d/(n(n−d)) up to each).
 
@@ -187,11 +215,10 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
-    group = np.cumsum(new) - 1
     out_s = s[new]
-    out_e = np.zeros(len(out_s))
-    np.maximum.at(out_e, group, reach)
-    out_e = np.maximum(out_e, out_s)
+    # reach never decreases: a merged interval ends at its last member's reach (no scatter-max per row)
+    last = np.append(np.flatnonzero(new)[1:] - 1, len(s) - 1)
+    out_e = np.maximum(np.maximum(np.zeros(len(out_s)), reach[last]), out_s)  # as the scatter from 0 did
     return out_s, out_e
 
 

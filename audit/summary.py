@@ -34,6 +34,8 @@ OUTCOME_CLASSES = (
 # Sent and not served, whatever the cause (docs/audit.md "Accounting"): the headline "not served".
 # ``not_sent`` never left the generator: it is the generator's fault and judged by validity instead.
 UNSERVED_CLASSES = tuple(c for c in OUTCOME_CLASSES if c not in ("served", "not_sent"))
+# Reasons rushhour's own client writes on an attempt it refused before sending (loadgen/engine/attempts.py)
+CLIENT_REASONS = ("breaker_open", "budget")
 # Turned away by the stack's own policy: the breakdown of the headline.
 POLICY_DROP_CLASSES = ("queue_full", "queue_timeout", "shed", "preempted", "overloaded", "rate_limited")
 
@@ -90,6 +92,8 @@ class Inflation(_Model):
     p50_x: float | None
     p99_x: float | None
     source: str = ""
+    ci: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="'p50' / 'p99' -> 95 % bootstrap interval of the inflation ratio")
 
 
 class TenantSummary(_Model):
@@ -211,6 +215,17 @@ class TokenFidelity(_Model):
     output_ratio_median: float | None = Field(description="median of output tokens / max_tokens")
 
 
+class AgentFigures(_Model):
+    """Agents on the wire (logical requests, retries folded; answers = served requests)."""
+
+    requests_with_tools: int = Field(description="logical requests whose body offered the model function tools")
+    served_with_tools: int = Field(description="of those, served")
+    tool_call_answers: int = Field(description="served answers that called a tool (the next step carries the call)")
+    tool_calls_by_name: dict[str, int] = Field(default_factory=dict, description="those answers per tool called")
+    subagent_spawns: int = Field(description="calls that spawned sub-agents (distinct parent ids)")
+    subagent_requests: int = Field(description="logical requests sent by sub-agents")
+
+
 class PairedEffect(_Model):
     """The tier against its equal-priority twins on one paired latency (both of a pair served)."""
 
@@ -261,7 +276,10 @@ class TierSummary(_Model):
     by_class: dict[str, int]  # logical requests by their final class
     attempts_by_class: dict[str, int]
     by_status: dict[str, int]  # raw HTTP status of attempts ("0" = no response)
-    by_reason: dict[str, int]  # raw reason header / error code of attempts
+    by_reason: dict[str, int]  # raw reason header / error code of attempts the server answered
+    client_reasons: dict[str, int] = Field(
+        default_factory=dict, description="attempts rushhour's own client refused before sending (CLIENT_REASONS: "
+        "breaker_open, budget): not reasons given by the server")
     status_by_class: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="attempts' raw HTTP status within each class, e.g. queue_full -> {429: 27}"
     )
@@ -297,6 +315,8 @@ class TierSummary(_Model):
     tokens: TokenFidelity | None = Field(
         default=None, description="prompt tokens reported vs intended, output served vs asked (served attempts)"
     )
+    agents: AgentFigures | None = Field(
+        default=None, description="tools offered, tool calls answered, sub-agent spawns (null: the tier had none)")
     phases: list[PhaseSlice] = Field(default_factory=list, description="the tier per phase (scenario order)")
     excluded: Excluded | None = Field(default=None, description="requests left out of the figures above "
                                       "(sent in unmeasured phases); null when every phase is measured")
@@ -357,6 +377,11 @@ class Validity(_Model):
     schedule_lag_p99_ms: float | None
     skipped_lines: int
     truncated_shards: int
+    loop_lag_sustained_s: float = Field(default=0.0, description="the longest run of busy seconds whose loop "
+                                        "lag passed the limit (any load process), in seconds")
+    lagging_seconds: int = Field(default=0, description="busy health seconds whose loop lag passed the limit")
+    delayed_requests: int = Field(default=0, description="first attempts sent later than the schedule-lag "
+                                  "limit after their intended time")
     thresholds: dict[str, float] = Field(
         default_factory=dict, description="the limits the generator was checked against (audit.validity)"
     )
@@ -425,14 +450,64 @@ class RunInfo(_Model):
     started_at: str  # ISO 8601, UTC
     duration_s: float
     processes: int
+    mode: str = Field(default="real", description="real: load sent in real time; simulated: the scenario against "
+                      "the testbed's model in virtual time (rushhour simulate)")
     stop_reason: str = Field(default="", description="run.json's stop_reason: completed, interrupted, budget, …")
     interrupted: bool = Field(default=False, description="the run did not end on its schedule (stop_reason is "
                               "not 'completed'): Ctrl-C, a budget stop, a lost worker, an overrun")
+    abort: dict[str, Any] | None = Field(default=None, description="run.json's early abort (stop_reason aborted_*): "
+                                         "kind, message, at_s, tier, check, bound or signal; the gate fails")
     drain_s: float | None = Field(default=None, description="the scenario's drain after the last phase: requests "
                                   "still in flight after it end 'unfinished'")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale
+
+
+class Outage(_Model):
+    """A span the target was down on purpose: a scheduled fault of the scenario (kept apart from saturation)."""
+
+    start_s: float
+    end_s: float
+    name: str = ""
+    kind: str = Field(description="the fault's kind, e.g. replica_down")
+    route: str = Field(default="primary", description="the route whose testbed the fault was scheduled on")
+    detail: str = ""
+
+
+class TierSpend(_Model):
+    """One tier's tokens (as the server reported them), its price, spend and budget use."""
+
+    tier: str
+    service_tier: str | None = None
+    attempts_with_usage: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    price_per_mtok_in: float | None = None
+    price_per_mtok_out: float | None = None
+    price_from: str | None = Field(default=None, description="'tier' (budget.per_tier row) or 'run' (the run's "
+                                   "price table, for tiers on the default service tier); null: no price")
+    cost_usd: float | None = Field(default=None, description="tokens × price; null when the tier has no price")
+    no_price: str | None = Field(default=None, description="why the tier has no price (never priced as another tier)")
+    budget_limits: dict[str, float] = Field(default_factory=dict, description="the tier's own budget limits")
+    budget_used: dict[str, float] = Field(default_factory=dict, description="what the budget guard counted "
+                                          "(run.json budget_usage): requests, tokens, cost_usd")
+    budget_share: dict[str, float] = Field(default_factory=dict, description="used / limit, per limit")
+
+
+class Spend(_Model):
+    """Tokens, spend and budget use: per tier and for the run (calibration probes and control twins left out)."""
+
+    tiers: list[TierSpend] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = Field(default=None, description="the priced tiers' spend; null when none is priced")
+    unpriced_tiers: list[str] = Field(default_factory=list, description="tiers with tokens and no price")
+    budget_limits: dict[str, float] = Field(default_factory=dict)
+    budget_used: dict[str, float] = Field(default_factory=dict)
+    budget_share: dict[str, float] = Field(default_factory=dict)
+    budget_reached: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
 
 class Measurement(_Model):
@@ -465,6 +540,9 @@ class Summary(_Model):
     records: int
     tasks: int
     measurement: Measurement = Field(default_factory=Measurement)
+    spend: Spend | None = Field(default=None, description="tokens, spend and budget use per tier")
+    outages: list[Outage] = Field(default_factory=list, description="scheduled outages (faults that take every "
+                                  "replica down); saturation windows leave them out")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

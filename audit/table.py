@@ -12,9 +12,11 @@ size and tail, and hashing the whole of a 1 GB run would cost seconds) and the c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -175,23 +177,62 @@ def build_table(attempts: pd.DataFrame) -> pa.Table:
     return pa.table(columns)
 
 
-def write_table(run_dir: Path, table: pa.Table, inputs: dict[str, Any]) -> Path:
-    """Write ``attempts.parquet`` atomically, its inputs' fingerprint in the file's metadata."""
-    path = Path(run_dir) / ATTEMPTS_FILE
-    meta = dict(table.schema.metadata or {})
-    meta[META_KEY] = json.dumps(inputs).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # zstd level 1: most of level 3's size at a fraction of its time (the table is written on every audit)
-    pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd", compression_level=1)
-    tmp.replace(path)
-    return path
+class TableWriter:
+    """``attempts.parquet`` built and encoded on a second thread while the audit finishes its summary.
+
+    ``start`` hands over the classified frame (only read from then on); ``finish`` waits for the rows,
+    adds the inputs' fingerprint (which names the summary written meanwhile) to the file's metadata and
+    puts the file in place atomically; ``abort`` leaves no file. (The fingerprint is file metadata
+    added at close, so ``stored_inputs`` reads the file's metadata, not the arrow schema's.)
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / ATTEMPTS_FILE
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._pool: ThreadPoolExecutor | None = None
+        self._rows: Future[pq.ParquetWriter] | None = None
+
+    def start(self, attempts: pd.DataFrame) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._rows = self._pool.submit(self._write_rows, attempts)
+
+    def _write_rows(self, attempts: pd.DataFrame) -> pq.ParquetWriter:
+        table = build_table(attempts)
+        # zstd level 1: most of level 3's size at a fraction of its time (the table is written on every audit)
+        writer = pq.ParquetWriter(self.tmp, table.schema, compression="zstd", compression_level=1)
+        try:
+            writer.write_table(table)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def finish(self, inputs: dict[str, Any]) -> Path:
+        """Wait for the rows, add ``inputs`` to the file's metadata and move the file into place."""
+        assert self._rows is not None and self._pool is not None, "start() first"
+        try:
+            writer = self._rows.result()
+        finally:
+            self._pool.shutdown()
+        writer.add_key_value_metadata({META_KEY.decode(): json.dumps(inputs)})
+        writer.close()
+        self.tmp.replace(self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Stop waiting for the rows and leave no file behind."""
+        if self._rows is not None and self._pool is not None:
+            with contextlib.suppress(BaseException):
+                self._rows.result().close()
+            self._pool.shutdown()
+        self.tmp.unlink(missing_ok=True)
 
 
 def stored_inputs(run_dir: Path) -> dict[str, Any] | None:
     """The fingerprint an existing table was built from (None: no table, or unreadable)."""
     path = Path(run_dir) / ATTEMPTS_FILE
     try:
-        meta = pq.read_schema(path).metadata or {}
+        meta = pq.read_metadata(path).metadata or {}  # the file's metadata: the schema's, and what was added at close
         value = json.loads(meta[META_KEY])
     except (OSError, KeyError, ValueError, pa.ArrowInvalid):
         return None

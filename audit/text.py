@@ -8,6 +8,8 @@ module of ``audit/`` formats a number for people.
 
 from __future__ import annotations
 
+import math
+
 DASH = "–"  # what a missing value reads as
 
 
@@ -38,14 +40,19 @@ def pct(value: float | None, digits: int | None = None) -> str:
     return f"{p:.{digits}f} %"
 
 
+def _unsigned_zero(value: float, digits: int) -> float:
+    """0.0 for a value that rounds to zero at ``digits``: '+0 %', never '-0 %'."""
+    return 0.0 if math.isfinite(value) and round(value, digits) == 0 else value
+
+
 def signed_points(value: float | None) -> str:
     """A difference of two fractions in percentage points: '+1.5 pt'."""
-    return DASH if value is None else f"{value * 100:+.1f} pt"
+    return DASH if value is None else f"{_unsigned_zero(value * 100, 1):+.1f} pt"
 
 
 def signed_pct(value: float | None) -> str:
     """A relative change: '+12 %'."""
-    return DASH if value is None else f"{value * 100:+.0f} %"
+    return DASH if value is None else f"{_unsigned_zero(value * 100, 0):+.0f} %"
 
 
 def times(value: float | None, digits: int = 1) -> str:
@@ -71,8 +78,13 @@ def scale(value: float | None) -> str:
 
 
 def p_value(value: float) -> str:
-    """A p-value to three significant digits: '0.0312'."""
-    return f"{value:.3g}"
+    """A p-value to three significant digits, '0.0312'; below 0.001 '< 0.001' (a printed 'p = 0' is never true)."""
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def p_clause(value: float) -> str:
+    """A p-value in a sentence: 'p = 0.0312', 'p < 0.001'."""
+    return "p " + (p_value(value) if value < 0.001 else "= " + p_value(value))
 
 
 def whole(value: float) -> str:
@@ -83,3 +95,8 @@ def whole(value: float) -> str:
 def plain(value: float) -> str:
     """A number as a person typed it (a threshold, a scale): '2', '0.5', '1e+03'."""
     return f"{value:g}"
+
+
+def money(value: float) -> str:
+    """An amount in the user's currency (a GPU-hour price × hours): '1,234.50'."""
+    return f"{value:,.2f}"

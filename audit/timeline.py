@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from audit.fold import NS_PER_MS, NS_PER_S, eq
-from audit.stats import merge_bucket_mask
+from audit.stats import group_quantiles, merge_bucket_mask
 from audit.summary import UNSERVED_CLASSES, TierSeries
 
 MAX_BUCKETS = 600
@@ -63,11 +63,11 @@ def _bucket_quantiles(idx: np.ndarray, values: np.ndarray, n: int, qs: tuple[flo
     out: list[list[float | None]] = [[None] * n for _ in qs]
     if not ok.any():
         return out
-    frame = pd.DataFrame({"b": idx[ok], "v": values[ok]})
-    table = frame.groupby("b")["v"].quantile(np.asarray(qs)).unstack()
-    for j, q in enumerate(qs):
-        for b, v in table[q].items():
-            out[j][int(b)] = float(v)  # type: ignore[call-overload]
+    table = group_quantiles(idx[ok], values[ok], qs, n)  # as a groupby's quantiles, from one sort
+    present = np.flatnonzero(np.bincount(idx[ok], minlength=n))
+    for j in range(len(qs)):
+        for b in present:
+            out[j][int(b)] = float(table[j, b])
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audit.fold import eq
 from audit.summary import TokenFidelity
 
 
@@ -16,7 +17,11 @@ def _col(frame: pd.DataFrame, name: str) -> pd.Series:
 
 def token_fidelity(attempts: pd.DataFrame) -> TokenFidelity | None:
     """The tier's token fidelity from its attempts (None when no served attempt says anything about tokens)."""
-    served = attempts[attempts["cls"] == "served"] if "cls" in attempts.columns else attempts.iloc[0:0]
+    # the served rows of the few columns read (a filter of the whole tier frame would copy every column)
+    columns = [c for c in ("prompt_tokens", "prompt_tokens_intended", "prompt_tokens_exact", "output_tokens",
+                           "max_tokens", "output_pinned") if c in attempts.columns]
+    served = (attempts.loc[eq(attempts["cls"], "served"), columns] if "cls" in attempts.columns
+              else attempts[columns].iloc[0:0])
     reported = pd.to_numeric(_col(served, "prompt_tokens"), errors="coerce")
     intended = pd.to_numeric(_col(served, "prompt_tokens_intended"), errors="coerce")
     both = reported.notna() & intended.notna()

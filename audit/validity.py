@@ -11,41 +11,74 @@ from audit import text
 from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.summary import Validity
 
-LOOP_LAG_P99_MS = 50.0
+# One transient (a GC pause, a page-in, a neighbour's burst on a shared machine) must not void a run:
+# the generator is judged on *sustained* trouble, and on how many requests it actually delayed.
+LOOP_LAG_MS = 50.0  # a health second whose worst 100 ms timer fired later than this is a lagging second
+SUSTAINED_S = 3.0  # lagging (or CPU-busy) seconds in a row, at least this long, make the run invalid …
+LAGGING_SHARE = 0.10  # … as do lagging seconds in more than this share of the busy seconds,
+LAGGING_MIN = 3  # once there are at least this many of them (a 15 s step may have one bad second)
 CPU_BUSY_PERCENT = 90.0  # of one core (psutil's per-process percent)
-CPU_BUSY_SHARE = 0.10  # of health samples
-SCHEDULE_LAG_P99_MS = 100.0
+CPU_BUSY_SHARE = 0.10  # of health samples (with at least LAGGING_MIN of them, or SUSTAINED_S in a row)
+SCHEDULE_LAG_MS = 100.0  # a first attempt sent later than this after its intended time was delayed
+DELAYED_SHARE = 0.01  # more than this share of first attempts delayed makes the run invalid …
+DELAYED_MIN = 3  # … once at least this many were (one start-up hiccup delays one or two, not three)
+SAMPLE_S = 1.0  # loadgen/engine/health.py: one health sample per process and second
 BUDGET_REASON = "budget"  # loadgen/engine/attempts.py: refused by the cost guard, recorded not_sent
 UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
 UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
 NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
 
 
-def dark_spans(sent_ns: np.ndarray, end_ns: np.ndarray, dark: np.ndarray, answers_ns: np.ndarray
-               ) -> list[tuple[float, float, int]]:
+def dark_spans(sent_ns: np.ndarray, end_ns: np.ndarray, dark: np.ndarray, answers_ns: np.ndarray,
+               min_ns: float = 0.0) -> list[tuple[float, float, int]]:
     """Spans (start ns, end ns, attempts) in which consecutive attempts (by send time) got no HTTP answer.
 
     A span runs from the first dark attempt's send to the last one's end, and is cut at every
     moment the target did answer something (``answers_ns``: response headers, first tokens), so a
-    slow but living target never shows a dark span. Pure; the caller decides what length matters.
+    slow but living target never shows a dark span. ``min_ns`` > 0 returns only spans at least about
+    that long (a prefilter: the caller applies its exact limit), found without visiting every answer
+    inside every span. Pure; the caller decides what length matters.
     """
     order = np.argsort(sent_ns, kind="stable")
     sent, end, flag = sent_ns[order], end_ns[order], dark[order]
     answers = np.sort(answers_ns[np.isfinite(answers_ns)])
-    spans: list[tuple[float, float, int]] = []
     if not flag.any():
-        return spans
+        return []
     edges = np.diff(np.concatenate(([0], flag.astype(np.int8), [0])))
-    for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
-        start, stop = float(sent[a]), float(np.nanmax(np.maximum(end[a:b], sent[a:b])))
-        lo, hi = np.searchsorted(answers, start, "right"), np.searchsorted(answers, stop, "left")
-        cuts = np.concatenate(([start], answers[lo:hi], [stop]))
-        gaps = np.diff(cuts)
-        i = int(np.argmax(gaps))
-        s0, s1 = float(cuts[i]), float(cuts[i + 1])
-        inside = int(((sent[a:b] >= s0) & (sent[a:b] <= s1)).sum())
-        spans.append((s0, s1, inside))
-    return spans
+    first, after = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    if min_ns <= 0:
+        return [_cut_span(sent, end, answers, int(a), int(b)) for a, b in zip(first, after, strict=True)]
+    # The longest piece of a span is its first piece, its last, or a gap between two answers inside it;
+    # only answer gaps of about min_ns or more can make a long span, and a healthy target has few of them.
+    starts = sent[first]
+    stops = np.fmax.reduceat(np.where(flag, np.maximum(end, sent), np.nan), first)
+    keep = np.isfinite(starts) & np.isfinite(stops)  # a span without a start or an end has no length
+    threshold = min_ns * (1 - 1e-9)
+    lo = np.searchsorted(answers, starts, "right")
+    hi = np.searchsorted(answers, stops, "left")
+    inside = hi > lo
+    edge = np.where(inside, np.maximum(answers[np.minimum(lo, len(answers) - 1)] - starts,
+                                       stops - answers[np.maximum(hi - 1, 0)]) if len(answers) else 0.0,
+                    stops - starts)
+    big = np.flatnonzero(np.diff(answers) >= threshold)  # gap i: answers[i] → answers[i + 1]
+    has_big = inside & (np.searchsorted(big, hi - 1, "left") > np.searchsorted(big, lo, "left"))
+    candidates = np.flatnonzero(keep & ((edge >= threshold) | has_big))
+    return [_cut_span(sent, end, answers, int(first[j]), int(after[j])) for j in candidates]
+
+
+def _cut_span(sent: np.ndarray, end: np.ndarray, answers: np.ndarray, a: int, b: int) -> tuple[float, float, int]:
+    """One run of dark attempts ``[a, b)`` (in send order), cut at the target's answers: its longest piece."""
+    ends = np.maximum(end[a:b], sent[a:b])
+    ends = ends[~np.isnan(ends)]
+    # no attempt with both a send and an end time: the span has no known stop (nanmax would warn)
+    start, stop = float(sent[a]), (float(ends.max()) if len(ends) else float("nan"))
+    lo, hi = np.searchsorted(answers, start, "right"), np.searchsorted(answers, stop, "left")
+    cuts = np.concatenate(([start], answers[lo:hi], [stop]))
+    gaps = np.diff(cuts)
+    i = int(np.argmax(gaps))
+    s0, s1 = float(cuts[i]), float(cuts[i + 1])
+    inside = int(((sent[a:b] >= s0) & (sent[a:b] <= s1)).sum())
+    return s0, s1, inside
 
 
 def _reachability(attempts: pd.DataFrame, out: np.ndarray, duration_s: float) -> list[str]:
@@ -67,7 +100,7 @@ def _reachability(attempts: pd.DataFrame, out: np.ndarray, duration_s: float) ->
     answers = np.concatenate([attempts[c].to_numpy(dtype=np.float64)[out & (status > 0)]
                               for c in ("headers_ns", "first_token_ns", "done_ns") if c in attempts.columns])
     limit_s = max(UNREACHABLE_MIN_S, UNREACHABLE_SHARE * duration_s)
-    spans = dark_spans(sent[judged], end[judged], dark[judged], answers)
+    spans = dark_spans(sent[judged], end[judged], dark[judged], answers, min_ns=limit_s * NS_PER_S)
     long = [(a, b, m) for a, b, m in spans if (b - a) / NS_PER_S >= limit_s]
     if long:
         a, b, _ = max(long, key=lambda span: span[1] - span[0])
@@ -87,12 +120,41 @@ def _p99(values: np.ndarray) -> float | None:
     return float(np.quantile(values, 0.99)) if len(values) else None
 
 
+def longest_run_s(ts_ns: np.ndarray, bad: np.ndarray, sample_s: float = SAMPLE_S) -> float:
+    """The longest time (s) covered by bad samples in a row: samples (any process) at most 1.5 sample
+    periods apart chain; a chain of k samples covers about k seconds. Pure."""
+    times = np.sort(ts_ns[bad & np.isfinite(ts_ns)]) / NS_PER_S
+    if not len(times):
+        return 0.0
+    breaks = np.flatnonzero(np.diff(times) > 1.5 * sample_s)
+    starts = np.concatenate(([0], breaks + 1))
+    stops = np.concatenate((breaks, [len(times) - 1]))
+    return float((times[stops] - times[starts]).max() + sample_s)
+
+
+def sustained(ts_ns: np.ndarray, bad: np.ndarray, share_limit: float) -> tuple[bool, float, int]:
+    """(sustained?, longest run in s, bad samples): bad for SUSTAINED_S in a row, or in more than
+    ``share_limit`` of the samples once there are at least LAGGING_MIN of them. Pure."""
+    count = int(bad.sum())
+    run_s = longest_run_s(ts_ns, bad) if count else 0.0
+    share = count / len(bad) if len(bad) else 0.0
+    return (run_s >= SUSTAINED_S or (count >= LAGGING_MIN and share > share_limit)), run_s, count
+
+
+def delayed_requests(lags_ms: np.ndarray) -> tuple[bool, int]:
+    """(too many?, how many) first attempts left more than SCHEDULE_LAG_MS after their intended time. Pure."""
+    lags_ms = lags_ms[np.isfinite(lags_ms)]
+    late = int((lags_ms > SCHEDULE_LAG_MS).sum())
+    return late >= DELAYED_MIN and late > DELAYED_SHARE * len(lags_ms), late
+
+
 def check_validity(
     attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int,
     workers_lost: int = 0, duration_s: float = 0.0, lost_names: list[str] | None = None,
 ) -> Validity:
-    """Mark the run invalid when the generator lagged, was busy, could not send, lost a worker,
-    or the target was unreachable for a substantial part of the run (or for most attempts)."""
+    """Mark the run invalid when the generator lagged or was busy for a sustained time, delayed too many
+    requests, could not send, lost a worker, or the target was unreachable for a substantial part of
+    the run (or for most attempts)."""
     reasons: list[str] = []
     if workers_lost:
         named = f" ({', '.join(lost_names)})" if lost_names else ""
@@ -110,11 +172,16 @@ def check_validity(
     busy = health
     if len(health) and "in_flight" in health.columns:
         busy = health[np.nan_to_num(health["in_flight"].to_numpy(dtype=np.float64)) > 0]
-    lag = _p99(busy["loop_lag_ns"].to_numpy(dtype=np.float64) / NS_PER_MS) if len(busy) else None
+    lag_ms = busy["loop_lag_ns"].to_numpy(dtype=np.float64) / NS_PER_MS if len(busy) else np.array([])
+    lag = _p99(lag_ms) if len(lag_ms) else None
+    busy_ts = busy["ts_ns"].to_numpy(dtype=np.float64) if len(busy) else np.array([])
+    lagging, lag_run_s, lag_count = sustained(busy_ts, np.nan_to_num(lag_ms) > LOOP_LAG_MS, LAGGING_SHARE)
     cpu = health["cpu_percent"].to_numpy(dtype=np.float64) if len(health) else np.array([])
+    cpu_ts = health["ts_ns"].to_numpy(dtype=np.float64) if len(health) else np.array([])
+    cpu_ts = cpu_ts[np.isfinite(cpu)]
     cpu = cpu[np.isfinite(cpu)]
     cpu_max = float(cpu.max()) if len(cpu) else None
-    busy_share = float((cpu > CPU_BUSY_PERCENT).mean()) if len(cpu) else 0.0
+    cpu_busy, cpu_run_s, cpu_count = sustained(cpu_ts, cpu > CPU_BUSY_PERCENT, CPU_BUSY_SHARE)
     not_sent_records = 0
     if len(attempts):
         # a budget refusal is the user's cost guard working, not the generator falling behind
@@ -128,17 +195,23 @@ def check_validity(
     # First attempts only: a retry's wait is the retry policy's backoff, not the generator's lag.
     first = attempts["attempt"].fillna(1).to_numpy() <= 1 if len(attempts) else np.zeros(0, dtype=bool)
     sent = ~attempts["not_sent"].to_numpy() & first if len(attempts) else first
-    lags = attempts["schedule_lag_ns"].to_numpy(dtype=np.float64)[sent] if len(attempts) else np.array([])
-    sched = _p99(lags / NS_PER_MS) if len(lags) else None
-    if lag is not None and lag > LOOP_LAG_P99_MS:
-        reasons.append(f"generator loop lag p99 {text.ms(lag)} > {text.ms(LOOP_LAG_P99_MS)}")
-    if busy_share > CPU_BUSY_SHARE:
-        reasons.append(f"generator CPU > {text.pct(CPU_BUSY_PERCENT / 100)} of a core in {text.pct(busy_share)} "
-                       f"of samples (limit {text.pct(CPU_BUSY_SHARE)})")
+    lags = attempts["schedule_lag_ns"].to_numpy(dtype=np.float64)[sent] / NS_PER_MS if len(attempts) else np.array([])
+    sched = _p99(lags) if len(lags) else None
+    too_late, late = delayed_requests(lags)
+    if lagging:
+        reasons.append(f"generator loop lag > {text.ms(LOOP_LAG_MS)} in {lag_count} of {len(lag_ms)} busy "
+                       f"second(s), {text.seconds(lag_run_s)} in a row at most (limit {text.seconds(SUSTAINED_S)} "
+                       f"in a row or {text.pct(LAGGING_SHARE)} of them): tail latency not trustworthy")
+    if cpu_busy:
+        reasons.append(f"generator CPU > {text.pct(CPU_BUSY_PERCENT / 100)} of a core in {cpu_count} of {len(cpu)} "
+                       f"samples, {text.seconds(cpu_run_s)} in a row at most (limit {text.seconds(SUSTAINED_S)} "
+                       f"in a row or {text.pct(CPU_BUSY_SHARE)} of them)")
     if not_sent:
         reasons.append(f"{not_sent} request(s) not sent on schedule (generator out of slots)")
-    if sched is not None and sched > SCHEDULE_LAG_P99_MS:
-        reasons.append(f"schedule lag p99 {text.ms(sched)} > {text.ms(SCHEDULE_LAG_P99_MS)}")
+    if too_late:
+        reasons.append(f"{late} of {int(np.isfinite(lags).sum())} request(s) left more than "
+                       f"{text.ms(SCHEDULE_LAG_MS)} after their intended time (schedule lag p99 "
+                       f"{text.ms(sched or 0.0)}; limit {text.pct(DELAYED_SHARE)} of them): the generator fell behind")
     if len(attempts) == 0:
         reasons.append("no request records")
     return Validity(
@@ -148,11 +221,16 @@ def check_validity(
         cpu_max_percent=cpu_max,
         not_sent=not_sent,
         schedule_lag_p99_ms=sched,
+        loop_lag_sustained_s=lag_run_s,
+        lagging_seconds=lag_count,
+        delayed_requests=late,
         skipped_lines=skipped_lines,
         truncated_shards=truncated_shards,
         lost_workers=list(lost_names or []),
-        thresholds={"loop_lag_p99_ms": LOOP_LAG_P99_MS, "cpu_busy_percent": CPU_BUSY_PERCENT,
-                    "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_p99_ms": SCHEDULE_LAG_P99_MS,
+        thresholds={"loop_lag_ms": LOOP_LAG_MS, "sustained_s": SUSTAINED_S, "lagging_share": LAGGING_SHARE,
+                    "lagging_min": LAGGING_MIN, "cpu_busy_percent": CPU_BUSY_PERCENT,
+                    "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_ms": SCHEDULE_LAG_MS,
+                    "delayed_share": DELAYED_SHARE, "delayed_min": DELAYED_MIN,
                     "not_sent": 0, "unreachable_min_s": UNREACHABLE_MIN_S,
                     "unreachable_share": UNREACHABLE_SHARE, "no_answer_share": NO_ANSWER_SHARE},
     )
@@ -178,7 +256,7 @@ def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Vali
     if not workers:
         return validity
     gone = sorted(set(workers.get("joined") or []) - set(workers.get("finished") or [])
-                  - set(workers.get("missing") or []))
+                  - set(workers.get("missing") or []) - set(workers.get("late") or []))  # late ones had no share
     if not gone:
         return validity
     reason = (f"{len(gone)} worker(s) quit before finishing their share ({', '.join(gone)}): "

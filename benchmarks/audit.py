@@ -1,22 +1,29 @@
-"""Audit throughput: synthesise runs of 100k / 1M / 5M request records, audit each in a fresh process.
+"""Audit throughput: synthesise runs of 100k / 1M / 10M request records, audit each in a fresh process.
 
-    .venv/bin/python benchmarks/audit.py                 # 100k, 1M, 5M
-    .venv/bin/python benchmarks/audit.py --sizes 100000 1000000 --keep /tmp/bench
+    .venv/bin/python benchmarks/audit.py                 # 100k, 1M
+    .venv/bin/python benchmarks/audit.py --sizes 100000 1000000 10000000 --keep /tmp/b   # + 10M: ~10 GB of disk
+    .venv/bin/python benchmarks/audit.py --before /tmp/old-checkout   # the old code too, same runs, same sitting
 
 Each size is written as 4 shards (4 Locust processes) with a realistic mix: three tiers, several
 tenants, chat and agent personas, 84 % served, queue-full / TTL / eviction drops with llm-d's exact
 headers and bodies, 5xx, client timeouts, 5 % retries, health lines every second per process and a
-metrics.jsonl. Wall time and peak RSS are measured inside a subprocess per size (``getrusage``), so
-one size's memory does not hide another's: once for the audit in memory (no table), once as
-``rushhour audit`` runs it (summary.json and attempts.parquet written), followed by the re-audit of the
-unchanged run (``audit.current_summary``: the inputs' fingerprint) and a read of the attempts table.
-Goal: 1M records in < 10 s and < 2 GB, linear growth.
+metrics.jsonl. Wall time, CPU time and peak RSS are measured inside a subprocess per size
+(``getrusage``), so one size's memory does not hide another's: once for the audit in memory (no
+table), once as ``rushhour audit`` runs it (summary.json and attempts.parquet written), followed by
+the re-audit of the unchanged run (``audit.current_summary``: the inputs' fingerprint) and a read of
+the attempts table. ``--before DIR`` audits the same runs with the code checked out in DIR first
+(the figures before a change, measured beside the new ones); the load average is printed with each
+row because other work on the machine inflates wall times (CPU time is steadier). The shards are
+written through ``ShardWriter``, so each has its columnar sidecar: "after" reads them, "jsonl" is the
+same code told to ignore them (every line parsed, as for a shard shipped without one).
+Goal (#13): 1M records in < 4 s and < 800 MB, a re-audit < 1 s, linear growth.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -31,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadgen.manifest import write_manifest  # noqa: E402
+from loadgen.record import Anchor, HealthRecord, RequestRecord, ShardWriter  # noqa: E402
 
 PROCESSES = 4
 RATE_PER_S = 300.0  # offered attempts per second: 1M records ≈ 55 min of run
@@ -52,24 +60,8 @@ OUTCOMES = [
     (0.02, 0, None, "client timeout waiting for the first token", False, False, True),
 ]
 
-LINE = (
-    '{"run_id":"bench","seq":%d,"request_id":"%s","logical_id":"%s","tier":"%s","tenant":"%s","persona":"%s",'
-    '"session_id":"%s","task_id":"%s","step":%d,"fanout_index":0,"attempt":%d,"retry_reason":%s,"route":"primary",'
-    '"endpoint":"http://127.0.0.1:8000","model":"testbed-model","dialect":"openai-chat","stream":true,'
-    '"key_fingerprint":"fp:1a2b3c4d","prompt_bytes":%d,"intended_ns":%d,"sent_ns":%d,"headers_ns":%d,'
-    '"first_token_ns":%s,"last_token_ns":%s,"done_ns":%d,"tokens":%d,"itl_max_ns":%s,"itl_mean_ns":%s,'
-    '"status":%d,"reason":%s,"error":%s,"in_band_error":null,"complete":%s,"cancelled":false,"not_sent":false,'
-    '"client_timeout":%s,"transport_error":false,"retry_after_s":%s,"prompt_tokens":%d,"output_tokens":%s,'
-    '"cached_tokens":%d,"service_tier":null,"kind":"request","schema":1}\n'
-)
-
-
-def _js(value: object) -> str:
-    return json.dumps(value)
-
-
-def synthesise(run_dir: Path, n: int, seed: int = 1) -> None:
-    """Write ``n`` request records (plus health lines and metrics) as a run folder."""
+def synthesise(run_dir: Path, n: int, seed: int = 1, columns: bool = True) -> None:
+    """Write ``n`` request records (plus health lines and metrics) as a run folder (``columns``: with sidecars)."""
     rng = np.random.default_rng(seed)
     duration_ns = int(n / RATE_PER_S * 1e9)
     scenario = {
@@ -98,11 +90,9 @@ def synthesise(run_dir: Path, n: int, seed: int = 1) -> None:
     out_tokens = rng.integers(8, 400, size=n)
     prompt = rng.integers(100, 8000, size=n)
     retry = rng.random(n) < 0.05
-    handles = [(records / f"bench-{p}.jsonl").open("w") for p in range(PROCESSES)]
-    for p, fh in enumerate(handles):
-        fh.write(json.dumps({"kind": "shard", "schema": 1, "run_id": "bench", "host": "bench", "pid": p,
-                             "mono_anchor_ns": ANCHOR_NS, "wall_anchor_ns": 0}) + "\n")
-    buffers: list[list[str]] = [[] for _ in range(PROCESSES)]
+    # through the writer the load processes use: the same lines, and each shard's columnar sidecar
+    writers = [ShardWriter(records / f"bench-{p}.jsonl", run_id="bench", anchor=Anchor(ANCHOR_NS, 0),
+                           flush_lines=4096, flush_interval_s=60.0, columns=columns) for p in range(PROCESSES)]
     for i in range(n):
         tier, _, personas = TIERS[tier_idx[i]]
         _, status, reason, error, complete, first, timeout = OUTCOMES[kinds[i]]
@@ -112,25 +102,24 @@ def synthesise(run_dir: Path, n: int, seed: int = 1) -> None:
         ft = sent + int(ttft[i]) if first else None
         tokens = int(out_tokens[i]) if complete else (3 if first else 0)
         done = (ft + tokens * 20_000_000) if ft is not None else sent + (int(ttft[i]) if status else 120 * 10**9)
-        buffers[i % PROCESSES].append(LINE % (
-            i, rid, logical, tier, f"{tier}-t{tenant_idx[i]}", personas[0], f"s{i // 3}",
-            f"task{i // 7}" if tier == "batch" else "", i % 7, 2 if logical != rid else 1,
-            '"429"' if logical != rid else "null", int(prompt[i]) * 4, int(intended[i]), sent,
-            sent + int(ttft[i]) // 2 if status else sent, _js(ft), _js(done if ft else None), done, tokens,
-            _js(30_000_000 if ft else None), _js(20_000_000 if ft else None), status, _js(reason), _js(error),
-            "true" if complete else "false", "true" if timeout else "false", "1.0" if status == 429 else "null",
-            int(prompt[i]), _js(tokens if complete else None), 0,
+        writers[i % PROCESSES].write(RequestRecord(
+            run_id="bench", seq=i, request_id=rid, logical_id=logical, tier=tier, tenant=f"{tier}-t{tenant_idx[i]}",
+            persona=personas[0], session_id=f"s{i // 3}", task_id=f"task{i // 7}" if tier == "batch" else "",
+            step=i % 7, attempt=2 if logical != rid else 1, retry_reason="429" if logical != rid else None,
+            endpoint="http://127.0.0.1:8000", model="testbed-model", dialect="openai-chat",
+            key_fingerprint="fp:1a2b3c4d", prompt_bytes=int(prompt[i]) * 4, intended_ns=int(intended[i]),
+            sent_ns=sent, headers_ns=sent + int(ttft[i]) // 2 if status else sent, first_token_ns=ft,
+            last_token_ns=done if ft else None, done_ns=done, tokens=tokens,
+            itl_max_ns=30_000_000 if ft else None, itl_mean_ns=20_000_000 if ft else None, status=status,
+            reason=reason, error=error, complete=complete, client_timeout=timeout,
+            retry_after_s=1.0 if status == 429 else None, prompt_tokens=int(prompt[i]),
+            output_tokens=tokens if complete else None, cached_tokens=0,
         ))
-        if len(buffers[i % PROCESSES]) >= 20_000:
-            handles[i % PROCESSES].write("".join(buffers[i % PROCESSES]))
-            buffers[i % PROCESSES].clear()
-    for p, fh in enumerate(handles):
-        fh.write("".join(buffers[p]))
+    for writer in writers:
         for t in range(0, duration_ns, 10**9):
-            fh.write(json.dumps({"kind": "health", "run_id": "bench", "seq": 0, "ts_ns": t, "loop_lag_ns": 2_000_000,
-                                 "cpu_percent": 35.0, "in_flight": 40, "not_sent_total": 0, "sent_total": 0,
-                                 "schema": 1}) + "\n")
-        fh.close()
+            writer.write(HealthRecord(run_id="bench", seq=0, ts_ns=t, loop_lag_ns=2_000_000, cpu_percent=35.0,
+                                      in_flight=40))
+        writer.close()
     with (run_dir / "metrics.jsonl").open("w") as fh:
         for t in range(0, duration_ns, 5 * 10**9):
             fh.write(json.dumps({"ts_ns": t, "samples": [
@@ -142,14 +131,20 @@ def synthesise(run_dir: Path, n: int, seed: int = 1) -> None:
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 t0 = time.perf_counter()
 import audit
-t1 = time.perf_counter()
+if sys.argv[3] == "jsonl":  # the shards' sidecars left unread: every line parsed (a shard shipped without one)
+    import audit.load
+    audit.load.sidecar.verified_batches = lambda *a: iter(())
+t1, c1 = time.perf_counter(), cpu()
 run_dir, write = Path(sys.argv[1]), sys.argv[2] == "table"
 (run_dir / "attempts.parquet").unlink(missing_ok=True)
 s = audit.run_audit(run_dir, write=write)
 t2 = time.perf_counter()
-out = {"import_s": t1 - t0, "audit_s": t2 - t1, "records": s.records,
+out = {"import_s": t1 - t0, "audit_s": t2 - t1, "cpu_s": cpu() - c1, "records": s.records,
        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 if write:
     again = audit.current_summary(run_dir)  # `rushhour audit` when nothing changed
@@ -163,43 +158,60 @@ print(json.dumps(out))
 """
 
 
-def measure(run_dir: Path, table: bool = True) -> dict[str, float]:
-    """Audit in a fresh interpreter; report its wall time (audit only) and peak RSS.
+def measure(run_dir: Path, table: bool = True, code: Path = ROOT, jsonl: bool = False) -> dict[str, float]:
+    """Audit in a fresh interpreter with the code in ``code``; report its wall and CPU time (audit only) and peak RSS.
 
     ``table``: the audit as ``rushhour audit`` runs it (summary.json and attempts.parquet written), then
     the re-audit of the unchanged run and a read of the table; else the audit in memory (no table built).
     """
-    out = subprocess.run([sys.executable, "-c", CHILD, str(run_dir), "table" if table else "memory"], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(run_dir), "table" if table else "memory",
+                          "jsonl" if jsonl else "columns"], cwd=code,
+                         capture_output=True, text=True, check=True, env=env)
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["load"] = os.getloadavg()[0]
+    (run_dir / "summary.json").unlink(missing_ok=True)
+    (run_dir / "attempts.parquet").unlink(missing_ok=True)
     return result
+
+
+def _row(label: str, n: int, size_mb: float, gen_s: float, bare: dict[str, float], r: dict[str, float]) -> str:
+    return (f"{label:>6} {n:>10} {size_mb:>9.0f} {gen_s:>6.1f} {bare['audit_s']:>10.2f} {bare['rss_mb']:>10.0f} "
+            f"{r['audit_s']:>8.2f} {r['cpu_s']:>6.1f} {r['audit_s'] / n * 1e6:>7.2f} {r['rss_mb']:>8.0f} "
+            f"{r['reaudit_s']:>9.3f} {r['table_read_s']:>9.2f} {r['table_bytes_per_attempt']:>8.1f} {r['load']:>5.1f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 5_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--keep", type=Path, help="keep the synthetic runs under this folder")
+    parser.add_argument("--before", type=Path, help="a checkout of the old code: audit each run with it first")
+    parser.add_argument("--before-max", type=int, default=1_000_000,
+                        help="largest size the old code audits (its memory grew ~1.5 GB per million)")
     args = parser.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="rushhour-bench-"))
     rows = []
-    print(f"{'records':>10} {'shards MB':>10} {'gen s':>7} {'no-table s':>10} {'audit s':>8} {'µs/rec':>7} "
-          f"{'peak RSS MB':>12} {'re-audit s':>10} {'table read s':>12} {'table B/att':>11}")
+    print(f"{'code':>6} {'records':>10} {'shards MB':>9} {'gen s':>6} {'no-table s':>10} {'no-tbl MB':>10} "
+          f"{'audit s':>8} {'cpu s':>6} {'µs/rec':>7} {'peak MB':>8} {'re-audit':>9} {'tbl read':>9} "
+          f"{'tbl B/a':>8} {'load':>5}")
     for n in args.sizes:
         run_dir = base / f"run-{n}"
         t0 = time.perf_counter()
         if not (run_dir / "run.json").exists():
-            synthesise(run_dir, n)
+            # in a process of its own: a child inherits its parent's peak RSS (Linux keeps ru_maxrss across exec),
+            # so writing a run in this process would show as every audit's peak
+            writer = multiprocessing.get_context("spawn").Process(target=synthesise, args=(run_dir, n))
+            writer.start()
+            writer.join()
         gen_s = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in (run_dir / "records").glob("*.jsonl")) / 2**20
-        bare = measure(run_dir, table=False)
-        r = measure(run_dir)
-        rows.append({"records": n, "shards_mb": size_mb, "no_table_audit_s": bare["audit_s"],
-                     "no_table_rss_mb": bare["rss_mb"], **r})
-        print(f"{n:>10} {size_mb:>10.0f} {gen_s:>7.1f} {bare['audit_s']:>10.2f} {r['audit_s']:>8.2f} "
-              f"{r['audit_s'] / n * 1e6:>7.2f} {r['rss_mb']:>12.0f} {r['reaudit_s']:>10.3f} {r['table_read_s']:>12.2f} "
-              f"{r['table_bytes_per_attempt']:>11.1f}", flush=True)
-        (run_dir / "summary.json").unlink(missing_ok=True)
-        (run_dir / "attempts.parquet").unlink(missing_ok=True)
+        codes = [("before", args.before, False)] if args.before and n <= args.before_max else []
+        for label, code, jsonl in [*codes, ("after", ROOT, False), ("jsonl", ROOT, True)]:
+            bare = measure(run_dir, table=False, code=code, jsonl=jsonl)
+            r = measure(run_dir, code=code, jsonl=jsonl)
+            rows.append({"code": label, "records": n, "shards_mb": size_mb, "no_table_audit_s": bare["audit_s"],
+                         "no_table_cpu_s": bare["cpu_s"], "no_table_rss_mb": bare["rss_mb"], **r})
+            print(_row(label, n, size_mb, gen_s, bare, r), flush=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
     print(json.dumps({"cpus": os.cpu_count(), "results": rows}, indent=1))

@@ -1,14 +1,18 @@
 """Load-generator benchmark: streams and SSE events one process sustains on one core, and its TTFT error.
 
     .venv/bin/python benchmarks/loadgen.py [--streams 1000] [--duration 20] [--tokens 40]
+        [--clients reactor,greenlet,fasthttp,aiohttp] [--processes 1]
 
-Starts the testbed (pinned to the other cores), then runs, one after the other and each pinned to
-one core, (1) rushhour's gevent wire client with Locust's request statistics (the code path a
-Locust worker runs) and (2) a plain asyncio + aiohttp client (uvloop when installed). Each keeps
-``--streams`` requests open in a closed loop for ``--duration`` seconds. The TTFT error of a
-request is the client's first-token time minus the testbed ledger's first-token time (both
-CLOCK_MONOTONIC on this machine); CPU per event is the client process's user+system CPU divided
-by the content events it parsed.
+Starts the testbed (pinned to the last core), then runs, one after the other and each pinned to one
+core, (1) rushhour's wire client with Locust's request statistics (the code path a Locust worker
+runs): ``reactor`` (one receive greenlet per process, the default path) and ``greenlet`` (each
+stream's greenlet reads its own socket: the path before the reactor), (2) Locust's own
+``FastHttpUser`` client (geventhttpclient, lines read as they arrive) and (3) a plain asyncio +
+aiohttp client (uvloop when installed). Each keeps ``--streams`` requests open in a closed loop for
+``--duration`` seconds. The TTFT error of a request is the client's first-token time minus the
+testbed ledger's first-token time (both CLOCK_MONOTONIC on this machine); CPU per event is the
+client process's user+system CPU divided by the content events it parsed. ``--processes N`` runs N
+client processes of ``--streams`` streams each at once (one core each where there are cores).
 """
 
 from __future__ import annotations
@@ -41,15 +45,30 @@ def _prompt_body(tokens: int, i: int) -> bytes:
     return build_body("openai-chat", "testbed-model", conv, tokens, True)[1]
 
 
-def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path) -> None:
+def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, reactor: bool = True) -> None:
     import gevent
     from locust.env import Environment
 
-    import loadgen.engine.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    import loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    from loadgen.engine.wire import client
     from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
     from loadgen.engine.wire.http import Endpoint, build_request
+    from loadgen.engine.wire.reactor import reactor as the_reactor
     from loadgen.record import RequestRecord
 
+    client.USE_REACTOR = reactor
+    read_delays: list[int] = []
+    if reactor:  # how much later the reactor read first-token bytes than the kernel received them
+        from loadgen.engine.wire import reactor as reactor_module
+
+        stamp = reactor_module.kernel_ns
+
+        def measured(ancillary: Any, now: int) -> int:
+            got = stamp(ancillary, now)
+            read_delays.append(now - got)
+            return got
+
+        reactor_module.kernel_ns = measured
     env = Environment()
     env.create_local_runner()  # so request events update Locust's stats, as in a worker
     fire = env.events.request.fire
@@ -83,6 +102,51 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path) 
                 context={},
             )
             results.append((rid, rec.first_token_ns, rec.tokens))
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    gevent.joinall([gevent.spawn(user, i) for i in range(streams)])
+    _dump(out, results, cpu0, time.monotonic() - t0, streams, passes=the_reactor().passes if reactor else 0,
+          read_delays_ms=[d / 1e6 for d in read_delays])
+
+
+def run_fasthttp(url: str, streams: int, duration: float, tokens: int, out: Path) -> None:
+    """Locust's FastHttpUser client, one user (and its connection) per stream, SSE lines read as they arrive."""
+    import gevent
+    from locust.contrib.fasthttp import FastHttpUser
+    from locust.env import Environment
+
+    class Bench(FastHttpUser):
+        host = url
+        network_timeout = 120.0
+        connection_timeout = 5.0
+
+    env = Environment(user_classes=[Bench])
+    env.create_local_runner()  # FastHttpSession fires Locust's request event itself
+    body = _prompt_body(tokens, 0)
+    results: list[tuple[str, int | None, int]] = []
+    stop_at = time.monotonic() + duration
+
+    def user(i: int) -> None:
+        bench = Bench(env)
+        gevent.sleep(i * 0.002)
+        while time.monotonic() < stop_at:
+            rid = uuid.uuid4().hex
+            first: int | None = None
+            n = 0
+            resp = bench.client.post("/v1/chat/completions", data=body.decode(), stream=True,
+                                     headers={"x-request-id": rid, "content-type": "application/json"})
+            stream = resp._response
+            if stream is not None:
+                while True:
+                    line = stream.readline(b"\n")
+                    if not line:
+                        break
+                    if line.startswith(b"data: {") and b'"content":"' in line and b'"content":""' not in line:
+                        n += 1
+                        if first is None:
+                            first = time.monotonic_ns()
+            results.append((rid, first, n))
 
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
@@ -190,13 +254,13 @@ def _burst_positions(
     ]
 
 
-def _start_testbed(tmp: Path, cores: set[int]) -> tuple[subprocess.Popen[bytes], str, Path]:
+def _start_testbed(tmp: Path, cores: set[int], streams: int) -> tuple[subprocess.Popen[bytes], str, Path]:
     import yaml
 
     cfg = {
         "profile": "fifo",
         "preset": "h100-llama8b",
-        "replicas": 4,
+        "replicas": max(4, -(-streams // 256)),  # 256 slots per replica: every stream runs, none queues
         "speed": 0.25,
         "models": ["testbed-model"],
         "prefix_cache": False,
@@ -233,29 +297,36 @@ def _start_testbed(tmp: Path, cores: set[int]) -> tuple[subprocess.Popen[bytes],
     return proc, f"http://127.0.0.1:{port_file.read_text().strip()}", ledger
 
 
-def _run_client(kind: str, url: str, args: argparse.Namespace, tmp: Path, core: int | None) -> dict[str, Any]:
-    out = tmp / f"{kind}.json"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--client",
-        kind,
-        "--url",
-        url,
-        "--streams",
-        str(args.streams),
-        "--duration",
-        str(args.duration),
-        "--tokens",
-        str(args.tokens),
-        "--out",
-        str(out),
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    if core is not None:
-        os.sched_setaffinity(proc.pid, {core})
-    proc.wait(timeout=args.duration * 4 + 120)
-    return dict(json.loads(out.read_text()))
+LABELS = {
+    "reactor": "rushhour reactor + Locust stats",
+    "greenlet": "rushhour per-greenlet (before)",
+    "fasthttp": "Locust FastHttpUser",
+}
+
+
+def _run_client(kind: str, url: str, args: argparse.Namespace, tmp: Path, cores: list[int | None]) -> dict[str, Any]:
+    """Run ``args.processes`` client processes at once (process i on ``cores[i]``) and merge their results."""
+    procs = []
+    for i, core in enumerate(cores):
+        out = tmp / f"{kind}-{i}.json"
+        cmd = [sys.executable, __file__, "--client", kind, "--url", url, "--streams", str(args.streams),
+               "--duration", str(args.duration), "--tokens", str(args.tokens), "--out", str(out)]
+        proc = subprocess.Popen(cmd, cwd=ROOT)
+        if core is not None:
+            os.sched_setaffinity(proc.pid, {core})
+        procs.append((proc, out))
+    parts = []
+    for proc, out in procs:
+        proc.wait(timeout=args.duration * 4 + 180)
+        parts.append(json.loads(out.read_text()))
+    merged = dict(parts[0])
+    merged["results"] = [r for p in parts for r in p["results"]]
+    merged["read_delays_ms"] = [d for p in parts for d in p.get("read_delays_ms") or []]
+    for key in ("cpu_s", "cpu_user_s", "cpu_sys_s", "streams", "passes"):
+        merged[key] = sum(p.get(key) or 0 for p in parts)
+    merged["wall_s"] = max(p["wall_s"] for p in parts)
+    merged["cpu_util_max"] = max(p["cpu_s"] / p["wall_s"] for p in parts)
+    return merged
 
 
 def _ledger(path: Path) -> dict[str, dict[str, Any]]:
@@ -269,16 +340,23 @@ def _ledger(path: Path) -> dict[str, dict[str, Any]]:
 
 def orchestrate(args: argparse.Namespace) -> None:
     cores = sorted(os.sched_getaffinity(0))
-    client_core = cores[0] if len(cores) > 1 else None
-    server_cores = set(cores[1:]) if len(cores) > 1 else set()
+    # the testbed on the last core, each client process on a core of its own where there is one
+    client_cores: list[int | None] = [cores[i % max(1, len(cores) - 1)] for i in range(args.processes)]
+    server_cores = {cores[-1]} if len(cores) > 1 else set()
+    if len(cores) == 1:
+        client_cores = [None] * args.processes
+    elif args.processes >= len(cores):
+        # not enough cores to keep the testbed apart: clients one core each, the testbed wherever it fits
+        client_cores = [cores[i % len(cores)] for i in range(args.processes)]
+        server_cores = set()
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for kind in args.clients.split(","):
             (tmp / kind).mkdir()
-            tb, url, ledger_path = _start_testbed(tmp / kind, server_cores)
+            tb, url, ledger_path = _start_testbed(tmp / kind, server_cores, args.streams * args.processes)
             try:
-                data = _run_client(kind, url, args, tmp / kind, client_core)
+                data = _run_client(kind, url, args, tmp / kind, client_cores)
             finally:
                 tb.terminate()
                 tb.wait(timeout=20)
@@ -290,15 +368,22 @@ def orchestrate(args: argparse.Namespace) -> None:
             ]
             events = sum(n for _, _, n in data["results"])
             bursts = _burst_positions(data["results"], ledger)
-            label = "rushhour gevent + Locust stats" if kind == "gevent" else f"aiohttp + {data.get('loop')}"
+            label = LABELS.get(kind) or f"aiohttp + {data.get('loop')}"
             rows.append(
                 {
                     "client": label,
+                    "kind": kind,
+                    "processes": args.processes,
                     "streams": data["streams"],
                     "requests": len(data["results"]),
                     "events_per_s": events / data["wall_s"],
                     "cpu_us_per_event": data["cpu_s"] / max(1, events) * 1e6,
                     "cpu_util": data["cpu_s"] / data["wall_s"],
+                    "cpu_util_max_process": data["cpu_util_max"],
+                    "events_per_pass": events / data["passes"] if data.get("passes") else None,
+                    # what stamping at recv would have added (the kernel stamp removes it): first-token reads
+                    "read_delay_p50_ms": _pct(data["read_delays_ms"], 0.5) if data["read_delays_ms"] else None,
+                    "read_delay_p99_ms": _pct(data["read_delays_ms"], 0.99) if data["read_delays_ms"] else None,
                     "ttft_err_p50_ms": _pct(errors, 0.5),
                     "ttft_err_p99_ms": _pct(errors, 0.99),
                     "ttft_err_max_ms": max(errors) if errors else float("nan"),
@@ -307,9 +392,11 @@ def orchestrate(args: argparse.Namespace) -> None:
                     "ttft_err_by_burst_position": bursts,
                 }
             )
+    where = ", ".join(f"#{c}" for c in client_cores if c is not None) or "any"
     print(
-        f"\n{args.streams} concurrent streams per client process, {args.duration:.0f} s, "
-        f"{args.tokens} tokens per response, client on 1 core (#{client_core})"
+        f"\n{args.streams} concurrent streams per client process × {args.processes} process(es), "
+        f"{args.duration:.0f} s, {args.tokens} tokens per response, client core(s) {where}, "
+        f"testbed on {sorted(server_cores) or 'any core'}; load average {os.getloadavg()[0]:.1f} at the end"
     )
     header = (
         f"{'client':<34}{'reqs':>7}{'events/s':>10}{'CPU µs/ev':>11}{'CPU %':>7}"
@@ -323,6 +410,19 @@ def orchestrate(args: argparse.Namespace) -> None:
             f"{r['cpu_util'] * 100:>7.0f}{r['ttft_err_p50_ms']:>12.2f}ms{r['ttft_err_p99_ms']:>6.2f}ms"
             f"{r['ttft_err_max_ms']:>6.1f}ms"
         )
+    ours = next((r for r in rows if r["kind"] == "reactor"), None)
+    if ours is not None:
+        for peer in rows:
+            if peer is not ours:
+                cpu = ours["cpu_us_per_event"] / peer["cpu_us_per_event"]
+                p99 = ours["ttft_err_p99_ms"] / peer["ttft_err_p99_ms"]
+                print(f"reactor / {peer['client']}: CPU per event ×{cpu:.2f}, TTFT error p99 ×{p99:.3g}")
+        if ours["events_per_pass"]:
+            print(f"reactor: {ours['events_per_pass']:.1f} events per receive pass (one hub switch each)")
+        if ours["read_delay_p50_ms"] is not None:
+            print(f"reactor: first-token bytes were read {ours['read_delay_p50_ms']:.2f} ms (p50) / "
+                  f"{ours['read_delay_p99_ms']:.2f} ms (p99) after the kernel received them: what a recv-time "
+                  "stamp would have added")
     print("\nTTFT error (ms) by a request's position in its first-token burst (ledger first tokens < 1 ms apart):")
     for r in rows:
         cells = "  ".join(
@@ -339,14 +439,19 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--tokens", type=int, default=40)
+    ap.add_argument("--processes", type=int, default=1, help="client processes at once, --streams each")
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
-    ap.add_argument("--clients", default="gevent,aiohttp", help="which clients, in this order (comma list)")
-    ap.add_argument("--client", choices=("gevent", "aiohttp"), default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--clients", default="reactor,greenlet,fasthttp,aiohttp",
+                    help="which clients, in this order (comma list)")
+    ap.add_argument("--client", choices=("reactor", "greenlet", "fasthttp", "aiohttp"), default=None,
+                    help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.client == "gevent":
-        run_gevent(args.url, args.streams, args.duration, args.tokens, Path(args.out))
+    if args.client in ("reactor", "greenlet"):
+        run_gevent(args.url, args.streams, args.duration, args.tokens, Path(args.out), reactor=args.client == "reactor")
+    elif args.client == "fasthttp":
+        run_fasthttp(args.url, args.streams, args.duration, args.tokens, Path(args.out))
     elif args.client == "aiohttp":
         run_aiohttp(args.url, args.streams, args.duration, args.tokens, Path(args.out))
     else:

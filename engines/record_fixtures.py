@@ -1,6 +1,6 @@
 """Record raw wire fixtures from the real vLLM and LiteLLM: every rejection shape they produce, one command.
 
-    python engines/record_fixtures.py [vllm|litellm|gateway|all] [--out tests/fixtures/real]
+    python engines/record_fixtures.py [vllm|vllm-tools|vllm-no-tools|litellm|gateway|all] [--out tests/fixtures/real]
 
 Starts each server (engines/serve.py), drives it into each shape (queue full, token backlog, the
 error inside a 200 stream, capacity and quota 429s, auth 401, served answers) and writes one JSON per
@@ -42,6 +42,7 @@ class Answer:
     body: bytes
     stream: bool
     request: dict[str, object]
+    path: str = "/v1/chat/completions"
 
 
 def send(url: str, path: str, body: dict[str, object], headers: dict[str, str] | None = None,
@@ -55,7 +56,7 @@ def send(url: str, path: str, body: dict[str, object], headers: dict[str, str] |
         resp = conn.getresponse()
         raw = resp.read()
         heads = {k.lower(): v for k, v in resp.getheaders()}
-        return Answer(resp.status, heads, raw, bool(body.get("stream")), body)
+        return Answer(resp.status, heads, raw, bool(body.get("stream")), body, path)
     finally:
         conn.close()
 
@@ -96,11 +97,12 @@ Pick = Callable[[Answer], bool]
 class Recorder:
     """Collects the first answer of each wanted shape and writes it as a fixture."""
 
-    def __init__(self, out: Path, stack: str, version: str, profile: str, server: str) -> None:
+    def __init__(self, out: Path, stack: str, version: str, profile: str, server: str,
+                 cases: str = "*.json") -> None:
         self.dir = out / f"{stack}-{version}"
         self.stack, self.version, self.profile, self.server = stack, version, profile, server
         self.dir.mkdir(parents=True, exist_ok=True)
-        for old in self.dir.glob("*.json"):
+        for old in self.dir.glob(cases):  # only the cases this recorder writes
             old.unlink()
         self.written: list[str] = []
 
@@ -130,6 +132,8 @@ class Recorder:
             "how": how,
             "request": {k: v for k, v in answer.request.items() if k != "messages" and k != "prompt"},
         }
+        if answer.path != "/v1/chat/completions":
+            doc["endpoint"] = answer.path  # the dialect to read it with (tests/audit/test_classify_real.py)
         name = f"{case}.json"
         (self.dir / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
         self.written.append(name)
@@ -280,12 +284,78 @@ def record_gateway(out: Path) -> list[str]:
         engine.stop()
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "run_command", "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+
+
+def record_vllm_tools(out: Path) -> list[str]:
+    """Tool calls as vLLM streams them (hermes parser; ``tool_choice: required``, so the random model calls)."""
+    server = serve.start_vllm(tool_call_parser="hermes")
+    try:
+        rec = Recorder(out, "vllm", server.version, "vllm", "vllm", cases="vllm-200-*tool-call.json")
+        url, path = server.url, "/v1/chat/completions"
+        how = "--enable-auto-tool-choice --tool-call-parser hermes; tools [run_command], tool_choice required"
+        for stream in (True, False):
+            case = "vllm-200-stream-tool-call" if stream else "vllm-200-tool-call"
+            # the random model rarely closes the call's JSON before max_tokens: seeds are tried in order
+            # until one ends with finish_reason tool_calls (seed 8 did for both, recorded 2026-12-01)
+            answers = []
+            for seed in range(40):
+                answers.append(send(url, path, chat("list the files", 96, stream, tools=TOOLS,
+                                                    tool_choice="required", seed=seed)))
+                if '"finish_reason":"tool_calls"' in text(answers[-1]):
+                    break
+            rec.keep(case, answers, lambda a: a.status == 200 and '"finish_reason":"tool_calls"' in text(a), "served",
+                     f"{how}, seed {len(answers) - 1}")
+        # vLLM's Anthropic Messages endpoint: a tool_use block, input_json_delta fragments, stop_reason tool_use
+        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],  # type: ignore[index]
+                  "input_schema": t["function"]["parameters"]} for t in TOOLS]  # type: ignore[index]
+        answers = []
+        for seed in range(40):
+            body: dict[str, object] = {"model": serve.MODEL_NAME, "max_tokens": 96, "stream": True, "seed": seed,
+                                       "messages": [{"role": "user", "content": "list the files"}],
+                                       "tools": tools, "tool_choice": {"type": "any"}}
+            answers.append(send(url, "/v1/messages", body))
+            if '"stop_reason":"tool_use"' in text(answers[-1]):
+                break
+        rec.keep("vllm-200-stream-messages-tool-call", answers,
+                 lambda a: a.status == 200 and '"stop_reason":"tool_use"' in text(a), "served",
+                 f"--enable-auto-tool-choice --tool-call-parser hermes; /v1/messages, tools [run_command], "
+                 f"tool_choice any, seed {len(answers) - 1}")
+        return rec.written
+    finally:
+        server.stop()
+
+
+VLLM_NO_TOOLS = "tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"
+
+
+def record_vllm_no_tools(out: Path) -> list[str]:
+    """What vLLM started without a tool-call parser answers a request that offers tools (as agents send them)."""
+    server = serve.start_vllm()
+    try:
+        rec = Recorder(out, "vllm", server.version, "vllm", "vllm", cases="vllm-400-*tools-refused.json")
+        url, path = server.url, "/v1/chat/completions"
+        how = "no --enable-auto-tool-choice / --tool-call-parser; tools [run_command], no tool_choice (auto)"
+        for stream in (True, False):
+            case = "vllm-400-stream-tools-refused" if stream else "vllm-400-tools-refused"
+            rec.keep(case, [send(url, path, chat("list the files", 16, stream, tools=TOOLS))],
+                     lambda a: a.status == 400 and VLLM_NO_TOOLS in text(a), "failed", how)
+        return rec.written
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="?", default="all", choices=["vllm", "litellm", "gateway", "all"])
+    parser.add_argument("which", nargs="?", default="all",
+                        choices=["vllm", "vllm-tools", "vllm-no-tools", "litellm", "gateway", "all"])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    jobs = {"vllm": record_vllm, "litellm": record_litellm, "gateway": record_gateway}
+    jobs = {"vllm": record_vllm, "vllm-tools": record_vllm_tools, "vllm-no-tools": record_vllm_no_tools,
+            "litellm": record_litellm,
+            "gateway": record_gateway}
     try:
         for name, job in jobs.items():
             if args.which in (name, "all"):

@@ -174,10 +174,12 @@ class VllmLimits:
 
 
 def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu: int | None = 1,
-               log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority") -> Server:
+               log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority",
+               tool_call_parser: str | None = None) -> Server:
     """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback.
 
-    ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead.
+    ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead;
+    ``tool_call_parser`` (e.g. ``hermes``) turns on tool calling (``--enable-auto-tool-choice``).
     """
     limits = limits or VllmLimits()
     env_dir = venv("vllm")
@@ -194,6 +196,8 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
             "--max-num-queued-reqs", str(limits.max_num_queued_reqs),
             "--max-num-queued-tokens", str(limits.max_num_queued_tokens),
             "--disable-uvicorn-access-log"]
+    if tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     if cpu is not None and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("vllm", argv, env, log_dir)
@@ -280,10 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, default=None)
     parser.add_argument("--scheduling-policy", choices=["priority", "fcfs"], default="priority",
                         help="vllm: priority (default here) or vLLM's own default, fcfs")
+    parser.add_argument("--tool-call-parser", default=None, help="vllm: turn on tool calls with this parser (hermes)")
     args = parser.parse_args(argv)
     try:
         if args.engine == "vllm":
-            server = start_vllm(args.port, log_dir=args.log_dir, scheduling=args.scheduling_policy)
+            server = start_vllm(args.port, log_dir=args.log_dir, scheduling=args.scheduling_policy,
+                                tool_call_parser=args.tool_call_parser)
         else:
             server = start_litellm(args.port, deployment=LitellmDeployment(upstream=args.upstream),
                                    log_dir=args.log_dir)

@@ -1,61 +1,49 @@
-"""A user-written locustfile on rushhour's lean wire client (no FastHttpUser buffering in the TTFT).
+"""A plain locustfile on rushhour's public Locust users: chat on one tier, an agent swarm on another.
 
-    .venv/bin/python -m locust -f examples/locustfile.py --headless -u 50 -r 10 -t 60s \
-        --host http://127.0.0.1:8000
+    locust -f examples/locustfile.py --headless -u 20 -r 5 -t 60s --host http://127.0.0.1:8000 \
+        --rh-run-dir runs/example
+    rushhour audit runs/example && rushhour gate runs/example
 
-It streams OpenAI chat completions with llm-d tier headers, times every token as it arrives and
-reports each attempt to Locust's statistics (so the web UI works) — and prints nothing else. For a
-full run with records, phases and the audit, use ``rushhour run`` instead.
+Each Locust user is one closed-loop user (a chat session or an agent task per Locust task); every
+attempt is written to the run folder, so the audit, the report and the gate work as after
+``rushhour run``. Locust's own statistics and web UI show each tier's TTFT as well.
 """
 
 from __future__ import annotations
 
-import uuid
+from locust import between
 
-from locust import User, between, task
-
-from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.http import Endpoint, build_request
-from loadgen.prompts import Conversation, text
-from loadgen.record import RequestRecord
+from rushhour.locust import AgentUser, ChatUser, RushhourUser
 
 
-class TieredChatUser(User):
-    """One chat user on the ``interactive`` tier of an llm-d stack."""
+class Guards(RushhourUser):
+    """The run's guards, as a scenario's ``resilience``/``budget``: every class sets them alike (one base)."""
 
-    wait_time = between(0.5, 2.0)
-    tier, objective, tenant = "interactive", "interactive", "team-a"
+    abstract = True
+    breaker = {"fail_max": 5, "reset_timeout_s": 10}  # one per route; under master + workers, one for the run
+    budget = {"max_requests": 5000}  # under master + workers: one cap, leased by the master
 
-    def on_start(self) -> None:
-        self.endpoint = Endpoint.parse(self.host or "http://127.0.0.1:8000")
-        self.pool = ConnectionPool(self.endpoint, max_idle=1)  # keep-alive, one per user
-        self.turn = 0
 
-    def on_stop(self) -> None:
-        self.pool.close()
+class Chat(Guards, ChatUser):
+    """A chat user of team A on the interactive tier (llm-d objective ``interactive``)."""
 
-    @task
-    def chat(self) -> None:
-        self.turn += 1
-        prompt = Conversation(text("system", 256), [("user", text(f"{id(self)}:{self.turn}", 300))])
-        path, body = build_body("openai-chat", "testbed", prompt, max_tokens=64, stream=True)
-        rid = uuid.uuid4().hex
-        headers = {
-            "x-request-id": rid,
-            "x-llm-d-inference-objective": self.objective,
-            "x-llm-d-inference-fairness-id": self.tenant,
-        }
-        rec = RequestRecord(run_id="adhoc", seq=0, request_id=rid, logical_id=rid, tier=self.tier,
-                            tenant=self.tenant, persona="example")
-        perform(self.pool, build_request(self.endpoint, path, headers, body), rec, anchor_ns=0,
-                dialect="openai-chat", stream=True, timeouts=Timeouts(connect_s=5, ttft_s=60, total_s=300))
-        ok = 200 <= rec.status < 300 and rec.complete and not rec.in_band_error
-        self.environment.events.request.fire(
-            request_type="POST",
-            name=f"{self.tier} TTFT" if rec.first_token_ns else self.tier,
-            response_time=((rec.first_token_ns or rec.done_ns or 0) - (rec.sent_ns or 0)) / 1e6,
-            response_length=rec.tokens,
-            exception=None if ok else RuntimeError(f"{rec.status} {rec.reason or rec.error or ''}"),
-            context={"tenant": self.tenant},
-        )
+    weight = 3
+    wait_time = between(0.5, 2.0)  # between sessions
+    tier, priority, tenants = "interactive", 100, ["team-a"]
+    slo = {"ttft_ms": {"p90": 2000}, "max_drop_rate": 0.05}
+    turns = 2
+    think_time_s = {"dist": "uniform", "low": 0.2, "high": 1.0}
+    prompt_tokens = {"dist": "lognormal", "median": 300, "sigma": 0.8, "max": 4000}
+    output_tokens = 64
+    retries = {"on": ["429", "503"], "max_attempts": 3, "backoff": "retry_after"}  # the tier's retry policy
+
+
+class Agent(Guards, AgentUser):
+    """An agent on the sheddable batch tier: fan-out of up to 3 calls per step, tools in between."""
+
+    weight = 1
+    tier, priority, objective = "batch", -1, "batch-sheddable"
+    steps = 3
+    fanout = {"dist": "uniform", "low": 1, "high": 3}
+    tool_time_s = 0.3
+    output_tokens = 32

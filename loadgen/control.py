@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import replace
 
 import stacks
-from loadgen.tiers import TierWire, map_tier, priority_field
+from loadgen.tiers import TierWire, map_tier, priority_fields
 from scenarios.model import Control, Scenario, Tier
 
 # The second of a pair leaves this long after the first; which one goes first is a fair coin per pair,
@@ -70,7 +70,5 @@ def control_wire(
                 headers.pop(name, None)
     body.pop("service_tier", None)
     neutral_tier = tier.model_copy(update={"priority": neutral})
-    priority = priority_field(profile, neutral_tier)
-    if priority is not None:
-        body["priority"] = priority
+    body.update(priority_fields(profile, neutral_tier, body))
     return replace(base, headers=headers, body=body)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 import stacks
 from loadgen.record import iter_run
 from loadgen.scrape import metrics_url, read_credential
@@ -220,6 +222,11 @@ def prepare(
         token = read_credential(options.credential) if options is not None and options.credential else None
     except (ScenarioError, TierError) as exc:
         raise DoctorError(str(exc)) from None
+    except ValidationError as exc:  # the options made a scenario that does not validate (e.g. --target ftp://…)
+        first = exc.errors()[0]
+        names: dict[tuple[int | str, ...], str] = {("target", "url"): "--target", ("target", "model"): "--model"}
+        option = names.get(tuple(first["loc"]), "options")
+        raise DoctorError(f"{option}: {first['msg'].removeprefix('Value error, ')}") from None
     except ValueError as exc:  # a metrics credential that is malformed or unset
         raise DoctorError(str(exc).splitlines()[0]) from None
     path = stacks.get(loaded.target.profile).metrics.path

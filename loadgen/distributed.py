@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import sys
+import time
 from pathlib import Path
 
 DEFAULT_MASTER_PORT = 5557  # Locust's own default
 LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
+RESOLVE_WAIT_S = 10.0
 
 
 def parse_master(address: str) -> tuple[str, int]:
@@ -27,9 +31,36 @@ def parse_master(address: str) -> tuple[str, int]:
     elif text.count(":") == 1:
         host, raw = text.split(":")
         port = _port(raw, address)
+    elif ":" in text and not _is_ipv6(text):
+        raise ValueError(f"--master {address!r}: more than one ':' (an IPv6 address with a port goes in [brackets])")
     if not host:
         raise ValueError(f"--master {address!r}: no host")
     return host, port
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def resolve_master(host: str, wait_s: float = RESOLVE_WAIT_S) -> None:
+    """Raise ValueError (one line) when ``host`` does not resolve within ``wait_s``.
+
+    Locust's worker retries a name that does not resolve for minutes, silently; a typo must end at once.
+    A few seconds of retries leave room for a name that is still being published (a new Kubernetes Service).
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except (socket.gaierror, UnicodeError) as exc:
+            if time.monotonic() >= deadline:
+                reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+                raise ValueError(f"--master: cannot resolve {host!r} ({reason})") from None
+            time.sleep(1.0)
 
 
 def _port(raw: str, address: str) -> int:

@@ -1,17 +1,20 @@
 """Dry run: how many requests and tokens a scenario will send, per persona and tier, and what it costs.
 
 Pure arithmetic on the scenario's distributions (``mean_estimate()``); it opens no socket, starts no
-process and reads only trace files named by ``trace_replay`` personas. Estimates, not promises:
+process and reads only the trace and dataset files the personas name. Estimates, not promises:
 
 - chat: sessions = Σ_phases arrival.rate · rate_scale · duration; requests = sessions · E[turns].
   Each turn resends the conversation (system prompt + earlier turns and answers), so prompt tokens per
   session = E[T]·system + p·E[T(T+1)/2] + o·E[T(T-1)/2] (second moment of turns from a fixed-seed
-  sample). ``max_concurrent_sessions`` is ignored (overflow would be ``not_sent``).
+  sample). ``max_concurrent_sessions`` is ignored (overflow would be ``not_sent``). With a ``dataset``
+  every conversation is equally likely: its turns, its texts' sizes (bytes / 4) and its answers' sizes.
 - agent swarm: tasks = Σ_phases agents · agents_scale · duration / E[task time] (or
   task_rate · rate_scale · duration when ``start: arrivals``); E[task time] = E[steps] · (assumed call
   time + E[tool time]) + E[idle]; the call time is ``assumed_ttft_s + E[output]·assumed_tpot_s``;
   requests = tasks · E[steps] · E[fanout]; a step's prompt = shared + task context +
-  k·(append + output) for step k, capped at ``context_cap_tokens``.
+  k·(append + output) for step k, capped at ``context_cap_tokens``. ``subagents`` add
+  tasks · (E[steps] − 1) · probability · E[fan_out] · E[sub-agent steps] calls, each with the shared
+  context + the brief + its own history (their time is not in E[task time]: more tasks, a safe side).
 - trace replay: the rows whose scaled timestamps fall inside the run, up to ``limit``, with token
   counts clipped to the persona's maxima.
 Retries and fallbacks are not counted (they add attempts; ``Resilience.retries`` bounds them).
@@ -27,6 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadgen.datasets import load_dataset
+from loadgen.prompts import count as count_tokens
 from scenarios.distributions import resolve_trace_path
 from scenarios.model import AgentSwarmPersona, Budget, ChatPersona, Scenario, TraceReplayPersona
 
@@ -152,8 +157,40 @@ def _moments(dist: Any, n: int = 4000) -> tuple[float, float]:
     return sum(draws) / n, sum(d * d for d in draws) / n
 
 
+def _dataset_session(p: ChatPersona) -> tuple[float, float, float]:
+    """(E[turns], E[prompt tokens], E[output tokens]) per session over the dataset's conversations, each
+    equally likely (bytes / 4 here): every turn resends the system texts and the history so far."""
+    assert p.dataset is not None
+    spec = p.dataset
+    dialogs = load_dataset(spec.path, spec.format, spec.limit)
+    turns_sum = prompt_sum = output_sum = 0.0
+    output_mean = p.output_tokens.mean_estimate()
+    for d in dialogs:
+        shown = d.turns[: spec.max_turns or len(d.turns)]
+        system = p.system_prompt_tokens + (count_tokens(d.system) if d.system else 0)
+        history = 0.0
+        for turn in shown:
+            user = count_tokens(turn.user)
+            reply = count_tokens(turn.reply) if turn.reply is not None else output_mean
+            out = reply if spec.output_tokens == "dataset" and turn.reply is not None else output_mean
+            prompt_sum += system + history + user
+            output_sum += out
+            history += user + reply
+        turns_sum += len(shown)
+    n = len(dialogs)
+    return turns_sum / n, prompt_sum / n, output_sum / n
+
+
 def _chat(p: ChatPersona, sc: Scenario) -> PersonaPlan:
     sessions = sum(p.arrival.rate * ph.rate_scale * ph.duration for ph in sc.phases)
+    if p.dataset is not None:
+        turns_mean, prompt_per_session, output_per_session = _dataset_session(p)
+        return PersonaPlan(
+            persona=p.name, tier=p.tier, kind="chat", units=sessions, unit_name="sessions",
+            requests=sessions * turns_mean, prompt_tokens=sessions * prompt_per_session,
+            output_tokens=sessions * output_per_session,
+            notes=[f"E[turns]={turns_mean:.2f}", f"dataset {Path(p.dataset.path).name}"],
+        )
     turns_mean, turns_sq = _moments(p.turns)
     turns_mean = max(turns_mean, 1.0)
     turns_sq = max(turns_sq, turns_mean)
@@ -199,6 +236,19 @@ def _agents(p: AgentSwarmPersona, sc: Scenario, ttft_s: float, tpot_s: float) ->
     base = p.shared_context_tokens + p.task_context_tokens.mean_estimate()
     mean_prompt = min(float(p.context_cap_tokens), base + (steps - 1) / 2 * growth)
     requests = tasks * steps * fanout
+    prompt_tokens = requests * mean_prompt
+    notes = [f"E[task]={task_s:.1f}s", f"E[steps]={steps:.2f}", f"E[fanout]={fanout:.2f}"]
+    sub = p.subagents
+    if sub is not None and sub.probability > 0:
+        # spawning steps (every step but the last, with the probability) × sub-agents × their steps; each
+        # sub-agent call resends the shared context and the brief, and its own history grows like a task's
+        spawns = tasks * max(0.0, steps - 1) * sub.probability * max(1.0, sub.fan_out.mean_estimate())
+        sub_steps = max(1.0, sub.steps.mean_estimate())
+        sub_requests = spawns * sub_steps
+        sub_prompt = p.shared_context_tokens + sub.prefix_tokens + (sub_steps - 1) / 2 * growth
+        requests += sub_requests
+        prompt_tokens += sub_requests * min(float(p.context_cap_tokens), sub_prompt)
+        notes.append(f"sub-agent calls {sub_requests:.0f}")
     return PersonaPlan(
         persona=p.name,
         tier=p.tier,
@@ -206,9 +256,9 @@ def _agents(p: AgentSwarmPersona, sc: Scenario, ttft_s: float, tpot_s: float) ->
         units=tasks,
         unit_name="tasks",
         requests=requests,
-        prompt_tokens=requests * mean_prompt,
+        prompt_tokens=prompt_tokens,
         output_tokens=requests * output,
-        notes=[f"E[task]={task_s:.1f}s", f"E[steps]={steps:.2f}", f"E[fanout]={fanout:.2f}"],
+        notes=notes,
     )
 
 

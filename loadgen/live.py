@@ -6,7 +6,7 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadgen.record import KIND_EVENT, KIND_HEALTH, KIND_REQUEST, RECORDS_DIR
 
@@ -20,6 +20,7 @@ class TierStats:
     served: int = 0
     s429: int = 0
     s503: int = 0
+    no_answer: int = 0  # no HTTP status: a client timeout, a refused connection, the client's breaker refusing
     other: int = 0
     not_sent: int = 0
     ttft_ms: deque[float] = field(default_factory=lambda: deque(maxlen=20000))
@@ -38,6 +39,12 @@ class Health:
     in_flight: int = 0
 
 
+class Listener(Protocol):
+    """Gets every request and health line the tail reads (the early-abort watcher: audit/early.py)."""
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
+
+
 class ShardTail:
     """Reads only the bytes appended since the last poll; keeps a partial last line for next time."""
 
@@ -49,6 +56,7 @@ class ShardTail:
         self.health: dict[str, Health] = {}
         self.events: list[dict[str, Any]] = []
         self.lines = 0
+        self.listeners: list[Listener] = []
 
     def poll(self) -> int:
         """Consume new lines from every shard; returns how many were read."""
@@ -81,7 +89,12 @@ class ShardTail:
             obj = json.loads(line)
         except ValueError:
             return 0
+        if not isinstance(obj, dict):
+            return 0
         kind = obj.get("kind")
+        if kind in (KIND_REQUEST, KIND_HEALTH):
+            for listener in self.listeners:
+                listener.feed(obj, shard)
         if kind == KIND_REQUEST:
             self._request(obj)
         elif kind == KIND_HEALTH:
@@ -107,6 +120,8 @@ class ShardTail:
             stats.s429 += 1
         elif status == 503:
             stats.s503 += 1
+        elif not status:
+            stats.no_answer += 1
         else:
             stats.other += 1
 
@@ -129,6 +144,34 @@ class ShardTail:
         return None
 
 
+def progress_line(tail: ShardTail, elapsed_s: float, total_s: float) -> str:
+    """One line for a CI log: elapsed/planned, then per tier the attempts that finished so far.
+
+    ``load 15/65 s, 3 in flight · interactive: 40 sent, 40 served, 0 not served · batch: 80 sent,
+    72 served, 8 not served (429 6, 503 2)``. "Sent" counts attempts whose record is written (finished),
+    "not served" every one of them that was not a complete 2xx (fail closed, as the audit counts; the
+    audit's own figures fold retries into logical requests).
+    """
+    flight = sum(h.in_flight for h in tail.health.values())
+    head = f"load {elapsed_s:.0f}/{total_s:.0f} s"
+    if tail.health:
+        head += f", {flight:,} in flight"
+    if not tail.tiers:
+        return head + " · no request finished yet"
+    parts = [head]
+    for name, s in sorted(tail.tiers.items()):
+        unserved = s.sent - s.served
+        part = f"{name}: {s.sent:,} sent, {s.served:,} served, {unserved:,} not served"
+        detail = [f"{label} {count:,}" for label, count in (("429", s.s429), ("503", s.s503),
+                                                            ("no answer", s.no_answer), ("other", s.other)) if count]
+        if unserved and detail:
+            part += f" ({', '.join(detail)})"
+        if s.not_sent:
+            part += f", {s.not_sent:,} not sent"
+        parts.append(part)
+    return " · ".join(parts)
+
+
 def render(tail: ShardTail, elapsed_s: float, total_s: float) -> Any:
     """A rich renderable: one row per tier plus generator health."""
     from rich.console import Group
@@ -136,7 +179,8 @@ def render(tail: ShardTail, elapsed_s: float, total_s: float) -> Any:
     from rich.text import Text
 
     table = Table(title=f"rushhour  {elapsed_s:5.0f} / {total_s:.0f} s", expand=False)
-    for col in ("tier", "sent", "served", "429", "503", "other", "not sent", "TTFT p50 ms", "TTFT p99 ms"):
+    for col in ("tier", "sent", "served", "429", "503", "no answer", "other", "not sent", "TTFT p50 ms",
+                "TTFT p99 ms"):
         table.add_column(col, justify="right" if col != "tier" else "left")
     for name, s in sorted(tail.tiers.items()):
         p50, p99 = s.percentile(0.5), s.percentile(0.99)
@@ -146,6 +190,7 @@ def render(tail: ShardTail, elapsed_s: float, total_s: float) -> Any:
             str(s.served),
             str(s.s429),
             str(s.s503),
+            str(s.no_answer),
             str(s.other),
             str(s.not_sent),
             f"{p50:.0f}" if p50 is not None else "-",

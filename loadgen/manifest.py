@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,8 @@ class RunManifest:
     duration_s: float | None = None
     drain_s: float | None = None
     # where and how it ran
+    mode: str = ""  # "simulated": virtual time against the testbed's model (sim/); "" = real time
+    simulation: dict[str, Any] | None = None  # a simulated run's own figures: events, wall seconds, speedup
     processes: int = 0
     versions: dict[str, str] = field(default_factory=dict)
     command_line: list[str] = field(default_factory=list)
@@ -64,7 +68,10 @@ class RunManifest:
     # idle probes before the anchor: pid, exit_code, seconds, probes, sent, served, gave_up, interrupted
     calibration: dict[str, Any] | None = None
     # how it ended
-    stop_reason: str | None = None  # completed, interrupted, budget, startup_error, disk_full, overrun_*
+    # completed, interrupted, budget, startup_error, disk_full, overrun_*, aborted_hopeless_slo, aborted_saturation
+    stop_reason: str | None = None
+    # an early abort (audit/early.py): stop_reason, kind, message, at_s, and the tier/check/bound or the signal
+    abort: dict[str, Any] | None = None
     error: str | None = None
     interrupted_during: str | None = None
     overrun_killed_after_end_s: float | None = None
@@ -161,3 +168,14 @@ def scenario_of(path: Path) -> dict[str, Any] | None:
         return None
     manifest = RunManifest.from_json(data)
     return manifest.scenario if manifest.scenario is not None else data
+
+
+def versions(*packages: str) -> dict[str, str]:
+    """Python's version and each installed package's ("unknown" when not installed), for run.json."""
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {"python": platform.python_version(), **{name: version(name) for name in packages}}

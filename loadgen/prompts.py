@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -67,6 +68,15 @@ def tokenizer() -> Tokenizer | None:
     return _tokenizer
 
 
+def warm() -> None:
+    """Build what the first prompt would otherwise build lazily: the 1 MiB base text (~150 ms) and, with a
+    tokenizer, its compiled chat template. A load process calls this before the anchor, so the stall
+    lands in start-up and not on the first requests (it was a 151 ms loop lag at t = 0.7 s)."""
+    _base()
+    if _tokenizer is not None and _tokenizer.chat_template is not None:
+        _tokenizer.render_chat([{"role": "user", "content": "warm"}])
+
+
 def text(key: str, tokens: int) -> str:
     """``max(tokens, 1)`` tokens of text starting with a tag unique to ``key`` (exact with a tokenizer)."""
     if _tokenizer is not None:
@@ -86,6 +96,13 @@ def _exact_text(key: str, tokens: int) -> str:
         size *= 2
 
 
+def count(content: str) -> int:
+    """Tokens of a given text: exact with the scenario's tokenizer, else ceil(bytes / 4), at least 1."""
+    if _tokenizer is not None:
+        return max(1, _tokenizer.count(content))
+    return max(1, -(-len(content.encode()) // BYTES_PER_TOKEN))
+
+
 def _sized_text(key: str, size: int) -> str:
     """Exactly ``size`` ASCII bytes, starting with a tag unique to ``key``."""
     tag = "[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest() + "] "
@@ -102,23 +119,66 @@ def _sized_text(key: str, size: int) -> str:
     return tag + body.decode("ascii")
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model made: its id, the tool's name and the arguments' JSON text exactly as streamed."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def text(self) -> str:
+        """The call as prompt text (completions dialect, byte estimates)."""
+        return f"{self.name}({self.arguments})"
+
+    @property
+    def complete(self) -> bool:
+        """Its arguments are whole JSON (a call cut by max_tokens is not: servers refuse it in a history)."""
+        try:
+            json.loads(self.arguments or "{}")
+        except ValueError:
+            return False
+        return True
+
+
+ASSISTANT = "assistant"
+TOOL = "tool"
+
+
 @dataclass(slots=True)
 class Conversation:
-    """A growing prompt: a system text and alternating user/assistant messages, append-only."""
+    """A growing prompt: a system text and alternating user/assistant messages, append-only.
+
+    An assistant message may carry the tool call the model made, and a ``tool`` message answers one
+    (``calls``: message index → that call); every dialect renders them in its own shape.
+    """
 
     system: str = ""
     messages: list[tuple[str, str]] = field(default_factory=list)  # (role, content)
+    calls: dict[int, ToolCall] = field(default_factory=dict)
 
     def with_user(self, content: str) -> Conversation:
         """A copy with one more user message (the copy shares the history's strings)."""
-        return Conversation(self.system, [*self.messages, ("user", content)])
+        return Conversation(self.system, [*self.messages, ("user", content)], self.calls)
 
     def append(self, role: str, content: str) -> None:
         self.messages.append((role, content))
 
+    def append_call(self, call: ToolCall, content: str = "") -> None:
+        """The assistant's turn that called ``call`` (``content``: any text it streamed before the call)."""
+        self.calls = {**self.calls, len(self.messages): call}  # copies made by with_user keep their own
+        self.messages.append((ASSISTANT, content))
+
+    def append_result(self, call: ToolCall, content: str) -> None:
+        """The tool's answer to ``call``."""
+        self.calls = {**self.calls, len(self.messages): call}
+        self.messages.append((TOOL, content))
+
     @property
     def bytes(self) -> int:
-        return len(self.system) + sum(len(c) for _, c in self.messages)
+        return (len(self.system) + sum(len(c) for _, c in self.messages)
+                + sum(len(call.text) for i, call in self.calls.items() if self.messages[i][0] == ASSISTANT))
 
     @property
     def tokens(self) -> int:
@@ -132,10 +192,12 @@ class Conversation:
         """
         if _tokenizer is None:
             return self.tokens, False
-        return _tokenizer.prompt_tokens(dialect, self.system, self.messages, self.flat(), tools)
+        return _tokenizer.prompt_tokens(dialect, self.system, self.messages, self.flat(), tools, self.calls)
 
     def flat(self) -> str:
         """One prompt string (completions dialect): the pieces in order, newline-separated."""
         parts = [self.system] if self.system else []
-        parts += [c for _, c in self.messages]
+        for i, (role, content) in enumerate(self.messages):
+            call = self.calls.get(i)
+            parts.append(content + call.text if call is not None and role == ASSISTANT else content)
         return "\n".join(parts)

@@ -1,7 +1,8 @@
 """The record contract: one flat JSON line per request attempt, written append-only per process.
 
-This module is stdlib-only on purpose: every stage (Locust workers, the audit, other tools) reads
-and writes it, so it must import nothing heavy and never change meaning silently. Bump
+This module is stdlib-only on purpose (orjson, when present, only writes the same bytes faster): every
+stage (Locust workers, the audit, other tools) reads and writes it, so it must import nothing heavy and
+never change meaning silently. Bump
 ``SCHEMA_VERSION`` on any incompatible change and keep the reader accepting older versions.
 
 Records hold raw facts, never conclusions: the audit classifies outcomes, so a run can be
@@ -18,6 +19,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import operator
 import os
 import re
 import socket
@@ -26,7 +28,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadgen.columns import SidecarWriter
+
+try:  # a dependency of rushhour; the module still works (slower) on the stdlib alone
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
 
 SCHEMA_VERSION = 1
 
@@ -76,6 +86,7 @@ def register_secret(value: str) -> None:
             _registered_secrets.add(value)
             if core != value and len(core) >= 4:
                 _registered_secrets.add(core)
+            _clean_texts.clear()  # a remembered sanitised text may hold the new secret
 
 
 def fingerprint(secret: str) -> str:
@@ -150,6 +161,28 @@ def short_text(text: str | bytes | None, limit: int = MAX_TEXT) -> str | None:
     return text[:limit]
 
 
+def error_summary(obj: Any) -> tuple[str | None, str | None]:
+    """(reason, short text) from an error object in any of the dialects' shapes."""
+    if not isinstance(obj, dict):
+        return None, short_text(str(obj))
+    err = obj.get("error", obj)
+    if isinstance(err, str):
+        return None, short_text(err)
+    if not isinstance(err, dict):
+        return None, short_text(str(err))
+    code = err.get("code")
+    etype = err.get("type")
+    reason: str | None = None
+    if isinstance(code, str) and code:
+        reason = code
+    elif isinstance(etype, str) and etype:
+        reason = etype
+    elif code is not None:
+        reason = str(code)
+    message = err.get("message") or etype or code or "error"
+    return (short_text(reason) if reason else None), short_text(str(message))
+
+
 # --------------------------------------------------------------------------- line kinds
 
 
@@ -168,6 +201,7 @@ class RequestRecord:
     task_id: str = ""
     step: int = 0
     fanout_index: int = 0
+    parent_id: str = ""  # a sub-agent's request: the logical id of the call that spawned its swarm
     # the priority control (docs/audit.md): a twin is an equal-priority copy of logical request ``twin_of``
     twin_of: str = ""
     control: bool = False
@@ -215,6 +249,8 @@ class RequestRecord:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     service_tier: str | None = None
+    tools_offered: bool = False  # the body offered the model function tools (an agent's request)
+    tool_call: str | None = None  # the name of the tool the answer called (only requests that offered tools)
     kind: str = KIND_REQUEST
     schema: int = SCHEMA_VERSION
 
@@ -292,20 +328,85 @@ Record = RequestRecord | TaskRecord | HealthRecord | BreakerRecord | EventRecord
 # Texts that can carry what a server sent (a hostile server may echo a key or send megabytes): each is
 # redacted and cut to MAX_TEXT on the way out, whatever the code that filled it did.
 _TEXT_FIELDS = ("reason", "error", "in_band_error", "retry_reason", "first_failure", "cause", "service_tier")
+# Per record class: its field names, a getter of all their values, the indexes of the free texts, of the
+# endpoint and of token_ns.
+_LAYOUTS: dict[type, tuple[tuple[str, ...], Any, tuple[int, ...], int, int]] = {}
+# short_text of a free text, remembered: a run writes the same few error texts by the hundred thousand
+# (a rejection storm). Forgotten when a secret is registered (redact's answer may change then).
+_clean_texts: dict[str, str | None] = {}
+_CLEAN_TEXTS_MAX = 4096
+_PLAIN = frozenset({str, int, bool, type(None)})  # values orjson writes exactly as json.dumps does
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], Any, tuple[int, ...], int, int]:
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    texts = tuple(i for i, n in enumerate(names) if n in _TEXT_FIELDS)
+    spec = _LAYOUTS[cls] = (names, operator.attrgetter(*names), texts,
+                            names.index("endpoint") if "endpoint" in names else -1,
+                            names.index("token_ns") if "token_ns" in names else -1)
+    return spec
+
+
+def _clean(text: str) -> str | None:
+    out = _clean_texts.get(text, _MISSING)
+    if out is _MISSING:
+        if len(_clean_texts) >= _CLEAN_TEXTS_MAX:
+            _clean_texts.clear()
+        out = _clean_texts[text] = short_text(text)
+    return out  # type: ignore[return-value]
+
+
+_MISSING = object()
+
+
+def _same_as_json(values: list[Any]) -> bool:
+    """True when orjson writes these values byte for byte as ``json.dumps(ensure_ascii=False)`` does: strings
+    (same escapes, checked over every code point), ints, bools, None, lists of those, and floats that both
+    write in plain decimal (orjson writes 1e-05 as 0.00001; NaN as null). Anything else takes json.dumps."""
+    kinds = set(map(type, values))
+    if kinds <= _PLAIN:
+        return True
+    for v in values:
+        t = type(v)
+        if t is float:
+            if not (v == 0.0 or 1e-4 <= abs(v) < 1e16):  # NaN and infinities fail both tests
+                return False
+        elif t is list:
+            if not _same_as_json(v):
+                return False
+        elif t not in _PLAIN:
+            return False
+    return True
 
 
 def to_json_line(record: Record) -> bytes:
-    """Serialise one record; every free text is redacted and cut on the way out."""
-    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    for name in _TEXT_FIELDS:
-        value = data.get(name)
+    """Serialise one record; every free text is redacted and cut on the way out.
+
+    The line is ``json.dumps(fields, separators=(",", ":"), ensure_ascii=False)``; orjson writes it when the
+    values are ones it writes byte for byte alike (tests/loadgen/test_record_line.py), ~20× faster."""
+    return record_line(record)[1]
+
+
+def record_line(record: Record) -> tuple[dict[str, Any], bytes]:
+    """A record's fields as written (texts redacted and cut, a URL without its user part) and its line."""
+    cls = type(record)
+    names, get, texts, endpoint, token_ns = _LAYOUTS.get(cls) or _layout(cls)
+    values = list(get(record))
+    for i in texts:
+        value = values[i]
         if isinstance(value, str):
-            data[name] = short_text(value)
-    if isinstance(data.get("endpoint"), str):
-        data["endpoint"] = strip_userinfo(data["endpoint"])
-    if data.get("token_ns") is None:
-        data.pop("token_ns", None)
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+            values[i] = _clean(value)
+    if endpoint >= 0 and isinstance(values[endpoint], str) and "@" in values[endpoint]:
+        values[endpoint] = strip_userinfo(values[endpoint])
+    data = dict(zip(names, values, strict=True))
+    if token_ns >= 0 and values[token_ns] is None:
+        del data["token_ns"]
+    if orjson is not None and _same_as_json(values):
+        try:
+            return data, orjson.dumps(data, option=orjson.OPT_APPEND_NEWLINE)
+        except (orjson.JSONEncodeError, TypeError):  # an int beyond 64 bits: json.dumps writes it
+            pass
+    return data, json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 # --------------------------------------------------------------------------- anchor and manifest
@@ -321,6 +422,15 @@ class Anchor:
     @classmethod
     def now(cls) -> Anchor:
         return cls(mono_ns=time.monotonic_ns(), wall_ns=time.time_ns())
+
+    @classmethod
+    def of_run(cls, mono_ns: int, wall_ns: int, host: str, here: str) -> Anchor:
+        """The run's anchor as seen by a process on host ``here``: the runner's own on its host (``host``
+        empty or equal); elsewhere the monotonic clock is unrelated, so it is lined up through the wall clock."""
+        if mono_ns and (not host or host == here):
+            return cls(mono_ns, wall_ns)
+        now = cls.now()
+        return cls(now.mono_ns - (now.wall_ns - wall_ns), wall_ns)
 
     def since(self, mono_ns: int | None = None) -> int:
         """Nanoseconds from the anchor to ``mono_ns`` (default: now)."""
@@ -344,6 +454,9 @@ class ShardWriter:
     Lines are buffered briefly and handed to the kernel at least every ``flush_interval_s`` or
     ``flush_lines`` lines, so a ``kill -9`` loses at most that window; ``close`` fsyncs. Writes
     are serialised by a lock, so greenlets and threads may share one writer.
+
+    ``columns`` (default on): the lines handed to the kernel are also kept as typed Arrow batches in the
+    shard's sidecar (``loadgen/columns.py``), which spares the audit the JSON parse of the lines it covers.
     """
 
     def __init__(
@@ -355,6 +468,7 @@ class ShardWriter:
         flush_interval_s: float = 0.2,
         flush_lines: int = 256,
         header: dict[str, Any] | None = None,
+        columns: bool = True,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,6 +476,7 @@ class ShardWriter:
         self.anchor = anchor
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._buffer: list[bytes] = []
+        self._rows: list[dict[str, Any]] = []  # the buffered lines' fields, for the sidecar
         self._lock = threading.Lock()
         self._flush_interval_ns = int(flush_interval_s * 1e9)
         self._flush_lines = flush_lines
@@ -370,6 +485,11 @@ class ShardWriter:
         self.closed = False
         self.error: OSError | None = None  # the first failed write (a full disk): later lines are counted
         self.lost_lines = 0
+        self.columns: SidecarWriter | None = None
+        if columns and os.fstat(self._fd).st_size == 0:  # appending to an older shard: its bytes are not covered
+            from loadgen.columns import SidecarWriter  # pyarrow: only a writer that keeps a sidecar loads it
+
+            self.columns = SidecarWriter(self.path)
         header = {
             "kind": KIND_SHARD,
             "schema": SCHEMA_VERSION,
@@ -380,7 +500,10 @@ class ShardWriter:
             "wall_anchor_ns": anchor.wall_ns,
             **(header or {}),  # e.g. a remote worker's clock offset to the master (loadgen/ship.py)
         }
-        self._write_now(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+        line = json.dumps(header, separators=(",", ":")).encode() + b"\n"
+        self._write_now(line)
+        if self.columns is not None:
+            self.columns.add([header], line)
 
     @classmethod
     def for_process(
@@ -396,11 +519,13 @@ class ShardWriter:
             return self._seq
 
     def write(self, record: Record) -> None:
-        line = to_json_line(record)
+        data, line = record_line(record)
         with self._lock:
             if self.closed:
                 raise ValueError(f"shard {self.path} is closed")
             self._buffer.append(line)
+            if self.columns is not None:
+                self._rows.append(data)
             now = time.monotonic_ns()
             if len(self._buffer) >= self._flush_lines or now - self._last_flush_ns >= self._flush_interval_ns:
                 self._flush_locked(now)
@@ -417,6 +542,8 @@ class ShardWriter:
             if self.closed:
                 return
             self._flush_locked(time.monotonic_ns())
+            if self.columns is not None:
+                self.columns.close()
             try:
                 os.fsync(self._fd)
             except OSError as exc:
@@ -428,14 +555,21 @@ class ShardWriter:
     def _flush_locked(self, now_ns: int) -> None:
         if self._buffer:
             lines = len(self._buffer)
+            blob = b"".join(self._buffer)
             try:
-                self._write_now(b"".join(self._buffer))
+                self._write_now(blob)
             except OSError as exc:
                 # A full disk must not crash the greenlet that happened to flush: the writer keeps the
                 # first error (the worker stops the run on it) and counts what could not be written.
                 self.error = self.error or exc
                 self.lost_lines += lines
+                if self.columns is not None:
+                    self.columns.stop()  # bytes may be half written: the sidecar covers what came before
+            else:
+                if self.columns is not None:
+                    self.columns.add(self._rows, blob)  # only lines the kernel holds
             self._buffer.clear()
+            self._rows = []
         self._last_flush_ns = now_ns
 
     def _write_now(self, data: bytes) -> None:

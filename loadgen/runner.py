@@ -11,27 +11,27 @@ import datetime as dt
 import errno
 import json
 import os
-import platform
 import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from rich.markup import escape
 
 import stacks
-from loadgen.live import ShardTail, render
-from loadgen.manifest import RunManifest, write_manifest
+from loadgen import procs
+from loadgen.live import ShardTail, progress_line, render
+from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
-from loadgen.ship import WORKERS_LOG, merge_budget_usage, read_anchor
+from loadgen.ship import WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
@@ -51,7 +51,50 @@ STOP_GRACE_S = 15.0
 # Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
 # end, it has overrun (a stuck process): it gets SIGTERM, then SIGKILL after STOP_GRACE_S.
 OVERRUN_MARGIN_S = 40.0
+PROGRESS_EVERY_S = 5.0  # off a terminal (a CI log): a progress line this often instead of the live table
 LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
+
+
+class Watch(Protocol):
+    """The early-abort watcher (audit/early.py ``Watcher``): fed by the shard tail, asked to decide."""
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
+
+    def look(self, elapsed_s: float) -> dict[str, Any] | None: ...
+
+
+class _GuardedWatch:
+    """The watcher behind a guard: if it breaks, the run goes on to its end (the gate then judges it whole)
+    and run.json's ``abort_watch_error`` and a warning say that no early abort was watched from then on."""
+
+    def __init__(self, inner: Watch, ctx: RunContext) -> None:
+        self.inner, self.ctx, self.broken = inner, ctx, False
+
+    def _break(self, exc: Exception) -> None:
+        self.broken = True
+        self.ctx.manifest.extra["abort_watch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        self.ctx.say(f"[yellow]warning:[/] the early-abort watcher failed ({escape(type(exc).__name__)}); "
+                     "the run goes on to its end")
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None:
+        if not self.broken:
+            try:
+                self.inner.feed(record, shard)
+            except Exception as exc:  # a courtesy that saves time: never the reason a run is lost
+                self._break(exc)
+
+    def look(self, elapsed_s: float) -> dict[str, Any] | None:
+        if self.broken:
+            return None
+        try:
+            return self.inner.look(elapsed_s)
+        except Exception as exc:
+            self._break(exc)
+            return None
+
+
+ABORT_MODES = ("hopeless", "saturation")
+ABORT_LOOK_EVERY_S = 2.0  # how often the watcher is asked (each look re-sorts a tier's latencies)
 
 
 @dataclass
@@ -73,6 +116,11 @@ class RunOptions:
     master_bind: str = "127.0.0.1"  # where that master listens for its workers
     master_port: int = 5557
     workers_wait_s: float = 60.0  # how long it waits for them before giving up (one-line error)
+    # early abort: None keeps the scenario's `abort:`; else the modes to watch ([] = none), from --abort
+    abort: list[str] | None = None
+    # builds the watcher for a scenario with an `abort:` (rushhour passes audit.early.Watcher: the parent
+    # side of loadgen may not import the audit); a scenario asking for an abort without one is refused
+    watcher: Callable[[Scenario], Watch] | None = None
 
 
 @dataclass
@@ -146,6 +194,16 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
         update["target"] = target
     if options.seed is not None:
         update["seed"] = options.seed
+    if options.abort is not None:
+        unknown = sorted(set(options.abort) - set(ABORT_MODES))
+        if unknown:
+            raise ScenarioError("--abort", [Problem("abort", None, f"unknown mode(s) {', '.join(unknown)}",
+                                                    f"known: {', '.join(ABORT_MODES)}")])
+        from scenarios.model import Abort
+
+        base = scenario.abort or Abort()
+        update["abort"] = base.model_copy(update={"hopeless_slo": "hopeless" in options.abort,
+                                                  "saturation": "saturation" in options.abort})
     if options.duration:
         try:
             total = parse_duration(options.duration)
@@ -269,19 +327,6 @@ def check_machine(scenario: Scenario, processes: int, where: str) -> None:
         f"(ulimit -n)", f"use --processes {more} or fewer agents/sessions/max_in_flight")])
 
 
-def _versions() -> dict[str, str]:
-    def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "unknown"
-
-    return {
-        "python": platform.python_version(),
-        "locust": version("locust"),
-        "rushhour": version("rushhour"),
-        "gevent": version("gevent"),
-    }
 
 
 def _loopback(host: str) -> bool:
@@ -304,6 +349,10 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     scenario = check_tokenizer(scenario, scenario_dir, str(name_or_path))
     if options.processes < 1:
         raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
+    if scenario.abort is not None and scenario.abort.enabled and options.watcher is None:
+        # fail closed: an abort asked for and silently not watched would let a hopeless run go on unseen
+        raise ScenarioError(str(name_or_path), [Problem("abort", None, "this caller cannot watch for an early "
+                                                        "abort", "run it with `rushhour run`")])
     if options.expect_workers and not _loopback(options.master_bind) and (
             scenario.target.is_testbed or any(r.url == "testbed" for r in scenario.resilience.fallback)):
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
@@ -334,7 +383,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         model=scenario.target.model,
         dialect=scenario.target.dialect,
         processes=options.expect_workers or options.processes,
-        versions=_versions(),
+        versions=versions("locust", "rushhour", "gevent"),
         command_line=list(sys.argv),
         hostname=socket.gethostname(),
         duration_s=scenario.duration_s,
@@ -344,7 +393,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     # From here on a run folder exists: SIGINT/SIGTERM must end in a finished run.json, never a bare exit.
     # Until the load starts the signal raises ``_Interrupted`` (testbed start-up and calibration block);
     # ``_drive`` installs its own handler that forwards the stop to Locust.
-    before = _child_pids(os.getpid())  # children of ours that this run did not start (tests, a parent tool)
+    before = set(procs.descendants(os.getpid()))  # children of ours that this run did not start (tests, a parent tool)
     sigs = _Signals(raising=True)
     ctx = RunContext(scenario, options, run_dir, manifest, sigs, console)
     try:
@@ -494,10 +543,9 @@ def _stop_started(testbeds: dict[str, TestbedProcess], before: set[int]) -> None
     """After an interrupt: stop our testbeds, then any other process this run started, by PID."""
     for tb in reversed(list(testbeds.values())):
         tb.stop()
-    left = _child_pids(os.getpid()) - before
-    for pid in left:
-        _signal(pid, signal.SIGTERM)
-    _reap(left)
+    left = {pid: p for pid, p in procs.descendants(os.getpid()).items() if pid not in before}
+    procs.send(left, signal.SIGTERM)
+    procs.reap(left)
 
 
 CALIBRATION_TIMEOUT_S = 600.0
@@ -749,8 +797,14 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
         port = cmd[cmd.index("--web-port") + 1]
         _say(console, f"Locust UI: http://127.0.0.1:{port} (open until 60 s after the load ends)")
     tail = ShardTail(run_dir)
+    watch = (_GuardedWatch(options.watcher(scenario), ctx)
+             if options.watcher and scenario.abort and scenario.abort.enabled else None)
+    if watch is not None:
+        tail.listeners.append(watch)
+    aborted: dict[str, Any] | None = None
+    looked_at = time.monotonic()
     log_path = run_dir / "locust.log"
-    children: set[int] = set()
+    children: procs.Procs = {}  # Locust's own processes, held by identity
     forwarded_at: float | None = None
     with _Signals() as sigs, log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -769,15 +823,29 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
                           f"+ up to {scenario.drain_s:.0f} s drain …")
         hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + OVERRUN_MARGIN_S
         overran = False  # we had to stop Locust because it ran past its own end
+        said_at = time.monotonic()
         killed_late_s: float | None = None  # seconds after the run's end at which we SIGKILLed it
         try:
             while proc.poll() is None:
                 time.sleep(0.5)
-                children |= _child_pids(proc.pid)
+                procs.remember(children, procs.descendants(proc.pid))
                 tail.poll()
                 elapsed = (time.monotonic_ns() - anchor.mono_ns) / 1e9
                 if live is not None:
                     live.update(render(tail, max(0.0, elapsed), total_s))
+                elif time.monotonic() - said_at >= PROGRESS_EVERY_S:
+                    said_at = time.monotonic()
+                    _say(console, escape(progress_line(tail, max(0.0, elapsed), total_s)))
+                if (watch is not None and aborted is None and forwarded_at is None
+                        and time.monotonic() - looked_at >= ABORT_LOOK_EVERY_S):
+                    looked_at = time.monotonic()
+                    aborted = watch.look(elapsed)
+                    if aborted is not None:  # stop the load as an interrupt would: in-flight requests end unfinished
+                        manifest.abort = aborted
+                        ctx.save()
+                        _say(console, f"[bold red]aborting early[/] at {elapsed:.0f} s: {escape(aborted['message'])}")
+                        _signal(proc.pid, signal.SIGTERM)
+                        forwarded_at = time.monotonic()
                 if sigs.count and forwarded_at is None:
                     _say(console, "stopping: in-flight requests are recorded as cancelled …")
                     _signal(proc.pid, signal.SIGTERM)
@@ -793,7 +861,7 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
         finally:
             if proc.poll() is None:
                 stop_pid(proc, STOP_GRACE_S)
-            _reap(children)
+            procs.reap(children)  # Locust workers that outlived their master
             if live is not None:
                 tail.poll()
                 live.update(render(tail, total_s, total_s))
@@ -806,6 +874,8 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
     tail.poll()
     interrupted = sigs.count > 0
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
+    if aborted is not None and not interrupted:
+        stop_reason = str(aborted["stop_reason"])
     if overran and not interrupted:  # a stuck Locust: what its shards say about the stop is not the story
         stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
     shards = shard_paths(run_dir)
@@ -820,10 +890,11 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
     if killed_late_s is not None:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
     manifest.shards = [p.name for p in shards]
-    manifest.budget_usage = merge_budget_usage(tail.events)
+    manifest.budget_usage = merge_budget_usage(tail.events, read_master_account(run_dir))
     if options.expect_workers:
         manifest.workers = workers_summary(run_dir, options)
-        left = set(manifest.workers["joined"]) - set(manifest.workers["finished"]) - set(manifest.workers["missing"])
+        w = manifest.workers
+        left = set(w["joined"]) - set(w["finished"]) - set(w["missing"]) - set(w["late"])
         if left and stop_reason == "completed":
             stop_reason = manifest.stop_reason = "worker_quit"  # stopped (SIGTERM, scale-down) before its share ended
     manifest.generator_warning = tail.saturated()
@@ -860,7 +931,7 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
     opts = ctx.options
     host = socket.gethostname() if opts.master_bind in ("0.0.0.0", "::", "") else opts.master_bind
     error = (f"{joined} of {opts.expect_workers} worker(s) joined within {opts.workers_wait_s:g} s; start each with "
-             f"`rushhour worker --master {host}:{opts.master_port}` (nothing was sent)")
+             f"`rushhour worker --master {host}:{opts.master_port}` (no load was sent)")
     if WORKERS_GAVE_UP not in log_path.read_text(errors="replace"):
         error = _start_failure(log_path) or (
             f"the Locust master exited ({proc.returncode}) before its workers joined; see {log_path}")
@@ -877,6 +948,7 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
     joined: set[str] = set()
     finished: set[str] = set()
     missing: set[str] = set()
+    late: set[str] = set()  # joined after the shares were dealt (index >= expected): they have no share
     complete: list[str] = []
     incomplete: list[str] = []
     with contextlib.suppress(OSError):
@@ -886,6 +958,9 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
             except ValueError:
                 continue
             event, worker = entry.get("event"), str(entry.get("worker"))
+            index = entry.get("index")
+            if event == "worker_state" and isinstance(index, int) and index >= options.expect_workers:
+                late.add(worker)
             if event == "worker_state" and entry.get("state") == "ready":
                 joined.add(worker)
             elif event == "worker_state" and entry.get("state") == "missing":
@@ -898,6 +973,7 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
                 incomplete.append(str(entry.get("shard")))
     return {"expected": options.expect_workers, "master": f"{options.master_bind}:{options.master_port}",
             "joined": sorted(joined), "finished": sorted(finished), "missing": sorted(missing - finished),
+            "late": sorted(late),
             "shards_complete": sorted(complete), "shards_incomplete": sorted(incomplete), "log": WORKERS_LOG}
 
 
@@ -951,46 +1027,15 @@ def _live(console: Any, options: RunOptions) -> Any:
     return live
 
 
-def _child_pids(pid: int) -> set[int]:
-    try:
-        import psutil
-
-        return {c.pid for c in psutil.Process(pid).children(recursive=True)}
-    except Exception:  # the process may be gone already
-        return set()
-
-
 def _signal(pid: int, sig: int) -> None:
+    """Signal our own Locust child (a Popen not yet waited for: its PID cannot have been reused)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
 
 
-def _kill_all(proc: subprocess.Popen[bytes], children: set[int]) -> None:
+def _kill_all(proc: subprocess.Popen[bytes], children: procs.Procs) -> None:
     _signal(proc.pid, signal.SIGKILL)
-    for pid in children:
-        _signal(pid, signal.SIGKILL)
-
-
-def _reap(children: set[int]) -> None:
-    """Locust workers we saw: give them a moment, then SIGKILL any that outlived their master."""
-    deadline = time.monotonic() + 5
-    alive = set(children)
-    while alive and time.monotonic() < deadline:
-        alive = {pid for pid in alive if _alive(pid)}
-        if alive:
-            time.sleep(0.1)
-    for pid in alive:
-        _signal(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        import psutil
-
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return False
+    procs.send(children, signal.SIGKILL)
 
 
 def _say(console: Any, text: str) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 MSG_SHARD = "rh_shard"
 MSG_DONE = "rh_shard_done"
 MSG_FINISHED = "rh_finished"  # a worker drove its whole share and shipped it; it waits for the master's quit
+MSG_REFUSED = "rh_refused"  # a worker could not start (a file missing on its host, …): {who, reason}
 MSG_CLOCK = "rh_clock"
 MSG_CLOCK_ANSWER = "rh_clock_answer"
 SHIP_INTERVAL_S = 0.25
@@ -164,16 +165,93 @@ def clock_offset(runner: Any, timeout_s: float = 5.0, rounds: int = 5) -> ClockO
 # --------------------------------------------------------------------------- master side
 
 
-def all_done(states: dict[str, str], finished: set[str]) -> bool:
-    """Every worker the master knows has finished or gone missing (and at least one finished)."""
-    return bool(finished) and all(cid in finished or state == "missing" for cid, state in states.items())
+def all_done(states: dict[str, str], finished: set[str], late: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Every worker the master knows has finished or gone missing (and at least one finished). A
+    ``late`` worker (one that joined after the run's shares were dealt: it has no share) is not waited for."""
+    return bool(finished) and all(cid in finished or state == "missing" or cid in late
+                                  for cid, state in states.items())
+
+
+def late_workers(runner: Any, cids: Any, expected: int) -> set[str]:
+    """The workers whose Locust index is past the run's worker count (joined late: a restarted one)."""
+    if expected < 1:
+        return set()
+    indexes = getattr(runner, "worker_indexes", None)
+    if not isinstance(indexes, dict):
+        return set()
+    return {cid for cid in cids if isinstance(indexes.get(cid), int) and indexes[cid] >= expected}
+
+
+class Refusals:
+    """Every master: a worker that cannot start says why; the master writes the line where the runner
+    looks for a start failure (its own stderr, locust.log), notes it in ``workers.jsonl`` and ends the
+    run at once (that worker's share would never be sent)."""
+
+    def __init__(self, runner: Any, run_dir: Path) -> None:
+        self.runner = runner
+        self.log_path = Path(run_dir) / WORKERS_LOG
+        self.lines: list[str] = []
+
+    def install(self) -> Refusals:
+        self.runner.register_message(MSG_REFUSED, self.on_refused)
+        return self
+
+    def on_refused(self, msg: Any, **_: Any) -> None:
+        from loadgen.record import START_FAILED_MARK, short_text
+
+        data = msg.data if isinstance(msg.data, dict) else {}
+        who = short_text(str(data.get("who") or msg.node_id), 120)
+        reason = short_text(str(data.get("reason") or "no reason given"), 400)
+        line = f"{START_FAILED_MARK} worker {who} refused to start: {reason}"
+        self.lines.append(line)
+        with contextlib.suppress(OSError):
+            os.write(2, (line + "\n").encode(errors="replace"))
+        with contextlib.suppress(OSError), self.log_path.open("a") as handle:
+            handle.write(json.dumps({"ts_wall_ns": time.time_ns(), "event": "worker_refused",
+                                     "worker": str(msg.node_id), "who": who, "reason": reason}) + "\n")
+        if len(self.lines) == 1:
+            threading.Thread(target=self.runner.quit, name="rh-refused", daemon=True).start()
+
+
+class FinishWatch:
+    """A master whose workers do not ship (``--processes N``): ends the run once every worker has
+    finished its share (``MSG_FINISHED``) or gone missing. A worker that quit on its own would make
+    Locust move its finished user onto a worker still running (a rebalance), and that worker would
+    then never quit (its own user and the moved one are stopped from inside the user)."""
+
+    def __init__(self, runner: Any, expected: int = 0) -> None:
+        self.runner = runner
+        self.expected = expected
+        self.finished: set[str] = set()
+        self._quitting = False
+
+    def install(self) -> FinishWatch:
+        self.runner.register_message(MSG_FINISHED, self.on_finished)
+        threading.Thread(target=self._watch, name="rh-finish", daemon=True).start()
+        return self
+
+    def on_finished(self, msg: Any, **_: Any) -> None:
+        self.finished.add(str(msg.node_id))
+
+    def _watch(self) -> None:
+        while not self._quitting:
+            time.sleep(0.25)
+            with contextlib.suppress(Exception):
+                now = {str(c.id): str(c.state) for c in self.runner.clients.all}
+                if all_done(now, self.finished, late_workers(self.runner, now, self.expected)):
+                    self._quitting = True
+                    self.runner.quit()
+
+    def close(self) -> None:
+        self._quitting = True
 
 
 class Receiver:
     """The master's end: appends shipped batches to ``records/<name>`` and logs workers' fates."""
 
-    def __init__(self, runner: Any, run_dir: Path) -> None:
+    def __init__(self, runner: Any, run_dir: Path, expected: int = 0) -> None:
         self.runner = runner
+        self.expected = expected  # the run's worker count: a worker indexed past it joined late
         self.records = Path(run_dir) / "records"
         self.records.mkdir(parents=True, exist_ok=True)
         self.log_path = Path(run_dir) / WORKERS_LOG
@@ -246,13 +324,14 @@ class Receiver:
             time.sleep(0.5)
             with contextlib.suppress(Exception):
                 now = {str(c.id): str(c.state) for c in self.runner.clients.all}
+                indexes = getattr(self.runner, "worker_indexes", {})
                 for cid, state in now.items():
                     if self._states.get(cid) != state:
-                        self.note("worker_state", worker=cid, state=state)
+                        self.note("worker_state", worker=cid, state=state, index=indexes.get(cid))
                 for cid in set(self._states) - set(now):
                     self.note("worker_state", worker=cid, state="gone")
                 self._states = now
-                if all_done(now, self.finished) and not self._quitting:
+                if all_done(now, self.finished, late_workers(self.runner, now, self.expected)) and not self._quitting:
                     self._quitting = True
                     lost = sorted(cid for cid, state in now.items() if state == "missing")
                     self.note("run_done", finished=sorted(self.finished), missing=lost)
@@ -272,14 +351,27 @@ class Receiver:
 
 # --------------------------------------------------------------------------- budget across processes
 
+MASTER_ACCOUNT = "budget-master.json"  # the master ledger's account (loadgen/engine/lease.py writes it)
+
+
+def read_master_account(run_dir: Path) -> dict[str, Any] | None:
+    """The master ledger's account of a run (None: the run's budget was not leased through a master)."""
+    try:
+        data = json.loads((Path(run_dir) / MASTER_ACCOUNT).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 _SUMMED = ("requests", "prompt_tokens", "output_tokens", "tokens", "cost_usd", "refused")
 
 
-def merge_budget_usage(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+def merge_budget_usage(events: list[dict[str, Any]], master: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """run.json's ``budget_usage``: every process's ``budget_usage`` event, and their sums (run and per tier).
 
-    Each process enforces its own share of the budget (``loadgen/engine/budget.py``); this is the
-    account of the run as a whole: what was used in total and which processes reached their share.
+    With a master ledger (``master``: its account, ``budget-master.json``) every process spent leases
+    of the one budget, and ``reached_by`` names which process was refused on which limit; without one
+    (a single process) its guard held the whole budget.
     """
     per: dict[str, dict[str, Any]] = {}
     for event in events:
@@ -304,4 +396,10 @@ def merge_budget_usage(events: list[dict[str, Any]]) -> dict[str, Any] | None:
         add(run, detail.get("run"), who)
         for tier, usage in (detail.get("tiers") or {}).items():
             add(tiers.setdefault(str(tier), {}), usage, who)
-    return {"enforcement": "an equal share per process", "processes": per, "run": run, "tiers": tiers}
+    out: dict[str, Any] = {"processes": per, "run": run, "tiers": tiers}
+    if master is not None:
+        out["enforcement"] = "one budget, leased by the master"
+        out["master"] = master
+    else:
+        out["enforcement"] = "one process" if len(per) == 1 else "an equal share per process"
+    return out

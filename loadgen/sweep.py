@@ -167,16 +167,22 @@ def plan_sweep(scenario: Scenario, scales: Sequence[float], *, out_dir: Path = P
     steps: list[PlannedStep] = []
     for r in replicas:
         for scale in sorted(scales):
-            index = len(steps)
-            sc = scaled_scenario(scenario, scale, mode=mode, step_duration_s=step_duration_s, warmup_s=warmup_s,
-                                 replicas=r, seed=seed, drain_s=drain_s)
-            folder = root / f"step-{index:02d}"
-            steps.append(PlannedStep(index, scale, r, folder, write_scenario(sc, folder / "scenario.yaml"),
-                                     sc.duration_s))
+            steps.append(plan_step(scenario, scale, len(steps), root, mode=mode, step_duration_s=step_duration_s,
+                                   warmup_s=warmup_s, replicas=r, seed=seed, drain_s=drain_s))
     meta = {"mode": mode, "step_duration_s": step_duration_s if mode == "steady" else None,
             "warmup_s": warmup_s if mode == "steady" else None, "scales": list(scales),
             "replicas": list(replicas)}
     return Plan(sweep_id, root, scenario.name, steps, meta)
+
+
+def plan_step(scenario: Scenario, scale: float, index: int, root: Path, *, mode: Mode = "steady",
+              step_duration_s: float = 30.0, warmup_s: float = 10.0, replicas: int | None = None,
+              seed: int | None = None, drain_s: float | None = 3.0) -> PlannedStep:
+    """One step's scenario at ``scale``, written under ``root/step-XX/`` (a search plans its probes one by one)."""
+    sc = scaled_scenario(scenario, scale, mode=mode, step_duration_s=step_duration_s, warmup_s=warmup_s,
+                         replicas=replicas, seed=seed, drain_s=drain_s)
+    folder = Path(root) / f"step-{index:02d}"
+    return PlannedStep(index, scale, replicas, folder, write_scenario(sc, folder / "scenario.yaml"), sc.duration_s)
 
 
 RunStep = Callable[[PlannedStep], Path | None]

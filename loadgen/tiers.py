@@ -63,14 +63,34 @@ def _own_headers(tier: Tier, env: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def _polarised(polarity: str | None, priority: int) -> int | None:
+    if polarity == "negated":
+        return -priority  # e.g. vLLM: lower value = more urgent
+    if polarity == "as_is":
+        return priority  # e.g. SGLang default: higher value = more urgent
+    return None
+
+
 def priority_field(profile: str, tier: Tier) -> int | None:
     """The body ``priority`` a model server expects for this tier, or None if the stack has none."""
-    polarity = stacks.get(profile).wire.priority_body
-    if polarity == "negated":
-        return -tier.priority  # e.g. vLLM: lower value = more urgent
-    if polarity == "as_is":
-        return tier.priority  # e.g. SGLang default: higher value = more urgent
-    return None
+    return _polarised(stacks.get(profile).wire.priority_body, tier.priority)
+
+
+def priority_fields(profile: str, tier: Tier, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The body fields that carry the tier's priority: ``priority`` and/or ``extra_body.priority``.
+
+    ``extra_body`` is merged into the one ``body`` already holds (a tier's own extra fields stay).
+    """
+    wire = stacks.get(profile).wire
+    out: dict[str, Any] = {}
+    top = _polarised(wire.priority_body, tier.priority)
+    if top is not None:
+        out["priority"] = top
+    extra = _polarised(wire.priority_extra_body, tier.priority)
+    if extra is not None:
+        held = (body or {}).get("extra_body")
+        out["extra_body"] = {**(held if isinstance(held, Mapping) else {}), "priority": extra}
+    return out
 
 
 def map_tier(
@@ -95,9 +115,7 @@ def map_tier(
         headers[wire.fairness_header] = tenant
     if wire.priority_header:
         headers[wire.priority_header] = objective
-    priority = priority_field(profile, tier)
-    if priority is not None:
-        body["priority"] = priority
+    body.update(priority_fields(profile, tier))
     if wire.service_tier and tier.service_tier:
         body["service_tier"] = tier.service_tier
     key = credential(tier, env, credential_override)
@@ -110,7 +128,10 @@ def map_tier(
         else:
             headers["authorization"] = f"Bearer {key}"
     headers.update(_own_headers(tier, env))
+    ours = body.get("extra_body")
     body.update(tier.body)
+    if isinstance(ours, dict) and isinstance(tier.body.get("extra_body"), Mapping):
+        body["extra_body"] = {**ours, **tier.body["extra_body"]}  # the tier's own extra fields win, ours stay
     return TierWire(tier.name, tenant, headers, body, fingerprint(key) if key else "")
 
 

@@ -59,7 +59,7 @@ class Tokenizer:
                 best = cut
         return best
 
-    def render_chat(self, messages: list[dict[str, str]], tools: list[dict[str, Any]] | None = None) -> str | None:
+    def render_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str | None:
         """The chat prompt the server builds from ``messages`` and ``tools`` (None without a chat template)."""
         if self.chat_template is None:
             return None
@@ -75,6 +75,7 @@ class Tokenizer:
         messages: list[tuple[str, str]],
         flat: str,
         tools: list[dict[str, Any]] | None = None,
+        calls: dict[int, Any] | None = None,
     ) -> tuple[int, bool]:
         """(tokens the server will count for this prompt, whether that count is exact).
 
@@ -84,13 +85,30 @@ class Tokenizer:
         if dialect == OPENAI_COMPLETIONS:
             return self.count(flat, special=True), True
         if dialect == OPENAI_CHAT:
-            chat = [{"role": "system", "content": system}] if system else []
-            chat += [{"role": role, "content": content} for role, content in messages]
+            chat: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+            found = calls or {}
+            chat += [_template_message(role, content, found.get(i)) for i, (role, content) in enumerate(messages)]
             rendered = self.render_chat(chat, tools)
             if rendered is not None:
                 return self.count(rendered), True
         # no template (or a dialect whose framing the server keeps to itself): the content only
-        return sum(self.count(c) for c in ([system] if system else []) + [c for _, c in messages]), False
+        pieces = ([system] if system else []) + [c for _, c in messages]
+        pieces += [call.text for i, call in (calls or {}).items() if messages[i][0] == "assistant"]
+        return sum(self.count(c) for c in pieces), False
+
+
+def _template_message(role: str, content: str, call: Any) -> dict[str, Any]:
+    """One message as vLLM hands it to the chat template: a tool call's arguments parsed into a dict."""
+    if call is None:
+        return {"role": role, "content": content}
+    if role == "tool":
+        return {"role": role, "content": content, "tool_call_id": call.id}
+    try:
+        arguments = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        arguments = call.arguments
+    fn = {"name": call.name, "arguments": arguments}
+    return {"role": role, "content": content, "tool_calls": [{"id": call.id, "type": "function", "function": fn}]}
 
 
 def load(path: str | Path) -> Tokenizer:

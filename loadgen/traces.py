@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 MOONCAKE_BLOCK_TOKENS = 512
+DATASET = "dataset"  # a TraceRef's format prefix for a persona's conversation dataset (loadgen/datasets.py)
 
 
 class TraceError(ValueError):
@@ -163,6 +164,10 @@ def trace_refs(data: Any, where: str = "") -> list[TraceRef]:
             found.append(TraceRef(field, data["trace"], str(data.get("format") or "auto")))
         elif isinstance(data.get("trace"), str) and data.get("dist") == "empirical":
             found.append(TraceRef(field, data["trace"], column=str(data.get("column"))))
+        dataset = data.get("dataset")
+        if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
+            fmt = f"{DATASET}:{dataset.get('format') or 'auto'}"
+            found.append(TraceRef(f"{where}.dataset.path".lstrip("."), dataset["path"], fmt))
         for key, value in data.items():
             found += trace_refs(value, f"{where}.{key}")
     elif isinstance(data, list):
@@ -186,11 +191,12 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
     then among the shipped traces. Symbolic links are followed before the check, so a link next to the
     scenario cannot point elsewhere. Anything else is a ``TraceError`` naming ``--allow-path``.
     """
-    from scenarios.distributions import BUNDLED_TRACES
+    from scenarios.distributions import BUNDLED_DATASETS, BUNDLED_TRACES
 
-    roots = [r.resolve() for r in ([scenario_dir] if scenario_dir else []) + [*allowed, BUNDLED_TRACES]]
+    shipped = [BUNDLED_TRACES, BUNDLED_DATASETS]
+    roots = [r.resolve() for r in ([scenario_dir] if scenario_dir else []) + [*allowed, *shipped]]
     name = Path(os.path.expanduser(trace))
-    bases = [] if name.is_absolute() else [*roots[:-1], Path.cwd(), BUNDLED_TRACES]
+    bases = [] if name.is_absolute() else [*roots[:-2], Path.cwd(), *shipped]
     candidates = [name] if name.is_absolute() else [base / name for base in bases]
     found = next((c for c in candidates if c.exists()), None)
     if found is None:
@@ -208,6 +214,11 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
 
 def check_trace_file(path: Path, ref: TraceRef) -> None:
     """Read a trace once, as the load processes will: garbage is a ``TraceError`` now, not mid-run."""
+    if ref.fmt.startswith(DATASET + ":"):
+        from loadgen.datasets import read_dataset
+
+        read_dataset(path, ref.fmt.split(":", 1)[1])
+        return
     if ref.column is None:
         if not read_trace(path, ref.fmt):
             raise TraceError(f"{path}: the trace has no rows")
@@ -260,6 +271,9 @@ def _replace_traces(data: Any, paths: dict[str, str]) -> Any:
         out = {k: _replace_traces(v, paths) for k, v in data.items()}
         if isinstance(out.get("trace"), str) and out["trace"] in paths:
             out["trace"] = paths[out["trace"]]
+        dataset = out.get("dataset")
+        if isinstance(dataset, dict) and isinstance(dataset.get("path"), str) and dataset["path"] in paths:
+            out["dataset"] = {**dataset, "path": paths[dataset["path"]]}
         return out
     if isinstance(data, list):
         return [_replace_traces(v, paths) for v in data]

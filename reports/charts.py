@@ -133,6 +133,7 @@ def chart_payload(summary: Summary, max_points: int = MAX_POINTS) -> dict[str, A
         "colours": fmt.tier_colours(summary),
         "windows": [[w.start_s, w.end_s] for w in summary.windows],
         "excluded": [[a, b] for a, b in summary.measurement.excluded_spans],
+        "outages": [{"start": o.start_s, "end": o.end_s, "name": o.name, "route": o.route} for o in summary.outages],
         "phases": [
             {"name": str(p.get("name", "")), "start": p.get("start_s"), "end": p.get("end_s")}
             for p in summary.run.phases
@@ -199,3 +200,24 @@ def breaker_strips(summary: Summary) -> list[dict[str, Any]]:
 def tier_has_timeline(summary: Summary, tier: TierSummary) -> bool:
     """True when the timeline carries a series for this tier."""
     return tier.name in summary.timeline.tiers
+
+
+def nice_ticks(top: float, target: int = 4) -> list[float]:
+    """Axis ticks from 0 with a round step (1, 2, 2.5 or 5 × 10^k), the last at or above ``top``."""
+    if not math.isfinite(top) or top <= 0:
+        return [0.0, 1.0]
+    raw = top / max(1, target)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if raw <= m * mag * (1 + 1e-9))
+    count = math.ceil(top / step - 1e-9)
+    return [round(i * step, 12) for i in range(count + 1)]
+
+
+def tick_label(value: float, ticks: list[float]) -> str:
+    """A tick's text with as many decimals as the step needs (0.25 → "0.25", 2.5 → "2.5", 20 → "20")."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = 0
+    while decimals < 6 and abs(round(step, decimals) - step) > 1e-9 * max(1.0, step):
+        decimals += 1
+    return f"{value:,.{decimals}f}"
+

@@ -25,7 +25,7 @@ def _change(test: Test) -> str:
 
 
 def _p(v: float) -> str:
-    return "<0.0001" if v < 1e-4 else f"{v:.3g}"
+    return fmt.p_value(v)
 
 
 def _status(test: Test) -> str:

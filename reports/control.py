@@ -9,7 +9,7 @@ from audit.summary import PairedEffect, PriorityEffect, Summary
 def _p(p: float | None) -> str:
     if p is None:
         return text.DASH
-    return "< 0.001" if p < 0.001 else text.p_value(p)
+    return text.p_value(p)
 
 
 def _latency(e: PairedEffect) -> dict[str, str]:

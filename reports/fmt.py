@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary
-from audit.text import ms, pct, times
+from audit.text import ms, p_value, pct, times
 
 # Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
 TIER_PALETTE = (
@@ -59,9 +59,9 @@ CLASS_LABELS = {
     "not_sent": "not sent",
 }
 
-# ms, pct and times are re-exported: the one formatting of durations, shares and ratios (audit/text.py)
+# ms, pct, times and p_value are re-exported: the one formatting of durations, shares, ratios, p-values
 __all__ = ["CLASS_COLOURS", "CLASS_LABELS", "OUTCOME_CLASSES", "POLICY_DROP_CLASSES", "TIER_PALETTE",
-           "UNSERVED_CLASSES", "ms", "pct", "times"]
+           "UNSERVED_CLASSES", "ms", "p_value", "pct", "times"]
 
 
 def tier_colours(summary: Summary) -> dict[str, str]:
@@ -152,6 +152,25 @@ def span(summary: Summary, start_s: float, end_s: float) -> str:
     return f"{clock(summary, start_s)}–{clock(summary, end_s)}"
 
 
+def run_t(value: float) -> str:
+    """Seconds from the run's start, as the scenario's phases and faults count them: '25', '27.1'."""
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def span_t(summary: Summary, start_s: float, end_s: float) -> str:
+    """'12:01:05–12:04:10 UTC (t = 25–45 s)': wall clock and run-relative time side by side."""
+    if anchor(summary) is None:
+        return f"t = {run_t(start_s)}–{run_t(end_s)} s"
+    return f"{span(summary, start_s, end_s)} UTC (t = {run_t(start_s)}–{run_t(end_s)} s)"
+
+
+def clock_t(summary: Summary, t_s: float) -> str:
+    """'12:01:05 (t = 25.3 s)': a moment as wall clock and run-relative time."""
+    if anchor(summary) is None:
+        return f"t = {run_t(t_s)} s"
+    return f"{clock(summary, t_s)} (t = {run_t(t_s)} s)"
+
+
 def check_value(check: str, value: float | None) -> str:
     """A verdict's threshold or observation in the unit its check name implies."""
     if value is None:
@@ -159,7 +178,7 @@ def check_value(check: str, value: float | None) -> str:
     name = check.lower()
     if "_ms" in name or name.startswith("ttft") or name.startswith("tpot") or name.startswith("e2e"):
         return ms(value)
-    if name.endswith("_s") or "makespan" in name or "gap" in name:
+    if name.endswith("_s") or "makespan" in name or "gap" in name or name == "early_abort":  # abort: at, of planned
         return secs(value)
     if any(word in name for word in ("rate", "share", "floor", "goodput", "ratio")):
         return pct(value, 1)

@@ -11,7 +11,7 @@ import jinja2
 from markupsafe import Markup
 
 from audit.summary import UNSERVED_CLASSES, Summary, TierSummary
-from reports import charts, control, drops, fmt, sentences
+from reports import charts, control, drops, fmt, sentences, sidebyside
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -118,7 +118,7 @@ def _evidence(summary: Summary) -> list[dict[str, Any]]:
     out = []
     for tier in summary.tiers:
         rows = sorted((e for e in summary.evidence if e.tier == tier.name), key=lambda e: e.t_s)
-        shown = [{"e": e, "clock": fmt.clock(summary, e.t_s)} for e in rows[:MAX_EVIDENCE_ROWS]]
+        shown = [{"e": e, "clock": fmt.clock_t(summary, e.t_s)} for e in rows[:MAX_EVIDENCE_ROWS]]
         out.append({"tier": tier.name, "rows": shown, "hidden": max(0, len(rows) - MAX_EVIDENCE_ROWS)})
     return out
 
@@ -164,6 +164,7 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
             for stats, what in ((t.tasks, "agent tasks"), (t.sessions, "chat sessions"))
             if stats is not None
         ],
+        "agent_lines": sentences.agents_lines(summary),
         "rows": [_tier_row(summary, t) for t in summary.tiers],
         "control_rows": control.rows(summary),
         "class_columns": _class_columns(summary),
@@ -181,10 +182,15 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
                            if f.kind != "unclassified" and (f.kind not in FAIRNESS_KINDS or f.severity == "error")],
         "has_fallback": has_fallback,
         "tiers_with_timeline": [t.name for t in summary.tiers if charts.tier_has_timeline(summary, t)],
-        "windows": [(fmt.span(summary, w.start_s, w.end_s), w) for w in summary.windows],
+        "windows": [(fmt.span_t(summary, w.start_s, w.end_s), w) for w in summary.windows],
         "saturation_line": sentences.saturation_line(summary),
+        "outage_line": sentences.outage_line(summary),
+        "side_by_side": sidebyside.comparison_rows(summary) if sidebyside.shown(summary) else None,
+        "spend_rows": sidebyside.spend_rows(summary) if sidebyside.spend_shown(summary) else None,
+        "spend_header": sidebyside.SPEND_HEADER,
+        "outages": [(fmt.span_t(summary, o.start_s, o.end_s), o) for o in summary.outages],
         "breaker_changes": [
-            {**c, "clock": fmt.clock(summary, float(c.get("t_s", c.get("t", 0)) or 0))}
+            {**c, "clock": fmt.clock_t(summary, float(c.get("t_s", c.get("t", 0)) or 0))}
             for c in summary.timeline.breaker
         ],
         "drop_count": drop_count,

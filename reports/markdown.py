@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from audit.summary import Summary, TokenFidelity
-from reports import control, fmt, sentences
+from reports import control, fmt, sentences, sidebyside
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -55,10 +55,15 @@ def _token_line(f: TokenFidelity) -> str:
     return "; ".join(parts)
 
 
+SIMULATED = "simulated (virtual time)"
+
+
 def render_markdown(summary: Summary) -> str:
     """The Markdown summary as text (ends with a newline; append-safe)."""
     run = summary.run
     out = [f"## rushhour · {_text(run.scenario)} · {_status_badge(summary)}", ""]
+    if run.mode == "simulated":
+        out += [f"> **{SIMULATED}**: the scenario ran against the testbed's model of the stack, not a live one.", ""]
     out += [f"**{_text(sentences.verdict_line(summary))}**", ""]
     if not summary.validity.valid:
         out += [
@@ -129,9 +134,21 @@ def render_markdown(summary: Summary) -> str:
         out += [f"Measurement window: {fmt.count(m.excluded_requests)} request(s) sent in "
                 f"{_text(', '.join(m.excluded_phases))} are left out of the figures and SLO checks above.", ""]
 
+    if sidebyside.shown(summary):
+        header, rows = sidebyside.comparison_rows(summary)
+        out += ["### Service tiers side by side", "", *_table(header, rows, set(range(1, len(header)))), ""]
+    if sidebyside.spend_shown(summary) and summary.spend is not None:
+        out += ["### Tokens, spend and budget", ""]
+        out += _table(sidebyside.SPEND_HEADER, sidebyside.spend_rows(summary), {2, 3})
+        out += [""] + [f"- {_text(n)}" for n in summary.spend.notes] + [""]
+
     token_lines = [f"- **{_text(t.name)}**: {_text(_token_line(t.tokens))}" for t in summary.tiers if t.tokens]
     if token_lines:
         out += ["### Token counts: the server's against the scenario's", "", *token_lines, ""]
+
+    agent_lines = sentences.agents_lines(summary)
+    if agent_lines:
+        out += ["### Agents on the wire: tools and sub-agents", "", *[f"- {_text(line)}" for line in agent_lines], ""]
 
     effect_rows = control.rows(summary)
     if effect_rows:

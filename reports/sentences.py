@@ -28,6 +28,11 @@ def interrupted_text(summary: Summary) -> str:
     """'the run was interrupted (stop reason: budget)', or empty when it ended on schedule."""
     if not summary.run.interrupted:
         return ""
+    abort = summary.run.abort
+    if abort:
+        at = abort.get("at_s")
+        when = f" at {fmt.secs(float(at))}" if isinstance(at, int | float) else ""
+        return f"the run was aborted early{when} (stop reason: {summary.run.stop_reason}): {abort.get('message', '')}"
     return f"the run was interrupted (stop reason: {summary.run.stop_reason or 'unknown'})"
 
 
@@ -58,17 +63,28 @@ def verdict_line(summary: Summary) -> str:
 
 
 def _windows_text(summary: Summary) -> str:
-    """The windows as UTC spans, or a count when there are many."""
+    """The windows as UTC spans with run-relative times, or a count when there are many."""
     windows = summary.windows
     if len(windows) <= 3:
-        return ", ".join(fmt.span(summary, w.start_s, w.end_s) for w in windows) + " UTC"
-    return f"{len(windows)} windows, the first at {fmt.clock(summary, windows[0].start_s)} UTC"
+        return ", ".join(fmt.span_t(summary, w.start_s, w.end_s) for w in windows)
+    return f"{len(windows)} windows, the first at {fmt.clock_t(summary, windows[0].start_s)}"
+
+
+def outage_line(summary: Summary) -> str:
+    """The scheduled outages, named apart from saturation (empty when there were none)."""
+    if not summary.outages:
+        return ""
+    parts = [f"the {o.route} route was down for {fmt.secs(o.end_s - o.start_s)}, "
+             f"{fmt.span_t(summary, o.start_s, o.end_s)} — {o.detail}" for o in summary.outages]
+    return ("Scheduled outage" + ("s" if len(parts) > 1 else "") + ": " + "; ".join(parts)
+            + ". An outage is not saturation: these spans are left out of the saturation windows.")
 
 
 def saturation_line(summary: Summary) -> str:
     """How long the stack was saturated."""
     if not summary.windows:
-        return "No saturation was detected: no tier was held back by the stack's capacity."
+        outside = " outside the scheduled outages" if summary.outages else ""
+        return f"No saturation was detected{outside}: no tier was held back by the stack's capacity."
     total = sum(w.end_s - w.start_s for w in summary.windows)
     tl = summary.timeline
     length = max(summary.run.duration_s, (tl.t[-1] + tl.bucket_s) if tl.t else 0.0)
@@ -184,16 +200,43 @@ def task_line(tier: TierSummary, stats: TaskStats, what: str) -> str:
     return text + "."
 
 
+def agents_line(tier: TierSummary) -> str:
+    """'batch: 142 requests offered tools (138 served); 64 answers called a tool (46 % of those served: …);
+    12 calls spawned sub-agents, which sent 39 requests.', or empty when the tier had neither."""
+    a = tier.agents
+    if a is None:
+        return ""
+    parts = []
+    if a.requests_with_tools:
+        parts.append(f"{fmt.count(a.requests_with_tools)} request(s) offered tools "
+                     f"({fmt.count(a.served_with_tools)} served)")
+        called = f"{fmt.count(a.tool_call_answers)} answer(s) called a tool"
+        if a.served_with_tools:
+            called += f" ({fmt.pct(a.tool_call_answers / a.served_with_tools)} of those served"
+            names = sorted(a.tool_calls_by_name.items(), key=lambda kv: (-kv[1], kv[0]))
+            called += (": " + ", ".join(f"{name} {fmt.count(n)}" for name, n in names) + ")") if names else ")"
+        parts.append(called)
+    if a.subagent_spawns or a.subagent_requests:
+        parts.append(f"{fmt.count(a.subagent_spawns)} call(s) spawned sub-agents, which sent "
+                     f"{fmt.count(a.subagent_requests)} request(s)")
+    return f"{tier.name}: " + "; ".join(parts) + "." if parts else ""
+
+
+def agents_lines(summary: Summary) -> list[str]:
+    """One line per tier that offered tools or spawned sub-agents (none: an empty list)."""
+    return [line for line in (agents_line(t) for t in summary.tiers) if line]
+
+
 def fairness_line(tier: TierSummary) -> str:
     """Jain index, starvation gap and floor check of a tier, in words."""
     parts = []
     jain = tier.fairness.jain_index
     n = len(tier.fairness.tenants)
-    if jain is not None:
+    if n <= 1:  # a Jain index over one tenant is 1 by definition: it says nothing about fairness
+        parts.append(f"{n} tenant, so fairness across tenants does not apply")
+    elif jain is not None:
         quality = "fair" if jain >= 0.95 else ("somewhat uneven" if jain >= 0.8 else "unfair")
         parts.append(f"Jain index {jain:.3f} across {n} tenants ({quality})")
-    elif n <= 1:
-        parts.append(f"{n} tenant, so fairness across tenants does not apply")
     if tier.starvation_max_gap_s is not None:
         parts.append(f"longest gap without a served request {fmt.secs(tier.starvation_max_gap_s)}")
     floor = tier.floor
@@ -211,7 +254,8 @@ def fairness_line(tier: TierSummary) -> str:
 
 def headline(summary: Summary) -> list[str]:
     """The few sentences a manager reads first."""
-    lines = [verdict_line(summary), *unclassified_lines(summary), saturation_line(summary),
+    lines = [verdict_line(summary), *unclassified_lines(summary), *filter(None, [outage_line(summary)]),
+             saturation_line(summary),
              unfinished_line(summary)]
     lines += [tier_line(summary, t) for t in summary.tiers]
     return [line for line in lines if line]

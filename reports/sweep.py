@@ -8,37 +8,52 @@ from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup, escape
+from pydantic import BaseModel
 
 from audit.knee import StudyResult, SweepResult
 from reports import fmt
+from reports.charts import nice_ticks, tick_label
 
 CHART_W, CHART_H = 380, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 14, 38
 
 
-def _nice_max(v: float) -> float:
-    if v <= 0:
-        return 1.0
-    import math
+# Readable words for a knee's status (sweep.json keeps the codes).
+KNEE_WORDS = {"within": "holds, then fails", "always_passes": "holds at every load",
+              "never_passes": "fails at every load", "no_slo": "no SLO", "no_data": "no requests"}
 
-    mag = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if v <= m * mag:
-            return m * mag
-    return 10 * mag
+
+def knee_words(status: str) -> str:
+    """``always_passes`` → ``holds at every load``."""
+    return KNEE_WORDS.get(status, status.replace("_", " "))
+
+
+def step_words(status: str, confident: bool) -> str:
+    """A tier's verdict at one step: ``pass``, ``fail``, ``pass, not confident``, ``no SLO``."""
+    if status in ("pass", "fail"):
+        return status if confident else f"{status}, not confident"
+    return knee_words(status)
 
 
 def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float | None]]]], *, x_label: str,
-               y_label: str, y_fmt: str = "{:g}", hline: float | None = None, title: str = "") -> Markup:
-    """A small static SVG line chart: (label, colour, points) per series; None values break the line."""
+               y_label: str, y_fmt: str = "{:g}", hline: float | None = None, title: str = "",
+               y_top: float | None = None) -> Markup:
+    """A small static SVG line chart: (label, colour, points) per series; None values break the line.
+
+    Both axes start at 0 and are ticked at round steps (``reports.charts.nice_ticks``), so every tick's
+    label is its exact value; ``y_fmt`` formats the points' tooltips; ``y_top`` is the axis' natural
+    top (100 for a percentage) when no point exceeds it.
+    """
     xs: list[float] = [x for _, _, pts in series for x, _ in pts]
     ys: list[float] = [y for _, _, pts in series for _, y in pts if y is not None]
     if hline is not None:
         ys.append(hline)
     if not xs or not ys:
         return Markup('<p class="muted small">no data</p>')
-    x0, x1 = 0.0, max(xs) * 1.05 or 1.0
-    y1 = _nice_max(max(ys) * 1.05)
+    top = y_top if y_top is not None and max(ys) <= y_top else max(ys) * 1.02
+    x_ticks, y_ticks = nice_ticks(max(xs) * 1.02), nice_ticks(top)
+    x0, x1 = 0.0, x_ticks[-1]
+    y1 = y_ticks[-1]
     iw, ih = CHART_W - PAD_L - PAD_R, CHART_H - PAD_T - PAD_B
 
     def px(x: float) -> float:
@@ -49,15 +64,13 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float | No
 
     parts = [f'<svg class="rh-chart" viewBox="0 0 {CHART_W} {CHART_H}" width="{CHART_W}" height="{CHART_H}" '
              f'role="img" aria-label="{escape(title or y_label)}">']
-    for i in range(5):
-        tick = y1 * i / 4
+    for tick in y_ticks:
         parts.append(f'<line x1="{PAD_L}" x2="{CHART_W - PAD_R}" y1="{py(tick):.1f}" y2="{py(tick):.1f}" '
                      f'stroke="#e5e7eb"/><text x="{PAD_L - 6}" y="{py(tick) + 4:.1f}" text-anchor="end" '
-                     f'font-size="10" fill="#5b6474">{escape(y_fmt.format(tick))}</text>')
-    for i in range(5):
-        x = x1 * i / 4
+                     f'font-size="10" fill="#5b6474">{escape(tick_label(tick, y_ticks))}</text>')
+    for x in x_ticks:
         parts.append(f'<text x="{px(x):.1f}" y="{CHART_H - PAD_B + 14}" text-anchor="middle" font-size="10" '
-                     f'fill="#5b6474">{x:.0f}</text>')
+                     f'fill="#5b6474">{escape(tick_label(x, x_ticks))}</text>')
     parts.append(f'<text x="{PAD_L + iw / 2:.1f}" y="{CHART_H - 6}" text-anchor="middle" font-size="11" '
                  f'fill="#1d2330">{escape(x_label)}</text>')
     parts.append(f'<text x="12" y="{PAD_T + ih / 2:.1f}" transform="rotate(-90 12 {PAD_T + ih / 2:.1f})" '
@@ -117,7 +130,7 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
                 line_chart(series("goodput_per_s"), x_label="offered load (req/s)", y_label="goodput (req/s)",
                            title=f"goodput, {label}"),
                 line_chart(series("drop_rate", 100.0), x_label="offered load (req/s)", y_label="not served (%)",
-                           y_fmt="{:.0f}", title=f"drop rate, {label}"),
+                           y_fmt="{:.0f}", title=f"drop rate, {label}", y_top=100.0),
                 line_chart(series("ttft_p99_ms", 0.001), x_label="offered load (req/s)", y_label="TTFT p99 (s)",
                            y_fmt="{:.1f}", title=f"TTFT p99, {label}"),
             ],
@@ -142,7 +155,8 @@ def render_sweep_html(result: SweepResult) -> str:
     tiers = list(dict.fromkeys(t.tier for s in result.steps for t in s.tiers))
     return str(_env().get_template("sweep.html.j2").render(
         kind="sweep", sweep=result, study=None, css=Markup(_css()), groups=sweep_charts(result),
-        colours=_colours(tiers), tiers=tiers,
+        colours=_colours(tiers), tiers=tiers, search=getattr(result, "search", None), knee_words=knee_words,
+        step_words=step_words,
     ))
 
 
@@ -150,18 +164,28 @@ def render_sweep_markdown(result: SweepResult) -> str:
     """The sweep as Markdown: answers, knees and steps."""
     lines = [f"## Sweep `{result.scenario}` ({result.sweep_id})", ""]
     lines += [f"- {a}" for a in result.answers] + [""]
+    search = getattr(result, "search", None)
+    if search is not None:
+        lines += ["### SLO boundary", "", "| # | scale | offered req/s | seed | verdict | checks |",
+                  "|---:|---:|---:|---:|---|---|"]
+        for i, p in enumerate(search.probes, start=1):
+            checks = "<br>".join(f"{t.tier}: {'; '.join(t.checks)}" for t in p.tiers if t.checks)
+            verdict = p.outcome + ("" if p.confident else ", not confident") + ("" if p.valid else ", invalid run")
+            lines.append(f"| {i} | {p.scale:.3g}× | {p.offered_rps:.1f} | {p.seed} | {verdict} | {checks} |")
+        lines += [f"- cliff: {c.tier} {c.what} between {c.from_scale:.3g}× and {c.to_scale:.3g}×"
+                  for c in search.cliffs] + [""]
     lines += ["| tier | replicas | knee | interval (req/s) | confident | drops from |",
               "|---|---:|---|---|---|---|"]
     for k in result.knees:
         interval = f"{_n(k.knee_rps)} … {_n(k.fail_rps)}"
-        lines.append(f"| {k.tier} | {k.replicas or '–'} | {k.status} | {interval} | "
+        lines.append(f"| {k.tier} | {k.replicas or '–'} | {knee_words(k.status)} | {interval} | "
                      f"{'yes' if k.confident_pass else 'no'} | {_n(k.drop_onset_rps)} |")
     lines += ["", "| step | scale | replicas | offered req/s | tier | status | goodput/s | not served | TTFT p99 |",
               "|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     for s in result.steps:
         for t in s.tiers:
             lines.append(f"| {s.index} | {s.scale:.3g}× | {s.replicas or '–'} | {s.offered_rps:.1f} | {t.tier} | "
-                         f"{t.status}{'' if t.confident else '?'} | {t.goodput_per_s:.1f} | {fmt.pct(t.drop_rate)} | "
+                         f"{step_words(t.status, t.confident)} | {t.goodput_per_s:.1f} | {fmt.pct(t.drop_rate)} | "
                          f"{fmt.ms(t.ttft_p99_ms)} |")
     lines += [f"- note: {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
@@ -171,7 +195,7 @@ def _n(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
-def _write(result: SweepResult | StudyResult, root: Path, stem: str, html: str, markdown: str) -> dict[str, Path]:
+def _write(result: BaseModel, root: Path, stem: str, html: str, markdown: str) -> dict[str, Path]:
     """Write <stem>.json, <stem>.html and <stem>.md into ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     paths = {"json": root / f"{stem}.json", "html": root / f"{stem}.html", "markdown": root / f"{stem}.md"}

@@ -119,6 +119,8 @@ def print_terminal(summary: Summary, console: Console) -> None:
     _window(summary, console)
     for line in control.lines(summary):
         console.print(Text("priority vs equal-priority control: " + line), highlight=False)
+    for line in sentences.agents_lines(summary):
+        console.print(Text("agents on the wire: " + line), highlight=False)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
     for f in summary.findings:

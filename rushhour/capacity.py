@@ -35,10 +35,21 @@ def _label(step: PlannedStep) -> str:
     return ", ".join(f"{k}={v}" for k, v in step.meta.items()) or f"{where}{step.scale:g}×"
 
 
-def _runner(processes: int, quiet: bool = True, base: str | None = None, total: int = 0) -> Any:
+def _eta(plan: Plan, simulate: bool) -> str:
+    """How long a plan takes: wall time in real time; in virtual time only its simulated time (far less wall)."""
+    from loadgen.sweep import estimate_s, fmt_duration
+
+    if simulate:
+        return f"{fmt_duration(sum(s.duration_s for s in plan.steps))} of simulated time (virtual time: less wall time)"
+    return f"about {fmt_duration(estimate_s(plan))}"
+
+
+def _runner(processes: int, quiet: bool = True, base: str | None = None, total: int = 0,
+            simulate: bool = False) -> Any:
     """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report.
 
     A line every few seconds inside the step (``rushhour.progress``): elapsed time, requests done.
+    ``simulate``: each step runs in virtual time against the testbed's model (``sim/``) instead.
     """
     from audit import run_audit
     from loadgen.runner import RunOptions, run_scenario
@@ -48,8 +59,16 @@ def _runner(processes: int, quiet: bool = True, base: str | None = None, total: 
     allowed = [resolve_scenario_path(base).resolve().parent] if base else []
 
     def run_step(step: PlannedStep) -> Path | None:
+        if simulate:
+            from sim.run import SimOptions
+            from sim.run import simulate as run_sim
+
+            run_dir = run_sim(str(step.scenario_path), SimOptions(out_dir=step.dir, allow_paths=allowed)).run_dir
+            run_audit(run_dir)
+            return run_dir
         # a step's scenario sits in the sweep's folder: its traces may come from the base scenario's
-        options = RunOptions(out_dir=step.dir, processes=processes, live=False, allow_paths=allowed)
+        # a step runs to its end whatever the scenario's `abort:` says: the knee needs the failing steps' figures too
+        options = RunOptions(out_dir=step.dir, processes=processes, live=False, allow_paths=allowed, abort=[])
         label = f"step {step.index + 1}/{total} ({_label(step)})" if total else f"step {step.index + 1}"
         with StepWatch(step.dir, label, lambda line: console.print(line, highlight=False, markup=False)):
             result = run_scenario(str(step.scenario_path), options, console=None if quiet else console)
@@ -100,12 +119,29 @@ def sweep(
     seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every step)")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
     processes: Annotated[int, typer.Option(help="Locust processes per step")] = 1,
+    search: Annotated[bool, typer.Option("--search", help="bisect the --scale range to the highest load at which "
+                                         "every tier meets its SLOs (the SLO boundary), instead of a ladder")] = False,
+    precision: Annotated[float, typer.Option(help="--search: stop when the bracket is this narrow "
+                                             "(0.1 = the failing level within 10 % of the passing one)")] = 0.1,
+    max_probes: Annotated[int, typer.Option(help="--search: runs in all, repeats included")] = 8,
+    repeats: Annotated[int, typer.Option(help="--search: extra runs (other seeds) of a level whose interval "
+                                         "straddles a threshold, before it is called inconclusive")] = 1,
+    simulate: Annotated[bool, typer.Option(help="run every step in virtual time against the testbed's model")] = False,
 ) -> None:
-    """Run a ladder of load levels (and replica counts); report every tier's knee and a plain answer."""
+    """Run a ladder of load levels (and replica counts); report every tier's knee and a plain answer.
+
+    With --search: bisect the load to the SLO boundary, with its bracket, per-probe intervals and cliffs.
+    """
     import time
 
+    if search:
+        if replicas:
+            raise _fail("--search finds one boundary: drop --replicas (run one search per replica count)")
+        _search(scenario, scale, step_duration, warmup, mode, seed, out_dir, processes, precision, max_probes,
+                repeats, simulate)
+
     from audit.knee import analyse_sweep, step_from_summary
-    from loadgen.sweep import SweepError, fmt_duration, parse_replicas, parse_scales, plan_sweep, run_plan
+    from loadgen.sweep import SweepError, parse_replicas, parse_scales, plan_sweep, run_plan
     from reports.sweep import write_sweep_reports
     from scenarios import ScenarioError, load_scenario
     from scenarios.model import parse_duration
@@ -119,10 +155,8 @@ def sweep(
                           warmup_s=parse_duration(warmup), seed=seed)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    from loadgen.sweep import estimate_s
-
-    console.print(f"sweep {plan.id}: {len(plan.steps)} steps, about {fmt_duration(estimate_s(plan))}", highlight=False)
-    run_plan(plan, _runner(processes, base=scenario, total=len(plan.steps)),
+    console.print(f"sweep {plan.id}: {len(plan.steps)} steps, {_eta(plan, simulate)}", highlight=False)
+    run_plan(plan, _runner(processes, base=scenario, total=len(plan.steps), simulate=simulate),
              _progress(len(plan.steps), time.monotonic()))
     done = _summaries(plan)
     if not done:
@@ -142,6 +176,75 @@ def sweep(
     raise typer.Exit(EXIT_OK if all(s.error is None for s in plan.steps) else EXIT_USAGE)
 
 
+def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: str, seed: int | None,
+            out_dir: Path, processes: int, precision: float, max_probes: int, repeats: int,
+            simulate: bool = False) -> None:
+    """``sweep --search``: probe, audit, judge with intervals, bisect; write sweep.json with ``search``."""
+    from audit.boundary import Probe, SearchResult, SearchSettings, boundary, next_scale, probe_outcome
+    from audit.knee import Step, analyse_sweep, step_from_summary
+    from loadgen.sweep import SweepError, new_id, parse_scales, plan_step
+    from reports.sweep import write_sweep_reports
+    from scenarios import ScenarioError, load_scenario
+    from scenarios.model import parse_duration
+
+    if mode not in ("steady", "scale"):
+        raise _fail(f"--mode {mode!r}: use steady or scale")
+    try:
+        base = load_scenario(scenario)
+        scales = parse_scales(scale, 2)
+        settings = SearchSettings(low=min(scales), high=max(scales), precision=precision, max_probes=max_probes,
+                                  repeats=repeats)
+        step_s, warm_s = parse_duration(step_duration), parse_duration(warmup)
+    except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if all(t.slo.is_empty() for t in base.tiers):
+        raise _fail(f"scenario {base.name!r}: no tier has an SLO, so there is no boundary to search (add slo:)")
+    sweep_id = new_id("sweep")
+    root = out_dir / sweep_id
+    console.print(f"search {sweep_id}: SLO boundary between {settings.low:g}× and {settings.high:g}× today's peak, "
+                  f"at most {max_probes} runs of about {step_s + warm_s:.0f} s", highlight=False)
+    run_step = _runner(processes, base=scenario, total=max_probes, simulate=simulate)
+    probes: list[Probe] = []
+    steps: list[Step] = []
+    errors: list[str] = []
+    base_seed = seed if seed is not None else base.seed
+    while (level := next_scale(probes, settings)) is not None:
+        again = len([p for p in probes if p.scale == level])
+        planned = plan_step(base, level, len(probes) + len(errors), root, mode=mode,  # type: ignore[arg-type]
+                            step_duration_s=step_s, warmup_s=warm_s, seed=base_seed + again)
+        try:
+            run_dir = run_step(planned)
+            if run_dir is None:
+                raise RuntimeError("the run produced no run folder")
+            from audit import load_or_audit
+
+            row: Step = step_from_summary(load_or_audit(run_dir), planned.index, level, None, str(run_dir),
+                                          planned.duration_s)
+        except Exception as exc:  # a broken probe ends the search: bisecting past it would guess
+            errors.append(f"probe {planned.index} ({level:g}×) failed: {type(exc).__name__}: {exc}")
+            console.print(f"  [red]{errors[-1]}[/]", highlight=False)
+            break
+        probe = probe_outcome(row, base_seed + again)
+        probes.append(probe)
+        steps.append(row)
+        console.print(f"  probe {len(probes)}: {probe.line}", highlight=False, markup=False)
+    if not steps:
+        raise _fail("no probe produced an audited run")
+    found = boundary(probes, steps, settings)
+    swept = analyse_sweep(steps, sweep_id=sweep_id, scenario=base.name, mode=mode, created_at=_now(),
+                          description=base.description, step_duration_s=step_s if mode == "steady" else None,
+                          warmup_s=warm_s if mode == "steady" else None)
+    result = SearchResult(**dict(swept), search=found)
+    result.answers = [found.sentence, *result.answers]
+    result.notes += errors
+    paths = write_sweep_reports(result, root)
+    for line in result.answers:
+        out.print(f"• {line}", highlight=False, markup=False)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    raise typer.Exit(EXIT_USAGE if errors else EXIT_OK)
+
+
 def study(
     grid: Annotated[str, typer.Option(help="quick (tests, ~1 min), default (~10 min) or full (hours)")] = "default",
     scenario: Annotated[str, typer.Option(help="the study's base scenario")] = "multitier-study",
@@ -151,13 +254,16 @@ def study(
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
     quick: Annotated[bool, typer.Option("--quick", help="shorthand for --grid quick")] = False,
     from_dir: Annotated[Path | None, typer.Option("--from", help="re-analyse a study folder, run nothing")] = None,
+    simulate: Annotated[bool, typer.Option(help="run every cell in virtual time against the testbed's model")] = False,
+    replicas: Annotated[int | None, typer.Option(help="replicas of every cell (default: the base scenario's)")] = None,
+    scale: Annotated[float, typer.Option(help="the base workload × this (with --replicas: the study at scale)")] = 1.0,
 ) -> None:
     """Reproduce the multi-tier study: K tiers × mixes × loads × fifo / llm-d / headroom, against its claims."""
     import dataclasses
     import time
 
     from audit.knee import analyse_study, study_cell
-    from loadgen.sweep import GRIDS, SweepError, estimate_s, existing_study, fmt_duration, plan_study, run_plan
+    from loadgen.sweep import GRIDS, SweepError, existing_study, plan_study, run_plan
     from reports.sweep import write_study_reports
     from scenarios import ScenarioError, load_scenario
     from scenarios.model import parse_duration
@@ -172,6 +278,8 @@ def study(
         if k:
             chosen = dataclasses.replace(chosen, k=tuple(sorted({int(x) for x in k.split(",")})))
         base = load_scenario(scenario)
+        if replicas is not None or scale != 1.0:
+            base = _at_scale(base, replicas, scale)
         plan = existing_study(from_dir) if from_dir else plan_study(base, chosen, out_dir=out_dir, seed=seed)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -184,9 +292,9 @@ def study(
             duration_s=plan.steps[0].duration_s if plan.steps else chosen.duration_s)
         name = f"from {from_dir}"
     else:
-        console.print(f"study {plan.id}: {len(plan.steps)} runs ({name} grid), "
-                      f"about {fmt_duration(estimate_s(plan))}", highlight=False)
-        run_plan(plan, _runner(1, base=scenario, total=len(plan.steps)),
+        console.print(f"study {plan.id}: {len(plan.steps)} runs ({name} grid), {_eta(plan, simulate)}",
+                      highlight=False)
+        run_plan(plan, _runner(1, base=scenario, total=len(plan.steps), simulate=simulate),
                  _progress(len(plan.steps), time.monotonic()))
     cells = [study_cell(s, replicas=st.replicas or 1, run_dir=str(st.run_dir), duration_s=st.duration_s,
                         **st.meta) for st, s in _summaries(plan)]
@@ -194,7 +302,9 @@ def study(
         raise _fail("no study run produced an audited run")
     notes = [f"grid '{name}': {len(plan.steps)} runs of {chosen.duration_s:g} s; K ∈ {list(chosen.k)}, "
              f"mixes {list(chosen.mixes)}, loads {list(chosen.loads)}, policies {list(chosen.policies)}; "
-             f"{base.target.testbed.replicas} '{base.target.testbed.preset}' replicas; seed {seed or base.seed}"]
+             f"{base.target.testbed.replicas} '{base.target.testbed.preset}' replicas; seed {seed or base.seed}"
+             + ("; simulated (virtual time)" if simulate else "")
+             + (f"; base workload × {scale:g}" if scale != 1.0 else "")]
     notes += [f"run {st.index} ({st.meta}) failed: {st.error}" for st in plan.steps if st.error]
     result = analyse_study(cells, study_id=plan.id, created_at=_now(), grid=chosen.as_dict(), notes=notes)
     paths = write_study_reports(result, plan.root)
@@ -203,6 +313,19 @@ def study(
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
     raise typer.Exit(EXIT_OK if all(s.error is None for s in plan.steps) else EXIT_USAGE)
+
+
+def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:
+    """The study's base scenario on ``replicas`` testbed replicas with its workload × ``scale``."""
+    from sim.run import scale_scenario
+
+    if scale <= 0 or (replicas is not None and replicas < 1):
+        raise ValueError("--scale must be > 0 and --replicas at least 1")
+    base = scale_scenario(base, scale)
+    if replicas is not None:
+        testbed = base.target.testbed.model_copy(update={"replicas": replicas})
+        base = base.model_copy(update={"target": base.target.model_copy(update={"testbed": testbed})})
+    return base
 
 
 def compare(

@@ -60,7 +60,8 @@ app = _App(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-scenario_app = typer.Typer(help="Validate scenarios and print their JSON Schema.", no_args_is_help=True)
+scenario_app = typer.Typer(help="Validate scenarios, print their JSON Schema, list the built-in ones.",
+                           no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 
 
@@ -78,6 +79,10 @@ def _register_capacity() -> None:
     app.command("sweep")(capacity.sweep)
     app.command("study")(capacity.study)
     app.command("compare")(capacity.compare)
+    from rushhour import simulated
+
+    app.command("simulate")(simulated.simulate)
+    app.command("plan")(simulated.plan)
 
 
 _register_capacity()
@@ -188,8 +193,17 @@ def run(
     master_bind: Annotated[str, typer.Option(help="address the master listens on for its workers")] = "127.0.0.1",
     master_port: Annotated[int, typer.Option(help="port the master listens on for its workers")] = 5557,
     workers_wait: Annotated[float, typer.Option(help="seconds to wait for the workers before giving up")] = 60.0,
+    abort: Annotated[str | None, typer.Option(
+        help="stop early and fail the gate: 'hopeless' (an SLO can no longer pass), 'saturation' (the queue only "
+             "grows or refusals climb), both comma-separated, or 'none'; default: the scenario's `abort:`")] = None,
+    repeat: Annotated[int, typer.Option(
+        min=1, max=1000, help="run N times with seeds derived from the scenario's (the first is its own), "
+        "audit each, aggregate per tier with 95 % t-intervals across runs (repeat.json, repeat.md, repeat.html)")] = 1,
+    repeat_gate: Annotated[str, typer.Option(
+        help="with --repeat: exit non-zero when 'any' run fails, when the 'aggregate' fails, or 'both'")] = "any",
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
+    from audit.early import Watcher
     from loadgen.runner import RunOptions, run_scenario
     from scenarios import ScenarioError
 
@@ -199,7 +213,19 @@ def run(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
+        abort=_abort_modes(abort), watcher=Watcher,
     )
+    if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
+        raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
+    if repeat > 1 and not dry_run:
+        from rushhour.repeat import run_repeated
+
+        try:
+            _, _, code = run_repeated(scenario, options, repeat, repeat_gate, console, out,  # type: ignore[arg-type]
+                                      report=report)
+        except (ScenarioError, FileNotFoundError) as exc:
+            raise _fail(str(exc)) from None
+        raise typer.Exit(code)
     try:
         result = run_scenario(scenario, options, console=console)
     except (ScenarioError, FileNotFoundError) as exc:
@@ -216,6 +242,14 @@ def run(
     raise typer.Exit(result.exit_code)
 
 
+def _abort_modes(value: str | None) -> list[str] | None:
+    """``--abort hopeless,saturation`` as a list ([] for 'none'; None: keep the scenario's)."""
+    if value is None:
+        return None
+    modes = [part.strip() for part in value.split(",") if part.strip()]
+    return [] if modes == ["none"] else modes
+
+
 @app.command()
 def worker(
     master: Annotated[str, typer.Option(help="the master's HOST[:PORT] (`rushhour run … --expect-workers N`)")],
@@ -225,11 +259,12 @@ def worker(
     """Join a multi-host run: get the scenario from the master, drive this worker's share, ship the records back."""
     import os
 
-    from loadgen.distributed import worker_command
+    from loadgen.distributed import parse_master, resolve_master, worker_command
     from loadgen.ship import SPOOL_ENV
 
     try:
         cmd = worker_command(master)
+        resolve_master(parse_master(master)[0])
     except ValueError as exc:
         raise _fail(str(exc)) from None
     env = dict(os.environ)
@@ -288,7 +323,7 @@ def serve(
     profile: Annotated[str, typer.Option(help="stack behaviour to imitate")] = "llm-d",
     config: Annotated[Path | None, typer.Option(help="testbed YAML config")] = None,
     host: Annotated[str, typer.Option(help="loopback address to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port (0 = ephemeral)")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0 = ephemeral)")] = 8000,
     ledger: Annotated[Path | None, typer.Option(help="write the ground-truth ledger here (JSONL)")] = None,
     preset: Annotated[str | None, typer.Option(help="GPU/model preset")] = None,
     replicas: Annotated[int | None, typer.Option(help="simulated replicas")] = None,
@@ -322,7 +357,8 @@ def audit(
     if note:
         console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     try:
-        summary = (None if force else current_summary(run_dir)) or run_audit(run_dir)
+        kept = None if force else current_summary(run_dir)
+        summary = kept or run_audit(run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
     except OSError as exc:
@@ -331,6 +367,8 @@ def audit(
         from reports import print_terminal
 
         print_terminal(summary, out)
+    if kept is not None:  # say why it took no time, on stderr: the path line stays as scripts read it
+        console.print("kept: nothing changed since the last audit (--force audits again)", highlight=False)
     out.print(f"summary: {(run_dir / 'summary.json').resolve()}", highlight=False)
 
 
@@ -384,9 +422,14 @@ def gate(
         Path | None, typer.Option(help="append a Markdown summary here ($GITHUB_STEP_SUMMARY)")
     ] = None,
 ) -> None:
-    """Judge a run against its SLOs: exit 0 pass, 1 fail, 2 invalid run."""
+    """Judge a run against its SLOs: exit 0 pass, 1 fail, 2 invalid, inconclusive or no SLO (or a `--repeat` folder)."""
     from audit import AuditError, run_audit
     from reports import print_verdicts, render_junit, render_markdown
+
+    if (run_dir / "repeat.json").is_file() and not (run_dir / "run.json").exists():
+        if slo is not None or judge is not None:  # repeat.json was judged with the scenario's SLOs: say so, not ignore
+            raise _fail("--slo and --judge judge one run: gate each run folder of the repeat with them")
+        raise typer.Exit(_gate_repeat(run_dir, markdown, junit))
 
     try:
         # other SLOs or another judge are this gate's question: the run's own summary.json stays as it was
@@ -400,6 +443,65 @@ def gate(
         with markdown.open("a") as handle:
             handle.write(render_markdown(summary))
     raise typer.Exit(summary.exit_code)
+
+
+@app.command()
+def history(
+    runs_dirs: Annotated[list[Path], typer.Argument(
+        help="run folders, or folders holding them (runs/, a --repeat folder)")],
+    out_dir: Annotated[Path, typer.Option(
+        "--out", help="folder for history.parquet, history.html, history.json")] = Path("history"),
+    window: Annotated[int, typer.Option(min=1, max=1000, help="the newest run is judged against this many valid "
+                                        "runs of its scenario before it (3 or more: run-to-run spread)")] = 5,
+    min_change: Annotated[str, typer.Option(
+        help="practical minimum of a latency rise against the window (TTFT p50/p99, E2E p99)")] = "10%",
+    min_drop_change: Annotated[str, typer.Option(
+        help="practical minimum of a not-served rise against the window, in points")] = "1pt",
+    fail_on_regression: Annotated[bool, typer.Option(
+        help="exit 1 when the newest run regressed against the window, 2 when it cannot be judged (no window, "
+             "an invalid or cut-short newest run)")] = False,
+) -> None:
+    """A per-tier trend across audited runs (Parquet + HTML), and the newest run against a trailing window."""
+    from audit.compare import RegressionRule
+    from reports.history import print_history
+    from rushhour.history import HISTORY_HTML, HISTORY_PARQUET, build_history, parse_percent
+
+    missing = [str(p) for p in runs_dirs if not p.exists()]
+    if missing:
+        raise _fail(f"no such folder: {', '.join(missing)}")
+    try:
+        rule = RegressionRule(latency_rel=parse_percent(min_change, what="--min-change"),
+                              drop_abs=parse_percent(min_drop_change, what="--min-drop-change"))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    result, rows = build_history(runs_dirs, out_dir, window, rule)
+    if not result.runs:
+        raise _fail("no audited run found in " + ", ".join(str(p) for p in runs_dirs))
+    for line in result.skipped:
+        console.print(f"skipped: {line}", highlight=False, markup=False, soft_wrap=True)
+    print_history(result, rows, out)
+    out.print(f"trend: {(out_dir / HISTORY_PARQUET).resolve()}", highlight=False)
+    out.print(f"HTML:  {(out_dir / HISTORY_HTML).resolve()}", highlight=False)
+    raise typer.Exit(result.exit_code if fail_on_regression else EXIT_OK)
+
+
+def _gate_repeat(folder: Path, markdown: Path | None, junit: Path | None) -> int:
+    """The gate of a ``run --repeat`` folder: its runs' verdicts and the aggregate, as repeat.json decided."""
+    from rushhour.repeat import read_repeat
+
+    try:
+        summary = read_repeat(folder)
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot read {folder / 'repeat.json'}: {one_line(exc)}") from None
+    from reports.repeat import print_repeat, render_junit, render_markdown
+
+    print_repeat(summary, out)
+    if junit:
+        junit.write_text(render_junit(summary))
+    if markdown:
+        with markdown.open("a") as handle:
+            handle.write(render_markdown(summary))
+    return summary.exit_code
 
 
 @app.command()

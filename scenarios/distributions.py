@@ -14,10 +14,14 @@ import functools
 import json
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# distribution id -> (the distribution, its sampler); see _Dist.sampler
+_SAMPLERS: dict[int, tuple[Any, Callable[[random.Random], float]]] = {}
 
 
 class _Dist(BaseModel):
@@ -29,17 +33,46 @@ class _Dist(BaseModel):
     def _raw(self, rng: random.Random) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        """``_raw`` with the parameters bound (a closure: no model attribute reads per draw)."""
+        return self._raw
+
+    def sampler(self) -> Callable[[random.Random], float]:
+        """``sample`` as a plain function of the rng, built once per distribution: the same draws from the same
+        stream (an agent's task plan draws about fifty values; the simulator plans thousands of tasks a second)."""
+        got = _SAMPLERS.get(id(self))
+        if got is not None:
+            return got[1]
+        raw, lo, hi = self._raw_fn(), self.min, self.max
+        fn: Callable[[random.Random], float]
+        if lo is None and hi is None:
+            fn = raw
+        else:
+            low = -math.inf if lo is None else lo
+            high = math.inf if hi is None else hi
+
+            def fn(rng: random.Random) -> float:
+                value = raw(rng)
+                if value < low:
+                    value = low
+                if value > high:
+                    value = high
+                return value
+
+        _SAMPLERS[id(self)] = (self, fn)  # the model is kept alive: its id is never reused for another
+        return fn
+
+    def int_sampler(self, lowest: int = 0) -> Callable[[random.Random], int]:
+        """``sample_int`` as a plain function of the rng."""
+        fn = self.sampler()
+        return lambda rng: max(lowest, round(fn(rng)))
+
     def sample(self, rng: random.Random) -> float:
         """One draw, clipped to [min, max]."""
-        value = self._raw(rng)
-        if self.min is not None and value < self.min:
-            value = self.min
-        if self.max is not None and value > self.max:
-            value = self.max
-        return value
+        return self.sampler()(rng)
 
     def sample_int(self, rng: random.Random, lowest: int = 0) -> int:
-        return max(lowest, round(self.sample(rng)))
+        return max(lowest, round(self.sampler()(rng)))
 
     def mean_estimate(self) -> float:
         """Expected value (before clipping), used by dry runs and planning."""
@@ -53,6 +86,10 @@ class Constant(_Dist):
 
     def _raw(self, rng: random.Random) -> float:
         return self.value
+
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        value = self.value
+        return lambda rng: value
 
     def mean_estimate(self) -> float:
         return self.value
@@ -72,6 +109,10 @@ class Uniform(_Dist):
     def _raw(self, rng: random.Random) -> float:
         return rng.uniform(self.low, self.high)
 
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        low, high = self.low, self.high
+        return lambda rng: rng.uniform(low, high)
+
 
 class Exponential(_Dist):
     dist: Literal["exponential"]
@@ -79,6 +120,10 @@ class Exponential(_Dist):
 
     def _raw(self, rng: random.Random) -> float:
         return rng.expovariate(1.0 / self.mean)
+
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        lambd = 1.0 / self.mean
+        return lambda rng: rng.expovariate(lambd)
 
 
 class LogNormal(_Dist):
@@ -102,6 +147,10 @@ class LogNormal(_Dist):
     def _raw(self, rng: random.Random) -> float:
         return rng.lognormvariate(self.location, self.sigma)
 
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        mu, sigma = self.location, self.sigma
+        return lambda rng: rng.lognormvariate(mu, sigma)
+
 
 class Gamma(_Dist):
     """Gamma by shape and mean (shape < 1 is burstier than Poisson; shape 1 is exponential)."""
@@ -113,6 +162,10 @@ class Gamma(_Dist):
     def _raw(self, rng: random.Random) -> float:
         return rng.gammavariate(self.shape, self.mean / self.shape)
 
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        shape, scale = self.shape, self.mean / self.shape
+        return lambda rng: rng.gammavariate(shape, scale)
+
 
 class Pareto(_Dist):
     """Pareto with scale ``xm`` (the minimum) and tail index ``alpha``."""
@@ -123,6 +176,10 @@ class Pareto(_Dist):
 
     def _raw(self, rng: random.Random) -> float:
         return self.xm * rng.paretovariate(self.alpha)
+
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        xm, alpha = self.xm, self.alpha
+        return lambda rng: xm * rng.paretovariate(alpha)
 
 
 class Poisson(_Dist):
@@ -140,6 +197,19 @@ class Poisson(_Dist):
                 return float(k + self.offset)
             k += 1
 
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        limit, offset = math.exp(-self.mean), self.offset
+
+        def draw(rng: random.Random) -> float:
+            k, p, rand = 0, 1.0, rng.random
+            while True:
+                p *= rand()
+                if p <= limit:
+                    return float(k + offset)
+                k += 1
+
+        return draw
+
 
 class Geometric(_Dist):
     """Number of failures before the first success, plus ``offset`` (mean = offset + (1-p)/p)."""
@@ -153,6 +223,12 @@ class Geometric(_Dist):
             return float(self.offset)
         p = 1.0 / (1.0 + self.mean)
         return float(self.offset + int(math.log(1.0 - rng.random()) / math.log(1.0 - p)))
+
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        if self.mean == 0:
+            return self._raw
+        offset, log_q, log = self.offset, math.log(1.0 - 1.0 / (1.0 + self.mean)), math.log
+        return lambda rng: float(offset + int(log(1.0 - rng.random()) / log_q))
 
 
 class Empirical(_Dist):
@@ -179,6 +255,21 @@ class Mixture(_Dist):
             if pick <= 0:
                 return part.dist.sample(rng)
         return self.parts[-1].dist.sample(rng)
+
+    def _raw_fn(self) -> Callable[[random.Random], float]:
+        total = sum(p.weight for p in self.parts)
+        parts = [(p.weight, p.dist.sampler()) for p in self.parts]
+        last = parts[-1][1]
+
+        def draw(rng: random.Random) -> float:
+            pick = rng.random() * total
+            for weight, fn in parts:
+                pick -= weight
+                if pick <= 0:
+                    return fn(rng)
+            return last(rng)
+
+        return draw
 
 
 DistSpec = Annotated[
@@ -235,6 +326,7 @@ def _trace_column(trace: str, column: str) -> list[float]:
 # Real public traces ship with rushhour (scenarios/traces/, licences in its README), so a trace is
 # found by its bare name from any working directory.
 BUNDLED_TRACES = Path(__file__).resolve().parent / "traces"
+BUNDLED_DATASETS = Path(__file__).resolve().parent / "datasets"  # conversation datasets (loadgen/datasets.py)
 TRACE_SEARCH_DIRS = [Path.cwd(), BUNDLED_TRACES]
 
 

@@ -310,6 +310,25 @@ class RetryPolicy(Strict):
     honour_retry_after: bool = True
 
 
+class Abort(Strict):
+    """Early abort (docs/scenarios.md#early-abort): stop a run that can no longer pass, and fail its gate."""
+
+    hopeless_slo: bool = Field(default=False, description="stop when a tier's SLO is statistically hopeless: the "
+                               "99 % lower bound of its figure so far already exceeds the limit")
+    saturation: bool = Field(default=False, description="stop when the stack is over-saturated: requests in "
+                             "flight grew in every one of the last `windows` windows, or the not-served share "
+                             "climbed through them")
+    window_s: Seconds = Field(default=5.0, ge=1.0, le=600.0, description="length of one saturation window")
+    windows: int = Field(default=4, ge=2, le=100, description="consecutive windows the saturation signal must hold")
+    min_samples: int = Field(default=20, ge=5, le=100_000, description="fewest finished requests of a tier before "
+                             "its SLO may be called hopeless (percentiles need more: their bound's own minimum)")
+    after_s: Seconds = Field(default=0.0, ge=0.0, description="look only after this many seconds of the schedule")
+
+    @property
+    def enabled(self) -> bool:
+        return self.hopeless_slo or self.saturation
+
+
 class Control(Strict):
     """The priority control: twin a sample of a tier's requests with equal-priority copies (docs/audit.md)."""
 
@@ -384,6 +403,18 @@ class Arrival(Strict):
     shape: float = Field(default=1.0, gt=0, description="gamma shape (<1 is bursty; 1 is Poisson)")
 
 
+class Dataset(Strict):
+    """Prompts from a file of conversations (ShareGPT ``conversations`` or OpenAI ``messages``; JSONL or Parquet)."""
+
+    path: str = Field(description="next to the scenario, among the shipped datasets, or under --allow-path")
+    format: Literal["auto", "sharegpt", "openai"] = "auto"
+    output_tokens: Literal["dataset", "persona"] = Field(
+        default="dataset", description="max_tokens from the dataset's own answer, or the persona's output_tokens"
+    )
+    max_turns: int | None = Field(default=None, ge=1, le=MAX_STEPS, description="turns sent per conversation")
+    limit: int | None = Field(default=None, ge=1, description="read at most this many conversations")
+
+
 class ChatPersona(Strict):
     """Latency-sensitive chat: sessions arrive open-loop; turns are closed-loop with think time."""
 
@@ -417,6 +448,20 @@ class ChatPersona(Strict):
         default="leave", description="after giving up: leave the session, or ask again (up to abandon_retries)"
     )
     abandon_retries: int = Field(default=1, ge=0, le=100, description="re-asks per turn when on_abandon = retry")
+    dataset: Dataset | None = Field(default=None, description="each session replays a sampled conversation's turns")
+
+
+class Subagents(Strict):
+    """A call that spawns its own small swarm: sub-agents sharing a brief, the parent waiting for them all."""
+
+    probability: float = Field(ge=0, le=1, description="share of a task's steps (not its last) whose call spawns")
+    fan_out: FanoutDist = Field(default_factory=lambda: _spec({"dist": "constant", "value": 3}),
+                                description="sub-agents per spawn (Anthropic: 3-5 subagents)")
+    steps: StepDist = Field(default_factory=lambda: _spec({"dist": "constant", "value": 3}),
+                            description="LLM steps of each sub-agent (assumed)")
+    prefix_tokens: int = Field(
+        default=2000, ge=0, le=MAX_TOKENS, description="the spawn's brief, shared by its sub-agents"
+    )
 
 
 class AgentSwarmPersona(Strict):
@@ -478,6 +523,10 @@ class AgentSwarmPersona(Strict):
     tools: bool | list[dict[str, Any]] = Field(
         default=False,
         description="function tools sent with every call: true = a built-in coding set, or OpenAI function tools",
+    )
+    subagents: Subagents | None = Field(default=None, description="calls that spawn a small swarm of sub-agents")
+    dataset: Dataset | None = Field(
+        default=None, description="each task's context is a sampled conversation's first turn"
     )
 
     @field_validator("tools")
@@ -620,6 +669,8 @@ class Scenario(Strict):
     control: Control | None = Field(default=None, description="twin a sample of every tier's requests with "
                                     "equal-priority copies: did priority do anything?")
     drain_s: Seconds = Field(default=10.0, description="after the last phase, wait this long for in-flight")
+    abort: Abort | None = Field(default=None, description="stop early when an SLO is hopeless or the stack "
+                                "over-saturated (the gate then fails); `rushhour run --abort` overrides it")
 
     @property
     def duration_s(self) -> float:

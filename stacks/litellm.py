@@ -41,6 +41,10 @@ RULES: tuple[Rule, ...] = (
     Rule("failed", r"rate limit enforcement unavailable",
          note="503: rate-limit counters unreachable with fail_closed_rate_limit_enforcement (a proxy fault)"),
     Rule("failed", statuses=(401, 403), note="authentication / key not allowed (auth_error)"),
+    Rule("queue_timeout", r"request timed out while polling queue",
+         note="router Scheduler (scheduler.py wait_for_turn): a request with a body priority waited in LiteLLM's "
+              "priority queue, every deployment cooling down, until the router timeout; 408 litellm.Timeout "
+              "(from the source, not observed)"),
 )
 
 # ``x-ratelimit-<scope>-remaining-<kind>`` (v3 limiter) / ``x-ratelimit-remaining-requests`` (v1):
@@ -100,8 +104,16 @@ METRICS = Metrics(
 
 PROFILE = StackProfile(
     name="litellm",
-    summary="LiteLLM proxy (tiers by per-tier API key; capacity 429s apart from quota 429s)",
-    wire=Wire(),
+    summary="LiteLLM proxy (tiers by per-tier API key; priority in body and extra_body; capacity 429s apart "
+            "from quota 429s)",
+    # LiteLLM 1.106.12 router.py ``acompletion``: a body ``priority`` (an int; ``kwargs.get("priority") or
+    # default_priority``, so 0 means none) sends the request through its Scheduler (scheduler.py: a heap,
+    # lower = earlier), which holds it only while every deployment is cooling down; the field is consumed
+    # there and never reaches the upstream. ``extra_body`` is passed on into the upstream's JSON body, so
+    # ``extra_body.priority`` is what a vLLM behind the proxy schedules by (lower = earlier; observed,
+    # tests/real/test_gateway_real.py). For an SGLang upstream (higher = earlier) set the tier's
+    # ``body: {extra_body: {priority: …}}`` by hand: a tier's own body wins.
+    wire=Wire(priority_body="negated", priority_extra_body="negated"),
     rules=(*RULES, *VLLM_RULES, *SGLANG_RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     reason_headers=("rate_limit_type",),

@@ -16,6 +16,8 @@ class Rule:
 
     The haystack is the record's reason, error text and in-band error joined by `` | ``; the match is
     case-insensitive. ``note`` cites where the text comes from (a file of the stack's source, an observation).
+    ``finding`` (optional) names the cause and its fix in one line: the audit and the doctor report every
+    answer this rule matched under it, instead of a wall of anonymous ``failed`` (a configuration error).
     """
 
     cls: str
@@ -23,6 +25,7 @@ class Rule:
     statuses: tuple[int, ...] | None = None
     first_token: bool | None = None
     note: str = ""
+    finding: str = ""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z_]+", self.cls):
@@ -59,6 +62,8 @@ class Wire:
     fairness_header: str | None = None  # value: the tenant (fairness ID)
     priority_header: str | None = None  # value: the tier's objective name (SMG x-smg-priority)
     priority_body: PriorityPolarity | None = None  # body ``priority``: negated (lower = earlier) or as is
+    # ``extra_body.priority``: what a gateway passes on to the model server behind it (LiteLLM → vLLM)
+    priority_extra_body: PriorityPolarity | None = None
     service_tier: bool = False  # send the tier's ``service_tier`` body field (OpenAI, Anthropic)
     anthropic_auth: bool = False  # x-api-key + anthropic-version instead of a bearer token
     pin_output: bool = False  # body min_tokens = max_tokens + ignore_eos pin the output length (vLLM, SGLang)
@@ -139,9 +144,14 @@ class StackProfile:
                 return str(value)
         return None
 
-    def classify(self, haystack: str, status: int, first_token: bool) -> str | None:
-        """The class of the first rule that matches, or None."""
+    def rule_for(self, haystack: str, status: int, first_token: bool) -> Rule | None:
+        """The first rule that matches, or None."""
         for rule in self.rules:
             if rule.matches(haystack, status, first_token):
-                return rule.cls
+                return rule
         return None
+
+    def classify(self, haystack: str, status: int, first_token: bool) -> str | None:
+        """The class of the first rule that matches, or None."""
+        rule = self.rule_for(haystack, status, first_token)
+        return None if rule is None else rule.cls

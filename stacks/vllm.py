@@ -5,6 +5,8 @@ from __future__ import annotations
 from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
 from stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
 
+TOOLS_REFUSED = "server refuses tools: start vLLM with --enable-auto-tool-choice --tool-call-parser <parser>"
+
 # vLLM 0.32.0 (vllm/exceptions.py, v1/engine/async_llm.py ``_check_admission``): both admission limits
 # answer HTTP 503, type "Service Unavailable", code 503; streamed requests may get the same error object
 # inside a 200 stream (``data: {"error": …}``), so these rules do not look at the status.
@@ -22,6 +24,11 @@ RULES: tuple[Rule, ...] = (
     Rule("failed", r"request failed; please retry",
          note="vLLM RetryableRequestError: 503 for a request-level internal error (e.g. KV load failure)"),
     Rule("overloaded", r"server is overloaded or not ready", note="llm-d-inference-sim style 503"),
+    # a client/configuration error, not load: never served, but named once instead of a wall of `failed`
+    Rule("failed", r"tool choice requires --enable-auto-tool-choice|requires --tool-call-parser to be set",
+         note="vLLM 0.32 renderers/online_renderer.py: a request offering tools (tool_choice auto by default) "
+              "to a server started without a tool-call parser, 400 BadRequestError",
+         finding=TOOLS_REFUSED),
 )
 
 # vllm/v1/metrics/loggers.py: no priority label, so the checks are totals.

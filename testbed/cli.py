@@ -15,13 +15,24 @@ from pathlib import Path
 from testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 for an ephemeral one: the OS would take 70000 as 70000 mod 65536 and bind that."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0..65535; 0 = ephemeral)")
+    return port
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(prog="python -m testbed", description="rushhour embedded tiered LLM stack")
     ap.add_argument("--profile", choices=PROFILES, default=None)
     ap.add_argument("--config", default=None, help="testbed.yaml")
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="0 = ephemeral")
+    ap.add_argument("--port", type=_port, default=0, help="0 = ephemeral")
     ap.add_argument("--ledger", default=None, help="append the JSONL ledger here")
     ap.add_argument("--port-file", default=None, help="write the bound port here (atomically)")
     ap.add_argument("--preset", default=None)

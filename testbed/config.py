@@ -97,6 +97,13 @@ class HeadroomConfig:
 
 
 @dataclass
+class ToolCallConfig:
+    """Answers that call a tool: only to requests that offer ``tools`` (chat and Anthropic messages)."""
+
+    probability: float = 0.0  # share of such requests answered with a tool call instead of text
+
+
+@dataclass
 class FaultSpec:
     """One scheduled fault: kind in replica_down, slow_replica, stream_cut, error."""
 
@@ -141,6 +148,8 @@ class TestbedConfig:
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
     headroom: HeadroomConfig = field(default_factory=HeadroomConfig)
     faults: list[FaultSpec] = field(default_factory=list)
+    tool_calls: ToolCallConfig = field(default_factory=ToolCallConfig)
+    request_log: str | None = None  # a JSONL file: every request body as received (for tests and debugging)
 
     __test__ = False  # not a pytest class
 
@@ -160,6 +169,8 @@ class TestbedConfig:
             raise ConfigError("models: needs at least one model name")
         if self.flow_control.fairness not in ("global-strict", "round-robin"):
             raise ConfigError("flow_control.fairness: must be 'global-strict' or 'round-robin'")
+        if not 0.0 <= self.tool_calls.probability <= 1.0:
+            raise ConfigError("tool_calls.probability: must be between 0 and 1")
         for i, f in enumerate(self.faults):
             if f.kind not in FAULT_KINDS:
                 raise ConfigError(f"faults[{i}].kind: unknown {f.kind!r} (known: {', '.join(FAULT_KINDS)})")

@@ -19,7 +19,6 @@ from testbed.policies import (
     freeness,
     pick_replica,
     pick_victim,
-    pool_saturation,
 )
 from testbed.prefix_cache import PrefixCache
 
@@ -301,6 +300,8 @@ class Engine:
         for r in self.replicas:
             r.priority_preemption = priority_preemption
         self.on_step: Callable[[], None] = lambda: None  # flow control re-runs its dispatch cycle
+        # a virtual-time driver (sim/) plans and fires the steps itself: wake goes to it, not to asyncio
+        self.waker: Callable[[int], None] | None = None
         self._seq = itertools.count()
         # ---- the step scheduler: one timer for every replica (times are time.monotonic() seconds)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -330,8 +331,12 @@ class Engine:
                 for r in self.up_replicas()]
 
     def saturation(self) -> float:
-        """Pool saturation as llm-d's utilization detector computes it."""
-        return pool_saturation(self.endpoint_scores())
+        """Pool saturation as llm-d's utilization detector computes it (``pool_saturation`` of
+        ``endpoint_scores``, inlined: flow control asks at every dispatch cycle)."""
+        qd, kt = self.queue_depth, self.kv_threshold
+        scores = [w if w >= k else k  # max(w, k), as endpoint_saturation
+                  for w, k in ((r.n_waiting / qd, r.kv_usage() / kt) for r in self.replicas if r.up)]
+        return sum(scores) / len(scores) if scores else 1.0
 
     def in_flight(self) -> list[Job]:
         """Every job placed on an up replica (waiting there or running)."""
@@ -389,6 +394,9 @@ class Engine:
 
     def wake(self, index: int) -> None:
         """Plan an idle replica's next step (on the next loop iteration, so a burst of submits shares it)."""
+        if self.waker is not None:
+            self.waker(index)
+            return
         if self._loop is None or self._due[index] is not None:
             return
         self._woken.add(index)

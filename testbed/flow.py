@@ -45,9 +45,12 @@ class Band:
     def discard(self, job: Job) -> bool:
         """Remove a job from its flow; False if absent."""
         q = self.flows.get(job.tenant)
-        if not q or job not in q:
+        if not q:
             return False
-        q.remove(job)
+        try:
+            q.remove(job)  # one scan (a hard stop cancels a full band's thousands one by one)
+        except ValueError:
+            return False
         self.count -= 1
         self.bytes -= job.body_bytes
         return True
@@ -102,18 +105,22 @@ class FlowController:
         """Queued requests per priority."""
         return {p: b.count for p, b in self.bands.items()}
 
-    def enqueue(self, job: Job, now: int, endpoints: int) -> str | None:
-        """Admit a job into its band, or return a drop kind (the arrival is rejected, never a queued one)."""
-        b = self.band(job.priority)
-        size = job.body_bytes
+    def full(self, priority: int, size: int) -> bool:
+        """True if a request of this priority and body size would be turned away (pool or band capacity)."""
+        b = self.band(priority)
         cfg = self.cfg
-        full = (
+        return bool(
             (cfg.max_requests and self.count + 1 > cfg.max_requests)
             or (cfg.max_bytes and self.bytes + size > cfg.max_bytes)
             or b.count + 1 > b.max_requests
             or b.bytes + size > b.max_bytes
         )
-        if full:
+
+    def enqueue(self, job: Job, now: int, endpoints: int) -> str | None:
+        """Admit a job into its band, or return a drop kind (the arrival is rejected, never a queued one)."""
+        b = self.band(job.priority)
+        size = job.body_bytes
+        if self.full(job.priority, size):
             kind = NO_ENDPOINTS if endpoints == 0 else QUEUE_FULL
             self.outcomes[job.priority, REJECTED_NO_ENDPOINTS if endpoints == 0 else REJECTED_CAPACITY] += 1
             return kind

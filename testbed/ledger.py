@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import IO
 
 OUTCOMES = ("served", "queue_full", "queue_timeout", "shed", "preempted", "rate_limited", "overloaded",
@@ -40,6 +40,8 @@ class Record:
     in_band_error: bool = False
     outcome: str = "failed"
     fault: str | None = None
+    tool_call: str | None = None  # the id of the tool call the answer carried (config `tool_calls`)
+    tool_results: list[str] = field(default_factory=list)  # tool-call ids the request's messages answered
 
 
 class Ledger:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import islice, repeat, takewhile
+
+TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
 
 class PrefixCache:
@@ -12,26 +15,56 @@ class PrefixCache:
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = capacity_blocks
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        # chain tips known whole: prefix length (a multiple of TIP_STEP) -> the hash of its last block, every
+        # block of that prefix cached. A block hash is chained, so an equal hash means the same prefix; an
+        # insert never removes a block, so the tips hold until the next eviction, which forgets them all.
+        self._tips: dict[int, bytes] = {}
+        self._hint = 0  # the tip the last match started from (a swarm's shared context: the next one's too)
 
     def __len__(self) -> int:
         return len(self._blocks)
 
     def match(self, blocks: Sequence[bytes], touch: bool = True) -> int:
         """Number of leading blocks already cached (the longest cached chain)."""
-        n = 0
-        for h in blocks:
-            if h not in self._blocks:
-                break
-            if touch:
-                self._blocks.move_to_end(h)
-            n += 1
+        cached = self._blocks
+        tips = self._tips
+        start = 0
+        if tips:  # skip a prefix already known whole (a swarm's shared context, on every placement)
+            size = len(blocks)
+            k = self._hint
+            if 0 < k <= size and tips.get(k) == blocks[k - 1]:
+                # up from the last match's tip: a swarm's tasks share their first tips and part after them, so
+                # this stops at once where a search down from the top walks the whole private part (any known
+                # tip is a valid start: the count is the same, only the blocks scanned after it differ)
+                start, k = k, k + TIP_STEP
+                while k <= size and tips.get(k) == blocks[k - 1]:
+                    start, k = k, k + TIP_STEP
+            else:
+                k = size - size % TIP_STEP
+                while k > 0:
+                    if tips.get(k) == blocks[k - 1]:
+                        start = k
+                        break
+                    k -= TIP_STEP
+            self._hint = start
+        # the loops run in C (takewhile over the dict's own __contains__, map over move_to_end): a long agent
+        # context is a thousand blocks, scored on every replica for every placement
+        n = start + len(list(takewhile(cached.__contains__, islice(blocks, start, None))))
+        for k in range(start + TIP_STEP, n + 1, TIP_STEP):
+            tips[k] = blocks[k - 1]
+        if touch and n:
+            deque(map(cached.move_to_end, blocks[:n]), maxlen=0)
         return n
 
     def insert(self, blocks: Sequence[bytes], limit_blocks: int | None = None) -> None:
         """Add a finished prefill's blocks, then evict down to `limit_blocks` (free KV)."""
-        for h in blocks:
-            self._blocks[h] = None
-            self._blocks.move_to_end(h)
+        cached = self._blocks
+        # most recently used last, in the prompt's order: drop the blocks wherever they are, append them all
+        deque(map(cached.pop, blocks, repeat(None)), maxlen=0)
+        cached.update(zip(blocks, repeat(None)))
         cap = self.capacity_blocks if limit_blocks is None else min(self.capacity_blocks, limit_blocks)
-        while len(self._blocks) > max(0, cap):
-            self._blocks.popitem(last=False)
+        evict = len(cached) - max(0, cap)
+        if evict > 0:
+            self._tips.clear()
+            for _ in range(evict):
+                cached.popitem(last=False)

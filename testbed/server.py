@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import uuid
-from typing import Any
+from typing import IO, Any
 
 from aiohttp import web
 from aiohttp.http import HttpVersion11
@@ -20,6 +20,7 @@ from testbed.metrics import render
 from testbed.profiles import AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
 from testbed.stack import Stack
 from testbed.tokens import block_hashes, count_tokens
+from testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
 from testbed.wire import Wire, frame
 
 log = logging.getLogger("testbed")
@@ -55,6 +56,7 @@ class Exchange:
         self.token_bytes = b""
         self.sent = 0
         self.cut_after: int | None = None
+        self.plain_upto = 1 << 62  # tokens below this index are all alike (a tool call's last one closes its JSON)
         self.stack: Stack | None = None
 
     # ---- JobSink ---------------------------------------------------------------------------
@@ -70,8 +72,8 @@ class Exchange:
             return
         # the hot path: one pre-framed chunk per decode step (the engine notifies sinks after the step
         # fired, so a job dropped meanwhile, whose `done` is already set, writes nothing)
-        if (self.sent and self.cut_after is None and job.output - self.sent == 1 and not self.done.done()
-                and not t.is_closing()):
+        if (self.sent and self.cut_after is None and job.output - self.sent == 1 and self.sent < self.plain_upto
+                and not self.done.done() and not t.is_closing()):
             t.write(self.token_bytes)
             self.sent += 1
             return
@@ -103,6 +105,8 @@ class Exchange:
         self.transport = transport
         self.chunked = chunked
         self.token_bytes = frame(self.wire.token) if chunked else self.wire.token
+        if self.wire.call is not None:
+            self.plain_upto = self.job.max_tokens - 1
         self._write_tokens(self.job.output - self.sent)
 
     def _write_tokens(self, n: int) -> None:
@@ -116,7 +120,11 @@ class Exchange:
             return
         if self.cut_after is not None:
             n = min(n, self.cut_after - self.sent)
-        data = self.token_bytes * n
+        if self.wire.call is None:
+            data = self.token_bytes * n
+        else:
+            data = self.wire.tokens(self.sent, n, job.max_tokens)
+            data = frame(data) if self.chunked else data
         if self.sent == 0:
             self.rec.first_token_ns = self.stack.clock.now_ns() if self.stack else None
             head = self.wire.head(job.prompt_tokens, job.cached_tokens)
@@ -135,6 +143,26 @@ class Exchange:
             self.done.set_result(why)
 
 
+def _block_text(block: dict[str, Any]) -> str:
+    """The prompt text of one content block: text, a tool_use's name and input, a tool_result's content."""
+    kind = block.get("type")
+    if kind == "tool_use":
+        return f"{block.get('name', '')}({json.dumps(block.get('input'), separators=(',', ':'))})"
+    if kind == "tool_result":
+        inner = block.get("content", "")
+        if isinstance(inner, list):
+            return "".join(str(b.get("text", "")) for b in inner if isinstance(b, dict))
+        return str(inner)
+    return str(block.get("text", ""))
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    fn = call.get("function")
+    if not isinstance(fn, dict):
+        return ""
+    return f"{fn.get('name', '')}({fn.get('arguments', '')})"
+
+
 class Server:
     """Request handling on top of a Stack; owns the ledger and the in-flight set."""
 
@@ -147,6 +175,9 @@ class Server:
         self.anthropic_shape = AnthropicProfile(cfg)
         self.live: set[Exchange] = set()
         self.max_model_len = self.stack.engine.params.kv_capacity_tokens
+        # every request body as received, one JSON line each (tests read what the stack was sent)
+        self.request_log: IO[str] | None = (open(cfg.request_log, "a", encoding="utf-8")  # noqa: SIM115
+                                            if cfg.request_log else None)
 
     # ---- ledger ----------------------------------------------------------------------------
     def finalize(self, ex: Exchange, outcome: str | None = None) -> None:
@@ -239,12 +270,15 @@ class Server:
                 raise BadInput(prof.bad_request("Each message needs a 'role'.", rid, "messages"))
             c = m.get("content", "")
             if isinstance(c, list):
-                c = "".join(str(b.get("text", "")) for b in c if isinstance(b, dict))
+                c = "".join(_block_text(b) for b in c if isinstance(b, dict))
             elif c is None:
                 c = ""
             elif not isinstance(c, str):
                 raise BadInput(prof.bad_request("Message 'content' must be a string or a list.", rid,
                                                 "messages"))
+            calls = m.get("tool_calls")
+            if isinstance(calls, list):  # an assistant's tool calls are prompt text too (the template renders them)
+                c += "".join(_call_text(tc) for tc in calls if isinstance(tc, dict))
             parts.append(f"{m['role']}: {c}\n")
         return "".join(parts).encode()
 
@@ -320,6 +354,10 @@ class Server:
         except web.HTTPRequestEntityTooLarge:
             raise BadInput(self._err_profile(endpoint).too_large(limit, rid)) from None
         body = self._parse(raw, endpoint, rid)
+        if self.request_log is not None:
+            self.request_log.write(json.dumps({"request_id": rid, "endpoint": request.path, "body": body},
+                                              separators=(",", ":")) + "\n")
+            self.request_log.flush()
         rec.stream = body.get("stream") is True
         model = body.get("model")
         if model is None and (isinstance(prof, OpenAIProfile | AnthropicProfile) or endpoint == "messages"):
@@ -332,6 +370,7 @@ class Server:
         prompt = self._prompt(body, endpoint, rid)
         rec.max_tokens = self._max_tokens(body, endpoint, rid)
         rec.prompt_tokens = count_tokens(prompt)
+        rec.tool_results = received_results(body, endpoint)
         cl = prof.classify(request.headers, body)
         rec.objective, rec.priority, rec.tenant, rec.service_tier = (cl.objective, cl.priority, cl.tenant,
                                                                      cl.service_tier)
@@ -370,7 +409,13 @@ class Server:
         ex.job = job
         incl = bool((body.get("stream_options") or {}).get("include_usage")) if isinstance(
             body.get("stream_options"), dict) else False
-        ex.wire = Wire(endpoint, rid, model, incl, cl.service_tier, isinstance(prof, OpenAIProfile))
+        openai_style = isinstance(prof, OpenAIProfile)
+        id_prefix = ANTHROPIC_ID if endpoint == "messages" else OPENAI_ID if openai_style else VLLM_ID
+        tc = self.cfg.tool_calls
+        call = plan_call(self.cfg.seed, tc.probability, prompt, body, endpoint, rid, id_prefix)
+        if call is not None:
+            rec.tool_call = call.id
+        ex.wire = Wire(endpoint, rid, model, incl, cl.service_tier, openai_style, call)
         reply = self.stack.admit(job)
         if reply is not None:
             return await self._send(request, ex, reply, cl)
@@ -545,6 +590,8 @@ def build_app(config: TestbedConfig, ledger: Ledger | None = None, clock: Clock 
     async def on_cleanup(app: web.Application) -> None:
         await server.stack.stop()
         server.ledger.close()
+        if server.request_log is not None:
+            server.request_log.close()
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)

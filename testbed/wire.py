@@ -6,6 +6,8 @@ import json
 import time
 from typing import Any
 
+from testbed.toolcalls import PlannedCall
+
 WORD = "word "  # every generated token is this text (ignore_eos style fixed output)
 DONE = b"data: [DONE]\n\n"
 
@@ -28,22 +30,64 @@ class Wire:
     """Formats one request's stream and final body; per-token bytes are built once."""
 
     def __init__(self, endpoint: str, rid: str, model: str, include_usage: bool,
-                 service_tier: str | None, echo_tier: bool) -> None:
+                 service_tier: str | None, echo_tier: bool, call: PlannedCall | None = None) -> None:
         self.endpoint = endpoint
         self.rid = rid
         self.model = model
         self.include_usage = include_usage
         self.service_tier = service_tier
-        self.echo_tier = echo_tier
+        self.echo_tier = echo_tier  # the OpenAI profile: OpenAI's own shapes where they differ from vLLM's
+        self.call = call
         self.created = int(time.time())
         if endpoint == "messages":
             self.id = "msg_" + rid.replace("-", "")[:24]
-            tok = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": WORD}}
-            self.token = b"event: content_block_delta\ndata: " + _dumps(tok).encode() + b"\n\n"
         else:
-            chat = endpoint == "chat"
-            self.id = ("chatcmpl-" if chat else "cmpl-") + rid
-            self.token = _sse(self._chunk({"delta": {"content": WORD}} if chat else {"text": WORD}))
+            self.id = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + rid
+        self.token = self._token(WORD)
+        # A tool call's arguments are a JSON object {"<key>": "word word … "}: the first token opens it,
+        # the last closes it, so the concatenated fragments parse (first/last differ from the rest).
+        self.first_token = self.last_token = self.only_token = self.token
+        if call is not None:
+            opening = "{" + _dumps(call.key) + ": \""
+            self.first_token = self._token(opening + WORD)
+            self.last_token = self._token(WORD + '"}')
+            self.only_token = self._token(opening + WORD + '"}')
+
+    def _token(self, text: str) -> bytes:
+        """One token's SSE bytes: text, or a fragment of the tool call's arguments."""
+        if self.endpoint == "messages":
+            block = ({"type": "input_json_delta", "partial_json": text} if self.call is not None
+                     else {"type": "text_delta", "text": text})
+            tok = {"type": "content_block_delta", "index": 0, "delta": block}
+            return b"event: content_block_delta\ndata: " + _dumps(tok).encode() + b"\n\n"
+        if self.endpoint != "chat":
+            return _sse(self._chunk({"text": text}))
+        if self.call is None:
+            return _sse(self._chunk({"delta": {"content": text}}))
+        fragment = {"index": 0, "function": {"arguments": text}}
+        # vLLM's DeltaMessage(content=None, tool_calls=[…]) dumped with exclude_unset; OpenAI omits content
+        delta: dict[str, Any] = {"tool_calls": [fragment]} if self.echo_tier else {"content": None,
+                                                                                  "tool_calls": [fragment]}
+        return _sse(self._chunk({"delta": delta}))
+
+    def tokens(self, start: int, n: int, total: int) -> bytes:
+        """SSE bytes of tokens ``start`` … ``start + n - 1`` of ``total`` (a tool call's first and last differ)."""
+        if self.call is None or n <= 0:
+            return self.token * n
+        parts = []
+        for i in range(start, start + n):
+            if i == 0:
+                parts.append(self.only_token if total == 1 else self.first_token)
+            elif i == total - 1:
+                parts.append(self.last_token)
+            else:
+                parts.append(self.token)
+        return b"".join(parts)
+
+    def arguments(self, output: int) -> str:
+        """The whole arguments text of a complete tool call of ``output`` tokens."""
+        assert self.call is not None
+        return "{" + _dumps(self.call.key) + ': "' + WORD * output + '"}'
 
     # ---- OpenAI chunks -----------------------------------------------------------------
     def _base(self, obj: str) -> dict[str, Any]:
@@ -68,8 +112,17 @@ class Wire:
 
     def head(self, prompt: int, cached: int) -> bytes:
         """Bytes sent just before the first token."""
+        call = self.call
         if self.endpoint == "chat":
-            return _sse(self._chunk({"delta": {"role": "assistant", "content": ""}}))
+            if call is not None and self.echo_tier:  # OpenAI: role, id and name in the first chunk
+                tc = {"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+                return _sse(self._chunk({"delta": {"role": "assistant", "content": None, "tool_calls": [tc],
+                                                   "refusal": None}}))
+            head = _sse(self._chunk({"delta": {"role": "assistant", "content": ""}}))
+            if call is not None:  # vLLM's tool parser: id, type and name first, no arguments yet
+                tc = {"id": call.id, "type": "function", "index": 0, "function": {"name": call.name}}
+                head += _sse(self._chunk({"delta": {"content": None, "tool_calls": [tc]}}))
+            return head
         if self.endpoint == "messages":
             start = {"type": "message_start", "message": {
                 "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
@@ -77,7 +130,9 @@ class Wire:
                 "usage": {"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
                           "cache_creation_input_tokens": 0, "output_tokens": 1,
                           "service_tier": self.service_tier}}}
-            block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            block = {"type": "content_block_start", "index": 0,
+                     "content_block": ({"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+                                       if call is not None else {"type": "text", "text": ""})}
             return (b"event: message_start\ndata: " + _dumps(start).encode() + b"\n\n"
                     + b"event: content_block_start\ndata: " + _dumps(block).encode() + b"\n\n"
                     + b'event: ping\ndata: {"type":"ping"}\n\n')
@@ -86,13 +141,15 @@ class Wire:
     def tail(self, prompt: int, output: int, cached: int) -> bytes:
         """Bytes that end a complete stream (finish chunk, usage, end marker)."""
         if self.endpoint == "messages":
-            delta = {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+            stop = "tool_use" if self.call is not None else "max_tokens"
+            delta = {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                      "usage": {"output_tokens": output}}
             return (b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
                     + b"event: message_delta\ndata: " + _dumps(delta).encode() + b"\n\n"
                     + b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
         chat = self.endpoint == "chat"
-        out = _sse(self._chunk({"delta": {}} if chat else {"text": ""}, "length"))
+        finish = "tool_calls" if self.call is not None else "length"
+        out = _sse(self._chunk({"delta": {}} if chat else {"text": ""}, finish))
         if self.include_usage:
             d = self._base("chat.completion.chunk" if chat else "text_completion")
             d["choices"] = []
@@ -110,17 +167,26 @@ class Wire:
     def body(self, prompt: int, output: int, cached: int) -> bytes:
         """Complete non-streaming JSON body."""
         text = WORD * output
+        call = self.call
         if self.endpoint == "messages":
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if call is not None:
+                block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {call.key: text}}
             return _dumps({"id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                           "content": [{"type": "text", "text": text}], "stop_reason": "max_tokens",
+                           "content": [block], "stop_reason": "tool_use" if call is not None else "max_tokens",
                            "stop_sequence": None,
                            "usage": {"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
                                      "cache_creation_input_tokens": 0, "output_tokens": output,
                                      "service_tier": self.service_tier}}).encode()
         chat = self.endpoint == "chat"
         d = self._base("chat.completion" if chat else "text_completion")
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
-        if chat:
+        choice: dict[str, Any] = {"index": 0, "logprobs": None,
+                                  "finish_reason": "tool_calls" if call is not None else "length"}
+        if chat and call is not None:
+            fn = {"name": call.name, "arguments": self.arguments(output)}
+            choice["message"] = {"role": "assistant", "content": None,
+                                 "tool_calls": [{"id": call.id, "type": "function", "function": fn}]}
+        elif chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text

@@ -99,9 +99,10 @@ class WorkerContext:
     workers: int = 1
     counters: Counters = field(default_factory=Counters)
     on_attempt: Callable[[RequestRecord], None] | None = None  # fires Locust's request event
-    budget: Any = None  # loadgen.engine.budget.BudgetGuard when the scenario has a budget
-    breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.engine.breaker.RouteBreaker
+    budget: Any = None  # loadgen.budget.BudgetGuard when the scenario has a budget
+    breakers: dict[str, Any] = field(default_factory=dict)  # route name -> loadgen.breaker.RouteBreaker
     shortfalls: dict[str, Any] = field(default_factory=dict)  # persona -> personas.common.Shortfall
+    host: Any = None  # loadgen.engine.personas.drive.EngineHost: this context as the shared personas' host
     group: Any = None  # the worker's gevent Group of in-flight work: control twins join it (drain, cancel)
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
     stop_reason: str | None = None

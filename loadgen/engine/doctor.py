@@ -5,7 +5,8 @@ A handful of requests tell whether rushhour understands a stack: one streamed re
 trial under a small saturating load, and two deliberately bad requests (an impossible
 ``max_tokens``, an unknown model) whose error shapes the profile's rules must recognise. Every
 attempt is written in the record format to a shard of the doctor's own folder, tagged by
-``persona`` (``doctor-tier``, ``doctor-filler``, ``doctor-polarity-<trial>-<high|low>``,
+``persona`` (``doctor-tier``, ``doctor-tools`` (one per route when a persona offers tools),
+``doctor-filler``, ``doctor-polarity-<trial>-<high|low>``,
 ``doctor-error-<what>``); the parent (``audit.doctor``) classifies and judges them, so the doctor
 sees exactly what a run's audit would see.
 
@@ -40,9 +41,10 @@ IMPOSSIBLE_MAX_TOKENS = 10**9
 UNKNOWN_MODEL = "rushhour-doctor-no-such-model"
 
 
-def _logical(ctx: WorkerContext, tier: str, tenant: str, persona: str, size: int, out: int, key: str) -> Logical:
+def _logical(ctx: WorkerContext, tier: str, tenant: str, persona: str, size: int, out: int, key: str,
+             tools: list[dict[str, Any]] | None = None) -> Logical:
     conv = prompts.Conversation().with_user(prompts.text(f"doctor:{ctx.run_id}:{key}", size))
-    return Logical(tier, tenant, persona, conv, out, ctx.now_ns())
+    return Logical(tier, tenant, persona, conv, out, ctx.now_ns(), tools=tools)
 
 
 def _send(ctx: WorkerContext, route: RouteWire, req: Logical) -> RequestRecord:
@@ -156,10 +158,33 @@ def probe_errors(ctx: WorkerContext, route: RouteWire) -> None:
     )
 
 
+def scenario_tools(scenario: Scenario) -> list[dict[str, Any]] | None:
+    """The tools the scenario's personas offer (the first persona that offers any), or None."""
+    for persona in scenario.personas:
+        tools = getattr(persona, "tool_schemas", None)
+        if tools:
+            return list(tools)
+    return None
+
+
+def probe_tools(ctx: WorkerContext, routes: list[RouteWire]) -> None:
+    """One small request offering the personas' tools on every route: does each stack accept tools at all?"""
+    tools = scenario_tools(ctx.scenario)
+    if not tools:
+        return
+    tier = ctx.scenario.tiers[0]
+    for route in routes:
+        if route.url == "testbed":  # a fallback to rushhour's own testbed: not a stack to diagnose
+            continue
+        _send(ctx, route, _logical(ctx, tier.name, tier.tenant_ids[0], "doctor-tools", TIER_PROMPT_TOKENS,
+                                   TIER_OUTPUT_TOKENS, f"tools:{route.name}", tools=tools))
+
+
 def run(ctx: WorkerContext, fillers: int) -> None:
-    """Every probe, in order, on the primary route."""
+    """Every probe, in order, on the primary route; the tools probe on every route."""
     route = ctx.routes[0]
     probe_tiers(ctx, route)
+    probe_tools(ctx, ctx.routes)
     if fillers > 0:
         probe_polarity(ctx, route, fillers)
     probe_errors(ctx, route)
@@ -175,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     anchor = Anchor.now()
     writer = ShardWriter.for_process(folder, run_id=plan["run_id"], anchor=anchor, role="doctor")
     try:
-        routes = build_routes(scenario, plan["target"])[:1]
+        routes = build_routes(scenario, plan["target"])
         ctx = WorkerContext(scenario, plan["run_id"], anchor, writer, routes)
         run(ctx, int(plan.get("fillers", 0)))
     finally:

@@ -21,20 +21,22 @@ from typing import Any
 import gevent
 from locust import User, events, task
 from locust.env import Environment
+from locust.exception import StopUser
 
 from loadgen import prompts, ship, tokens
 from loadgen.engine.context import WorkerContext, build_routes
+from loadgen.engine.guards import attach_guards as _attach_guards
 from loadgen.engine.worker import Worker
 from loadgen.manifest import scenario_of
 from loadgen.record import (
     START_FAILED_MARK,
     Anchor,
-    BreakerRecord,
     RequestRecord,
     ShardWriter,
     is_disk_full,
     short_text,
 )
+from loadgen.traces import trace_refs
 from scenarios import load_scenario
 from scenarios.model import Scenario
 
@@ -98,13 +100,44 @@ def _on_init(environment: Environment, **_: Any) -> None:
         opts.rh_mono_anchor_ns = str(anchor.mono_ns + lead)
         opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
         opts.rh_anchor_host = socket.gethostname()
+    if getattr(opts, "master", False) and environment.runner is not None:
+        _install_master_parts(environment)
+        expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
+        if opts.rh_ship != "1":  # the shipping master's Receiver does the same
+            _RECEIVERS.append(ship.FinishWatch(environment.runner, expected).install())
+        ship.Refusals(environment.runner, Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")).install()
     if getattr(opts, "master", False) and opts.rh_ship == "1" and environment.runner is not None:
         # remote workers need no copy of the scenario file, and ship their shards here
         if not opts.rh_scenario_json and opts.rh_scenario:
             opts.rh_scenario_json = json.dumps(_load(opts).model_dump(mode="json"))
         run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
-        _RECEIVERS.append(ship.Receiver(environment.runner, run_dir).install())
+        expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
+        _RECEIVERS.append(ship.Receiver(environment.runner, run_dir, expected).install())
         environment.events.test_start.add_listener(_anchor_at_start)
+
+
+def _install_master_parts(environment: Environment) -> None:
+    """A master holds the run's budget and relays its breakers' changes (one budget, one breaker per
+    route for all its workers: loadgen/engine/lease.py, loadgen/engine/breaker_share.py)."""
+    opts: Any = environment.parsed_options
+    try:
+        scenario = _load(opts)
+    except Exception:  # the workers load it too, and fail with the one-line reason
+        return
+    run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
+    if scenario.resilience.breaker is not None:
+        from loadgen.engine.breaker_share import BreakerRelay
+
+        BreakerRelay(environment.runner, run_dir).install()
+    if scenario.budget is None:
+        return
+    from loadgen.budget import BudgetGuard
+    from loadgen.engine.lease import LedgerHost
+    from loadgen.engine.ledger import Ledger
+
+    limits = BudgetGuard(scenario.budget, leased=True).whole_limits()
+    workers = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 1) or 1)
+    _LEDGERS.append(LedgerHost(environment.runner, Ledger(limits, workers), run_dir).install())
 
 
 def _anchor_at_start(environment: Environment, **_: Any) -> None:
@@ -120,13 +153,9 @@ def _anchor_at_start(environment: Environment, **_: Any) -> None:
 
 
 def _anchor(opts: Any) -> Anchor:
-    """This process's anchor: the runner's on its own host; elsewhere, derived from the wall clock."""
-    mono, wall = int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0)
-    if mono and (not opts.rh_anchor_host or opts.rh_anchor_host == socket.gethostname()):
-        return Anchor(mono, wall)
-    # another machine: its monotonic clock is unrelated; line up through the (NTP) wall clock
-    now = Anchor.now()
-    return Anchor(now.mono_ns - (now.wall_ns - wall), wall)
+    """This process's anchor, from the options the runner (or master) set."""
+    return Anchor.of_run(int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0),
+                         opts.rh_anchor_host or "", socket.gethostname())
 
 
 def _load(opts: Any) -> Scenario:
@@ -150,20 +179,30 @@ class RushhourDriver(User):
 
     @task
     def drive(self) -> None:
-        if _WORKERS or _START_FAILED:
-            # Locust moved a quitting worker's user here: this process already drives its share
-            # (or has failed to start, once, and must not retry in a loop)
-            gevent.sleep(10**6)
-            return
+        if _DRIVING or _START_FAILED:
+            # Locust moved another worker's user here (a rebalance): this process already drives its share
+            # (or has failed to start, once, and must not retry in a loop); this user simply ends
+            raise StopUser()
+        _DRIVING.append(True)
+        # the share is driven in a greenlet of its own, not the user's: a rebalance (a worker joining
+        # mid-run) stops a user on a live worker by killing its greenlet, which would cut that share;
+        # a real stop (the master's quit or stop, a signal) cancels it through _close_all
+        gevent.spawn(self._drive_share).join()
+
+    def _drive_share(self) -> None:
         env = self.environment
         opts = env.parsed_options
         runner = env.runner
         is_worker = bool(getattr(opts, "worker", False))
-        worker_index = max(0, getattr(runner, "worker_index", 0)) if is_worker else 0
+        # Locust's master gives every worker it ever saw its own index, never reused: a worker that joins
+        # after the run's shares were dealt (a restarted one) has an index >= the run's worker count
+        worker_index = int(getattr(runner, "worker_index", 0)) if is_worker else 0
         workers = int(opts.rh_workers or 0) or (int(getattr(opts, "expect_workers", 1) or 1) if is_worker else 1)
         remote = runner if is_worker and getattr(opts, "rh_ship", "0") == "1" else None
         try:
-            ctx = _context(opts, worker_index, workers, remote)
+            if worker_index < 0:
+                raise RuntimeError("the master gave this worker no index (a Locust master older than 2.x?)")
+            ctx = _context(opts, worker_index, workers, remote, runner if is_worker else None)
         except Exception as exc:  # Locust would re-run the task at once, forever: fail this process once
             _fail_start(env, exc)
             return
@@ -174,11 +213,19 @@ class RushhourDriver(User):
         if remote is not None:
             _SHIPPERS.append(ship.Shipper(remote, ctx.writer.path).start())
         try:
-            self.worker.run()
+            if worker_index >= workers:  # its share does not exist: sending anything would add to the others'
+                ctx.stop_reason = "late"
+                ctx.event("late_worker", worker_index=worker_index, workers=workers)
+                log.warning("this worker joined after the run's %d shares were dealt (index %d): it sends nothing",
+                            workers, worker_index)
+            else:
+                self.worker.run()
         finally:
             self.worker.cancel()
             _write_stop(ctx)
             self.worker.close()
+            if hasattr(ctx.budget, "finish"):  # what this process was leased and did not use goes back
+                ctx.budget.finish()
             for shipper in _SHIPPERS:
                 shipper.finish()
         if ctx.writer.error is not None:  # a full disk: the runner finalises run.json with what is missing
@@ -186,38 +233,55 @@ class RushhourDriver(User):
             with contextlib.suppress(OSError):
                 os.write(2, f"rushhour: cannot write records ({ctx.writer.error.strerror}); "
                             f"{ctx.writer.lost_lines} line(s) lost\n".encode())
-        if remote is not None:  # the shipping master ends the run once every worker finished or went missing
-            remote.send_message(ship.MSG_FINISHED, {"pid": os.getpid()})
+        if is_worker:  # the master ends the run once every worker finished or went missing
+            if ctx.stop_reason != "interrupted":  # stopped on its host (SIGTERM): not finished, the runner says so
+                runner.send_message(ship.MSG_FINISHED, {"pid": os.getpid()})
             return
-        runner.quit()  # this process is done; a master ends the run when its last worker quits
+        runner.quit()  # a single process is done
 
 
 _WORKERS: list[Worker] = []
+_DRIVING: list[bool] = []  # this process has started driving its share (once)
 _CONTEXTS: list[WorkerContext] = []
 _START_FAILED: list[str] = []
 _SHIPPERS: list[ship.Shipper] = []
-_RECEIVERS: list[ship.Receiver] = []
+_RECEIVERS: list[Any] = []  # the master's ship.Receiver or ship.FinishWatch
+_LEDGERS: list[Any] = []  # the master's loadgen.engine.lease.LedgerHost, when the budget is leased
 LOCUST_DISK_FULL = 4  # loadgen/runner.py reads this exit code as a full disk
 
 
 def _fail_start(env: Environment, exc: Exception) -> None:
-    """One line on stderr (locust.log), a non-zero exit code, and this process quits."""
-    line = f"{START_FAILED_MARK} {short_text(f'{type(exc).__name__}: {exc}', 300)}"
+    """One line on stderr (locust.log), a non-zero exit code, and this process quits; a worker tells
+    its master first, which reports the line and ends the run (its share would never be sent)."""
+    reason = short_text(f"{type(exc).__name__}: {exc}", 300)
+    line = f"{START_FAILED_MARK} {reason}"
     _START_FAILED.append(line)
     with contextlib.suppress(OSError):  # the log may sit on the full disk itself
         os.write(2, (line + "\n").encode(errors="replace"))
     env.process_exit_code = LOCUST_DISK_FULL if is_disk_full(exc) else 3
+    if env.runner is not None and getattr(env.parsed_options, "worker", False):
+        with contextlib.suppress(Exception):
+            env.runner.send_message(ship.MSG_REFUSED, {"who": f"{socket.gethostname()}-{os.getpid()}",
+                                                       "reason": reason})
+            gevent.sleep(0.2)  # the message leaves before the quit (same socket, but quit closes it)
     if env.runner is not None:
         env.runner.quit()
 
 
-def _context(opts: Any, worker_index: int, workers: int, remote: Any = None) -> WorkerContext:
+def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, master: Any = None) -> WorkerContext:
     scenario = _load(opts)
+    missing = missing_files(scenario)
+    if missing:  # before anything else: a worker that cannot send its share sends nothing
+        raise FileNotFoundError(f"{'; '.join(missing)} on host {socket.gethostname()} (every worker needs the "
+                                "files the scenario names, at the same path)")
     anchor = _anchor(opts)
     run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
     clock: dict[str, Any] = {}
+    role = ""
     if remote is not None:  # a worker of `rushhour worker`: its own spool, its clock measured against the master's
         run_dir = ship.spool_dir(opts.rh_run_id)
+        # the index in the name: a restarted container has the same host name and often the same PID
+        role = f"w{worker_index}"
         anchor, clock = _remote_anchor(opts, anchor, ship.clock_offset(remote))
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
@@ -229,11 +293,23 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None) -> 
         raise ValueError(f"cannot build a route to {', '.join(urls)}: {exc}") from None
     # the tokenizer before the shard too: a path that cannot be loaded is this process's one error
     prompts.use_tokenizer(tokens.load(scenario.target.tokenizer) if scenario.target.tokenizer else None)
-    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock)
+    prompts.warm()  # before the anchor: building the prompt base lazily stalled the loop at the first arrival
+    writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock, role=role)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
-    _attach_guards(ctx)
+    _attach_guards(ctx, master)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())
     return ctx
+
+
+def missing_files(scenario: Scenario) -> list[str]:
+    """The files the scenario names (traces, datasets, the tokenizer) that do not exist here, as
+    ``field path`` texts (the master resolved them to absolute paths)."""
+    out = [f"{ref.field} {ref.trace} does not exist" for ref in trace_refs(scenario.model_dump(mode="json"))
+           if not Path(ref.trace).exists()]
+    tokenizer = scenario.target.tokenizer
+    if tokenizer and not Path(tokenizer).exists():
+        out.append(f"target.tokenizer {tokenizer} does not exist")
+    return out
 
 
 def _remote_anchor(opts: Any, anchor: Anchor, offset: ship.ClockOffset | None) -> tuple[Anchor, dict[str, Any]]:
@@ -247,24 +323,6 @@ def _remote_anchor(opts: Any, anchor: Anchor, offset: ship.ClockOffset | None) -
     now = Anchor.now()
     wall = int(opts.rh_wall_anchor_ns or 0)
     return Anchor(now.mono_ns - (now.wall_ns + offset.offset_ns - wall), wall), clock
-
-
-def _attach_guards(ctx: WorkerContext) -> None:
-    """Budget guard and circuit breakers, when the scenario asks for them."""
-    scenario = ctx.scenario
-    from loadgen.engine.breaker import RouteBreaker
-    from loadgen.engine.budget import BudgetGuard
-
-    if scenario.budget is not None:
-        ctx.budget = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index)
-    if scenario.resilience.breaker is not None:
-        cfg = scenario.resilience.breaker
-
-        def on_change(route: str, old: str, new: str, cause: str | None) -> None:
-            ctx.write(BreakerRecord(ctx.run_id, ctx.writer.next_seq(), ctx.now_ns(), route, new, old, cause))
-
-        for route in ctx.routes:
-            ctx.breakers[route.name] = RouteBreaker(route.name, cfg.fail_max, cfg.reset_timeout_s, on_change)
 
 
 def _request_event(env: Environment) -> Any:
@@ -313,6 +371,8 @@ def _close_all(**_: Any) -> None:
 def _close_receivers(**_: Any) -> None:
     for receiver in _RECEIVERS:  # the master: a worker that died leaves its shard open
         receiver.close()
+    for ledger in _LEDGERS:  # the master: its budget account, for run.json
+        ledger.write()
 
 
 def _close_shards() -> None:

@@ -39,6 +39,20 @@
       x0 = Math.max(x0, u.bbox.left); x1 = Math.min(x1, u.bbox.left + u.bbox.width);
       if (x1 > x0) ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
     });
+    /* scheduled outages (faults that take every replica down): hatched dark bands, named at the top */
+    (DATA.outages || []).forEach(function (o) {
+      var x0 = u.valToPos(toX(o.start), "x", true), x1 = u.valToPos(toX(o.end), "x", true);
+      x0 = Math.max(x0, u.bbox.left); x1 = Math.min(x1, u.bbox.left + u.bbox.width);
+      if (x1 <= x0) return;
+      ctx.fillStyle = "rgba(40,40,60,0.14)";
+      ctx.fillRect(x0, top, Math.max(1, x1 - x0), h);
+      ctx.strokeStyle = "rgba(40,40,60,0.55)";
+      ctx.setLineDash([]);
+      ctx.strokeRect(x0, top, Math.max(1, x1 - x0), h);
+      ctx.fillStyle = "rgba(40,40,60,0.9)";
+      ctx.font = Math.round(10 * (window.devicePixelRatio || 1)) + "px sans-serif";
+      ctx.fillText((o.route !== "primary" ? o.route + ": " : "") + o.name, x0 + 3, top + 12 * (window.devicePixelRatio || 1));
+    });
     ctx.fillStyle = "rgba(214,39,40,0.10)";
     DATA.windows.forEach(function (w) {
       var x0 = u.valToPos(toX(w[0]), "x", true), x1 = u.valToPos(toX(w[1]), "x", true);

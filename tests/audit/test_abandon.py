@@ -9,8 +9,8 @@ import pandas as pd
 from audit.abandon import abandoned_by_persona
 from audit.classify import classify_frame, classify_one
 from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
-from loadgen.engine.resilience import next_step, outcome_key
 from loadgen.record import RequestRecord
+from loadgen.resilience import next_step, outcome_key
 from scenarios.model import RetryPolicy
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.classify import classify_one
+from audit.classify import classify_one, named_cause
+from stacks.vllm import TOOLS_REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
@@ -24,7 +25,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "real"
 # The shapes each recording must hold: a re-recording that lost one fails here, not silently.
 REQUIRED = {
     "vllm": {"vllm-200-served", "vllm-200-stream-served", "vllm-503-queue-full", "vllm-200-stream-in-band-queue-full",
-             "vllm-503-token-backlog", "vllm-200-stream-in-band-token-backlog", "vllm-400-context-too-long"},
+             "vllm-503-token-backlog", "vllm-200-stream-in-band-token-backlog", "vllm-400-context-too-long",
+             "vllm-200-stream-tool-call", "vllm-200-tool-call", "vllm-200-stream-messages-tool-call",
+             "vllm-400-tools-refused", "vllm-400-stream-tools-refused"},
     "litellm": {"litellm-200-served", "litellm-200-stream-served", "litellm-401-bad-key",
                 "litellm-429-deployment-slots", "litellm-429-stream-deployment-slots",
                 "litellm-429-key-max-parallel", "litellm-429-key-rpm", "litellm-429-stream-key-rpm"},
@@ -43,7 +46,8 @@ from loadgen.engine.wire.http import ResponseHead
 out = []
 for path in sorted(Path(sys.argv[1]).glob("*/*.json")):
     case = json.loads(path.read_text())
-    attempt = _Attempt("openai-chat", bool(case["stream"]), False)
+    dialect = "anthropic-messages" if case.get("endpoint") == "/v1/messages" else "openai-chat"
+    attempt = _Attempt(dialect, bool(case["stream"]), False)
     attempt.on_headers(ResponseHead(status=case["status"], headers=case["headers"]), 1_000)
     body = case["body"].encode()
     for i in range(0, len(body), 7):  # arrive in small pieces, as over a socket
@@ -108,6 +112,14 @@ def test_recorded_answers_get_their_class(parsed: list[dict[str, object]]) -> No
         if got != row["expected"]:
             wrong.append(f"{row['file']}: {got} != {row['expected']} from {row['facts']}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_tools_refused_by_vllm_is_named(parsed: list[dict[str, object]]) -> None:
+    rows = [r for r in parsed if "tools-refused" in str(r["file"])]
+    assert len(rows) == 2
+    for row in rows:
+        facts = {k: v for k, v in row["facts"].items() if k != "complete"}  # type: ignore[union-attr]
+        assert named_cause(str(row["profile"]), **facts) == TOOLS_REFUSED, row  # type: ignore[arg-type]
 
 
 def test_no_rejection_is_failed_transport_or_unclassified(parsed: list[dict[str, object]]) -> None:

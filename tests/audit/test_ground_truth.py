@@ -154,6 +154,7 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.e2e
+@pytest.mark.serial  # two saturating runs at once already: timings against the ledger's, to the ms
 @pytest.mark.parametrize("name", E2E)
 def test_real_run_matches_ledger(real_runs: dict[str, Path], name: str) -> None:
     run = real_runs[name]

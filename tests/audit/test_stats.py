@@ -11,6 +11,7 @@ from audit.fold import fold_logical, prepare_attempts
 from audit.stats import (
     bootstrap_quantile_ci,
     cdf_points,
+    group_quantiles,
     jain_index,
     longest_gap,
     merge_bucket_mask,
@@ -86,6 +87,26 @@ def test_merge_intervals_and_longest_gap() -> None:
     assert longest_gap(np.array([0.0, 20.0]), np.array([10.0, 21.0]), np.array([2.0, 5.0, 15.0])) == 5.0
     assert longest_gap(np.array([0.0]), np.array([4.0]), np.array([])) == 4.0
     assert longest_gap(np.array([]), np.array([]), np.array([1.0])) is None
+
+
+def test_group_quantiles_are_pandas_groupby_quantiles_to_the_bit() -> None:
+    """The tenants' p99 and the timeline's bucket quantiles come from one sort; summary.json must not move
+    by a bit against pandas' groupby quantile (ties, NaN, one-value groups, empty groups, infinities)."""
+    rng = np.random.default_rng(20261201)
+    for trial in range(300):
+        n, width = int(rng.integers(1, 2000)), int(rng.integers(1, 40))
+        keys = rng.integers(0, width, n)
+        values = rng.lognormal(5, 1.5, n).round(trial % 3)  # rounded: many ties
+        values[rng.random(n) < 0.15] = np.nan
+        if trial % 5 == 0:
+            values[rng.random(n) < 0.02] = np.inf
+        qs = (0.5, 0.9, 0.99)
+        got = group_quantiles(keys, values, qs, width)
+        expected = pd.DataFrame({"k": keys, "v": values}).groupby("k")["v"].quantile(list(qs)).unstack()
+        for row, q in enumerate(qs):
+            want = np.full(width, np.nan)
+            want[expected.index.to_numpy()] = expected[q].to_numpy()
+            assert np.array_equal(got[row], want, equal_nan=True), (trial, q)
 
 
 def test_bucket_mask_windows() -> None:

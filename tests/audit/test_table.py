@@ -73,12 +73,15 @@ def test_rushhour_audit_keeps_a_current_summary_and_force_audits_again(tmp_path:
     cli = CliRunner()
     first = cli.invoke(app, ["audit", str(run), "--quiet"])
     assert first.exit_code == 0, first.output
+    assert "kept" not in first.output
     stamps = [(run / name).stat().st_mtime_ns for name in ("summary.json", table.ATTEMPTS_FILE)]
     again = cli.invoke(app, ["audit", str(run), "--quiet"])
     assert again.exit_code == 0, again.output
+    assert "kept: nothing changed since the last audit" in again.output  # says why nothing was redone
     assert [(run / name).stat().st_mtime_ns for name in ("summary.json", table.ATTEMPTS_FILE)] == stamps
     forced = cli.invoke(app, ["audit", str(run), "--quiet", "--force"])
     assert forced.exit_code == 0, forced.output
+    assert "kept" not in forced.output
     assert (run / table.ATTEMPTS_FILE).stat().st_mtime_ns != stamps[1]
 
 
@@ -92,7 +95,8 @@ def test_a_run_folder_that_cannot_be_written_is_read_in_memory(tmp_path: Path,
     def refuse(*_: object, **__: object) -> Path:
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(table, "write_table", refuse)
+    monkeypatch.setattr(table.TableWriter, "finish", refuse)  # the table's last write: its rows are encoded
     got = audit.attempts(run, columns=["class", "probe"])
     assert list(got.columns) == ["class", "probe"] and len(got) == 4
     assert not (run / table.ATTEMPTS_FILE).exists()
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]  # the half-written table was removed

@@ -29,8 +29,20 @@ def test_pct(value: float | None, digits: int | None, expected: str) -> None:
     assert text.pct(value, digits) == expected
 
 
+def test_signed_changes_never_read_minus_zero() -> None:
+    assert text.signed_pct(-0.002) == "+0 %" and text.signed_pct(-0.012) == "-1 %" and text.signed_pct(0.25) == "+25 %"
+    assert text.signed_points(-0.0004) == "+0.0 pt" and text.signed_points(-0.015) == "-1.5 pt"
+    assert text.signed_pct(float("inf")) == "+inf %"
+
+
 def test_reports_use_the_same_functions() -> None:
-    assert fmt.ms is text.ms and fmt.pct is text.pct and fmt.times is text.times
+    assert fmt.ms is text.ms and fmt.pct is text.pct and fmt.times is text.times and fmt.p_value is text.p_value
+
+
+def test_a_p_value_never_reads_zero() -> None:
+    assert text.p_value(0.0) == "< 0.001" and text.p_clause(0.0) == "p < 0.001"  # it read "p = 0"
+    assert text.p_value(1e-30) == "< 0.001" and text.p_clause(0.0312) == "p = 0.0312"
+    assert text.p_value(0.001) == "0.001" and text.p_value(0.5) == "0.5"
 
 
 def _format_specs(path: Path) -> list[str]:

@@ -20,13 +20,14 @@ app.command("compare")(capacity.compare)
 
 
 def test_sweep_knee_order_under_strict_priority(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["sweep", "sweep-tiers", "--scale", "0.5,1.5,3", "--step-duration", "10s",
+    # two 15-s steps (1×, 3×): enough requests per tier for the scenario's TTFT p90 to be judged
+    result = CliRunner().invoke(app, ["sweep", "sweep-tiers", "--scale", "1,3", "--step-duration", "15s",
                                       "--warmup", "0", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (root,) = tmp_path.glob("sweep-*")
     data = json.loads((root / "sweep.json").read_text())
     assert (root / "sweep.html").read_text().startswith("<!doctype html>")
-    assert len(data["steps"]) == 3
+    assert len(data["steps"]) == 2
     offered = [s["offered_rps"] for s in sorted(data["steps"], key=lambda s: s["scale"])]
     assert offered == sorted(offered) and offered[-1] > 2 * offered[0]
     knees = {k["tier"]: k for k in data["knees"]}
@@ -35,7 +36,7 @@ def test_sweep_knee_order_under_strict_priority(tmp_path: Path) -> None:
         return -1.0 if k["knee_scale"] is None else k["knee_scale"]
 
     assert reach(knees["high"]) >= reach(knees["low"]), data["answers"]
-    assert any("holds its SLO" in a or "misses its SLO" in a for a in data["answers"])
+    assert any(w in a for a in data["answers"] for w in ("holds its SLO", "misses its SLO", "cannot be judged"))
 
 
 def _scenario(tmp_path: Path, name: str, speed: float) -> str:
@@ -50,6 +51,7 @@ def _scenario(tmp_path: Path, name: str, speed: float) -> str:
     return str(write_scenario(Scenario.model_validate(base), tmp_path / f"{name}.yaml"))
 
 
+@pytest.mark.serial  # "another seed is no regression" needs its four runs on an equally quiet machine
 def test_compare_flags_slow_candidate_not_reseeded_twins(tmp_path: Path) -> None:
     from audit import run_audit
     from loadgen.runner import RunOptions, run_scenario

@@ -112,3 +112,27 @@ def test_doctor_names_an_answer_no_rule_knows(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "frobnicator is saturated" in done.stdout and "FAIL   recognised answers" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+TOOLS_SCENARIO = """
+name: doctor-tools
+target: {{url: {url}, profile: vllm, model: testbed}}
+tiers: [{{name: agents, priority: 5}}]
+personas:
+  - {{kind: agent_swarm, name: coders, tier: agents, agents: 1, tools: true}}
+phases: [{{name: main, duration: 2s}}]
+resilience:
+  fallback: [{{name: backup, url: "{url}", profile: vllm}}]
+"""
+
+
+@pytest.mark.parametrize("testbed", ["vllm"], indirect=True)
+def test_doctor_sends_one_tools_request_per_route(testbed: str, tmp_path: Path) -> None:
+    scenario = tmp_path / "tools.yaml"
+    scenario.write_text(TOOLS_SCENARIO.format(url=testbed))
+    done = doctor(tmp_path, str(scenario), "--fillers", "0")
+    assert "PASS   tools " in done.stdout and "PASS   tools (backup)" in done.stdout, done.stdout + done.stderr
+    records = [json.loads(line) for p in (tmp_path / "runs").glob("doctor-*/records/*.jsonl")
+               for line in p.read_text().splitlines()]
+    tools = [r for r in records if r.get("persona") == "doctor-tools"]
+    assert sorted(r["route"] for r in tools) == ["backup", "primary"]

@@ -145,7 +145,11 @@ def test_fifo_is_a_warning_and_no_queue_is_info() -> None:
     inp.records[2:6] = [*pair("a", 2400, 2400, 20, 0), *pair("b", 2400, 2400, 0, 20)]
     assert status_of(judge(inp), "priority polarity") == "warn"
     inp.records[2:6] = [*pair("a", 6, 6, 20, 0), *pair("b", 6, 6, 0, 20)]
-    assert status_of(judge(inp), "priority polarity") == "info"
+    checks = judge(inp)
+    assert status_of(checks, "priority polarity") == "info"
+    # one trial without queueing is enough for the note, so it must not read "in both trials"
+    detail = next(c.detail for c in checks if c.name == "priority polarity")
+    assert detail.startswith("a trial saw no queueing") and "--fillers" in detail
 
 
 def test_polarity_rules() -> None:
@@ -163,3 +167,35 @@ def test_polarity_rules() -> None:
 def test_unreadable_metrics_warn_without_failing() -> None:
     checks = judge(healthy(metrics_error="HTTP 401", metrics_found=[]))
     assert status_of(checks, "metrics") == "warn" and exit_code(checks) == 0
+
+
+TOOLS_400 = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+
+
+def test_tools_refused_fails_with_the_fix_and_tools_served_passes() -> None:
+    refused = healthy()
+    refused.records.append(rec("doctor-tools", "hi", status=400, first=None, complete=False, error=TOOLS_400))
+    checks = judge(refused)
+    line = next(c for c in checks if c.name == "tools")
+    assert line.status == "fail"
+    assert line.detail.startswith("server refuses tools: start vLLM with --enable-auto-tool-choice --tool-call-parser")
+    assert exit_code(checks) == 1
+    assert status_of(checks, "recognised answers") == "pass"  # a known answer (failed), not an unknown one
+    ok = healthy()
+    ok.records.append(rec("doctor-tools", "hi"))
+    ok.records.append(rec("doctor-tools", "hi", route="backup", status=400, first=None, complete=False,
+                          error="tools are not supported"))
+    checks = judge(ok)
+    assert status_of(checks, "tools") == "pass"
+    assert status_of(checks, "tools (backup)") == "fail"  # an unnamed refusal still fails, with its text
+    assert not any(c.name.startswith("tools") for c in judge(healthy()))  # no tools offered: no check
+
+
+def test_a_target_that_is_no_url_is_one_line() -> None:
+    import pytest
+
+    from loadgen.diagnose import DoctorError, prepare
+
+    with pytest.raises(DoctorError) as err:  # was "1 validation error for Scenario" and nothing else
+        prepare(None, target="ftp://x", profile="vllm", model=None, metrics=None)
+    assert str(err.value) == "--target: url must be 'testbed' or start with http:// or https://"

@@ -188,11 +188,12 @@ def _testbed(hosts: Hosts, tmp: Path) -> tuple[Path, Path]:
     return ledger, log
 
 
-def _run(hosts: Hosts, tmp: Path, name: str) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]], Path]:
+def _run(hosts: Hosts, tmp: Path, name: str, text: str = SCENARIO) -> tuple[
+        subprocess.Popen[bytes], list[subprocess.Popen[bytes]], Path]:
     work = tmp / name
     work.mkdir()
     scenario = work / "s.yaml"
-    scenario.write_text(SCENARIO.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
+    scenario.write_text(text.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
     master = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(work / "runs"), "--no-report",
                                "--expect-workers", "2", "--master-bind", hosts.addr["m"],
                                "--master-port", str(MASTER_PORT), "--workers-wait", "60"], work, work / "master.log")
@@ -212,7 +213,8 @@ def _run_dir(work: Path) -> Path:
 
 
 def _spool(work: Path, role: str, run_dir: Path, pid: int) -> Path:
-    return next((work / f"spool-{role}" / run_dir.name / "records").glob(f"*-{pid}.jsonl"))
+    # a remote worker's shard: <host>-<pid>-w<index>.jsonl
+    return next((work / f"spool-{role}" / run_dir.name / "records").glob(f"*-{pid}-w*.jsonl"))
 
 
 def _requests(path: Path) -> int:
@@ -306,6 +308,259 @@ def test_three_hosts_match_the_ledger_and_survive_a_dead_worker(hosts: Hosts, tm
           f"audit included); reasons: {v.reasons}")
 
 
+BUDGET_CAP = 50
+BUDGET_SCENARIO = """
+name: multihost-budget
+seed: 29
+target:
+  url: {url}
+  profile: llm-d
+  model: testbed-model
+  testbed: {{preset: tiny, replicas: 2}}
+  metrics: null
+calibration: {{probes: 0}}
+tiers:
+  - {{name: interactive, priority: 100}}
+personas:
+  - kind: agent_swarm        # agents: 1: only worker 0 drives it, back to back
+    name: heavy
+    tier: interactive
+    agents: 1
+    ramp_s: 0
+    steps: 400
+    fanout: 1
+    tool_time_s: 0
+    shared_context_tokens: 64
+    task_context_tokens: 16
+    append_tokens: 8
+    output_tokens: 4
+  - kind: agent_swarm        # one request per worker, then idle: worker 1 holds a lease it never uses
+    name: light
+    tier: interactive
+    agents: 2
+    ramp_s: 0
+    steps: 1
+    fanout: 1
+    tool_time_s: 0
+    idle_between_tasks_s: 100
+    shared_context_tokens: 64
+    task_context_tokens: 16
+    append_tokens: 8
+    output_tokens: 4
+phases:
+  - {{name: main, duration: 20s}}
+drain_s: 3
+budget: {{max_requests: CAP}}
+""".replace("CAP", str(BUDGET_CAP))
+
+
+def test_one_budget_across_hosts_holds_exactly_under_uneven_load(hosts: Hosts, tmp_path: Path) -> None:
+    """Two workers on two hosts, one busy and one idle: together they send exactly the cap (the master
+    leases it and reclaims the idle worker's lease), then both stop at once."""
+    ledger, _ = _testbed(hosts, tmp_path)
+    master, workers, work = _run(hosts, tmp_path, "budget", BUDGET_SCENARIO)
+    assert _wait(master, 120, work / "master.log") == 0, (work / "master.log").read_text()[-3000:]
+    for proc in workers:
+        _wait(proc, 30, work / "w1.log")
+    run_dir = _run_dir(work)
+    manifest = read_manifest(run_dir)
+    assert manifest.stop_reason == "budget"
+    shards = sorted((run_dir / "records").glob("*.jsonl"))
+    assert len(shards) == 2
+    sent = [[r for r in read_shard(p).lines if r.get("kind") == "request" and not r["not_sent"]] for p in shards]
+    counts = sorted(len(rows) for rows in sent)
+    assert sum(counts) == BUDGET_CAP and counts[0] <= 2, counts
+    ids = {r["request_id"] for rows in sent for r in rows}
+    served = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    assert sum(1 for row in served if row.get("request_id") in ids) == BUDGET_CAP
+    usage = manifest.budget_usage or {}
+    assert usage["run"]["requests"] == BUDGET_CAP and usage["master"]["reached"] == {"run": "requests"}
+    stopped = [max(r["sent_ns"] for r in rows) / 1e9 for rows in sent if rows]
+    lease = [p["lease"] for p in usage["processes"].values()]
+    print(f"\nbudget across hosts: sent {counts} (cap {BUDGET_CAP}); asks {[e['asks'] for e in lease]}, longest "
+          f"wait for the master {max(e['wait_ms_max'] for e in lease):.1f} ms, reclaim rounds "
+          f"{usage['master']['reclaim_rounds']}; last send {max(stopped):.1f} s into the schedule")
+
+
+def _container(hosts: Hosts, role: str, work: Path, name: str) -> subprocess.Popen[bytes]:
+    """A worker as in a container: its own host name and PID namespace (it runs as PID 1), as a
+    restarted pod's container does again: the same host name, the same PID."""
+    return hosts.start(role, ["unshare", "--uts", "--pid", "--fork", "sh", "-c", 'hostname "$0" && exec "$@"',
+                              f"rh-{role}", *RUSHHOUR, "worker", "--master", f"{hosts.addr['m']}:{MASTER_PORT}",
+                              "--spool", str(work / f"spool-{name}")], work, work / f"{name}.log")
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_a_restarted_worker_gets_a_new_index_and_its_own_shard(hosts: Hosts, tmp_path: Path) -> None:
+    """A worker killed mid-run and started again on its host (same host name, same PID 1, as a restarted
+    container) joins with an index >= the run's worker count: it sends nothing (its share was dealt to
+    the dead one), and its shard does not land in the dead worker's file."""
+    _testbed(hosts, tmp_path)
+    work = tmp_path / "restart"
+    work.mkdir()
+    scenario = work / "s.yaml"
+    scenario.write_text(SCENARIO.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
+    master = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(work / "runs"), "--no-report",
+                               "--expect-workers", "2", "--master-bind", hosts.addr["m"],
+                               "--master-port", str(MASTER_PORT), "--workers-wait", "60"], work, work / "master.log")
+    first = _container(hosts, "w1", work, "w1")
+    doomed = _container(hosts, "w2", work, "w2a")
+    deadline = time.monotonic() + 90
+    while not list((work / "runs").glob("*/anchor.json")):
+        assert time.monotonic() < deadline and master.poll() is None, (work / "master.log").read_text()[-3000:]
+        time.sleep(0.1)
+    run_dir = _run_dir(work)
+    anchor = read_anchor(run_dir)
+    assert anchor is not None
+    time.sleep(max(0.0, anchor[1] / 1e9 + 4.0 - time.time()))
+    inside = _children(doomed.pid)
+    assert inside, "the worker (PID 1 of its namespace) was not found"
+    for pid in inside:
+        os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: everything in it dies
+    doomed.wait(10)
+    again = _container(hosts, "w2", work, "w2b")
+    assert _wait(master, RUN_S + 60, work / "master.log") == 0, (work / "master.log").read_text()[-3000:]
+    _wait(first, 30, work / "w1.log")
+    _wait(again, 30, work / "w2b.log")
+    shards = sorted(p.name for p in (run_dir / "records").glob("*.jsonl"))
+    # both w2 processes were PID 1 on host rh-w2: only the index in the name tells them apart. Locust's
+    # rebalance may or may not hand the newcomer a user; with one, it writes its own (empty) shard
+    first_two = {"rh-w1-1-w0.jsonl", "rh-w2-1-w1.jsonl"}, {"rh-w1-1-w1.jsonl", "rh-w2-1-w0.jsonl"}
+    assert set(shards) - {"rh-w2-1-w2.jsonl"} in first_two, shards
+    dead_name = next(name for name in shards if name.startswith("rh-w2-") and name != "rh-w2-1-w2.jsonl")
+    dead = run_dir / "records" / dead_name
+    local = next((work / "spool-w2a" / run_dir.name / "records").glob("*.jsonl"))
+    assert local.read_bytes().startswith(dead.read_bytes()) and _requests(dead) > 0
+    assert all(line.get("run_id") == anchor_run(run_dir) for line in read_shard(dead).lines)
+    log = [json.loads(line) for line in (run_dir / "workers.jsonl").read_text().splitlines()]
+    indexes = {e["worker"]: e["index"] for e in log if e["event"] == "worker_state" and e.get("index") is not None}
+    assert sorted(indexes.values()) == [0, 1, 2], indexes  # the newcomer: index 2, past the run's 2 shares
+    if "rh-w2-1-w2.jsonl" in shards:
+        late = read_shard(run_dir / "records" / "rh-w2-1-w2.jsonl").lines
+        events = {line["name"]: line["detail"] for line in late if line.get("kind") == "event"}
+        assert events["worker_start"]["worker_index"] == 2 and events["worker_start"]["workers"] == 2
+        assert "late_worker" in events and events["worker_stop"]["reason"] == "late"
+        assert not any(line.get("kind") == "request" for line in late)
+    # the master did not wait for the newcomer: the run ended at the schedule's end, not at the run-time cap
+    ended = dt.datetime.fromisoformat(read_manifest(run_dir).ended_at or "").timestamp()
+    assert ended - anchor[1] / 1e9 < RUN_S + 10, ended - anchor[1] / 1e9
+    summary = run_audit(run_dir)
+    assert not summary.validity.valid and summary.validity.lost_workers == [dead.stem], summary.validity
+    print(f"\nrestarted worker: shards {shards}; the dead one kept {_requests(dead)} request lines; the newcomer "
+          f"got index 2 and sent nothing; the run ended {ended - anchor[1] / 1e9 - RUN_S:+.1f} s from the "
+          "schedule's end")
+
+
+def anchor_run(run_dir: Path) -> str:
+    return read_manifest(run_dir).run_id
+
+
+EXTRA_SCENARIO = """
+name: extra-worker
+seed: 31
+target:
+  url: testbed
+  profile: llm-d
+  model: testbed-model
+  testbed: {preset: tiny, replicas: 2}
+  metrics: null
+calibration: {probes: 0}
+tiers:
+  - {name: interactive, priority: 100}
+personas:
+  - kind: chat
+    name: chat
+    tier: interactive
+    arrival: {process: poisson, rate: 5}
+    turns: 1
+    prompt_tokens: {dist: uniform, low: 20, high: 100}
+    output_tokens: {dist: uniform, low: 4, high: 8}
+phases:
+  - {name: main, duration: 10s}
+drain_s: 2
+"""
+
+
+# serial: a 44-request run judged valid across a live rebalance; beside parallel test workers 3 sends left
+# > 100 ms late once (invalid), a verdict on the machine, not on the rebalance
+@pytest.mark.serial
+def test_a_worker_joining_a_live_run_takes_no_share_and_cuts_none(tmp_path: Path) -> None:
+    """One expected worker drives the run; a second one joins 3 s in. Its host name sorts first, so
+    Locust's rebalance hands it the run's only user and stops the first worker's: the first must
+    still drive its whole share (the user's stop waits for its task), the newcomer (index 1 of 1)
+    sends nothing, and the run ends on time, valid."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("EXTRA-WORKER TEST NOT RUN: needs root and util-linux (`unshare --uts`) for host names")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(EXTRA_SCENARIO)
+    env = child_env()
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=env)
+        procs.append(proc)
+        return proc
+
+    def worker(host: str) -> subprocess.Popen[bytes]:
+        return start(["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *RUSHHOUR, "worker",
+                      "--master", f"127.0.0.1:{port}", "--spool", str(tmp_path / f"spool-{host}")],
+                     tmp_path / f"{host}.log")
+
+    try:
+        master = start([*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report",
+                        "--expect-workers", "1", "--master-port", str(port), "--workers-wait", "60"],
+                       tmp_path / "master.log")
+        first = worker("rh-b")
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "runs").glob("*/anchor.json")):
+            assert time.monotonic() < deadline and master.poll() is None, (tmp_path / "master.log").read_text()
+            time.sleep(0.1)
+        run_dir = next((tmp_path / "runs").iterdir())
+        anchor = read_anchor(run_dir)
+        assert anchor is not None
+        time.sleep(max(0.0, anchor[1] / 1e9 + 3.0 - time.time()))
+        extra = worker("rh-a")
+        assert _wait(master, 90, tmp_path / "master.log") == 0, (tmp_path / "master.log").read_text()[-3000:]
+        _wait(first, 30, tmp_path / "rh-b.log")
+        _wait(extra, 30, tmp_path / "rh-a.log")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    manifest = read_manifest(run_dir)
+    workers = manifest.workers or {}
+    assert manifest.stop_reason == "completed" and len(workers["late"]) == 1, (manifest.stop_reason, workers)
+    shards = {p.name.split("-")[1]: p for p in (run_dir / "records").glob("*.jsonl")}
+    lines = read_shard(shards["b"]).lines
+    stop = [e for e in lines if e.get("kind") == "event" and e["name"] == "worker_stop"]
+    assert stop and stop[0]["detail"]["reason"] == "completed", stop
+    sent = [r["sent_ns"] / 1e9 for r in lines if r.get("kind") == "request" and not r["not_sent"]]
+    assert max(sent) > 8.0, max(sent)  # it drove its share to the end of the 10 s schedule
+    if "a" in shards:  # the newcomer got a user: an empty shard that says why
+        late = read_shard(shards["a"]).lines
+        assert not any(r.get("kind") == "request" for r in late)
+        assert any(e.get("name") == "late_worker" for e in late if e.get("kind") == "event")
+    ended = dt.datetime.fromisoformat(manifest.ended_at or "").timestamp()
+    assert ended - anchor[1] / 1e9 < 12 + 10
+    summary = run_audit(run_dir)
+    assert summary.validity.valid, summary.validity.reasons
+    ledger = [json.loads(line) for line in (run_dir / "testbed-ledger.jsonl").read_text().splitlines() if line]
+    assert len(ledger) == len(sent)
+    print(f"\nextra worker: the first drove {len(sent)} requests to {max(sent):.1f} s; the newcomer "
+          f"{'wrote an empty shard' if 'a' in shards else 'got no user'}; run ended "
+          f"{ended - anchor[1] / 1e9 - 12:+.1f} s from the schedule's end")
+
+
 def test_workers_that_never_come_are_one_line_and_nothing_is_sent(tmp_path: Path) -> None:
     """On loopback (no namespaces needed): the master gives up after --workers-wait, in one line."""
     import socket
@@ -323,7 +578,7 @@ def test_workers_that_never_come_are_one_line_and_nothing_is_sent(tmp_path: Path
     assert "Traceback" not in out.stdout + out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: 0 of 2 worker(s) joined within 3 s; start each with `rushhour worker --master "
-                      f"127.0.0.1:{port}` (nothing was sent)"], out.stderr
+                      f"127.0.0.1:{port}` (no load was sent)"], out.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     assert read_manifest(run_dir).stop_reason == "startup_error"
     assert not list((run_dir / "records").glob("*.jsonl"))

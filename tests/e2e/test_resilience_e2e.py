@@ -236,6 +236,13 @@ def test_breaker_moves_traffic_to_the_fallback_testbed_and_back(tmp_path: Path) 
     kinds = {f.kind for f in summary.findings}
     assert "fallback_hid_outage" in kinds  # down 10 s of 16 s while the fallback kept the tier served
     assert tier.inflation.source == "calibration"
+    # the scheduled outage is named apart from saturation (an outage was counted as "saturated"), and the
+    # breaker's refusals are the client's own, not reasons given by the server
+    (out,) = summary.outages
+    assert out.route == "primary" and abs(out.start_s - down_from) < 0.1 and abs(out.end_s - down_to) < 0.1
+    assert not [w for w in summary.windows if w.start_s < out.end_s and w.end_s > out.start_s], summary.windows
+    assert all("breaker_open" not in t.by_reason for t in summary.tiers)
+    assert sum(t.client_reasons.get("breaker_open", 0) for t in summary.tiers) == len(refused) > 0
     print(
         f"breaker not closed {not_closed:.2f} s (open {routes['primary'].breaker_open_s:.2f} s); "
         f"primary down {down_to - down_from:.1f} s, audit {routes['primary'].down_s:.0f} s; "

@@ -24,38 +24,44 @@ ROOT = Path(__file__).resolve().parents[2]
 # ----------------------------------------------------------------------------------------- the rules
 # (docs/architecture.md "Packages and who may import whom" repeats these tables; keep both true)
 
-PACKAGES = ("stacks", "scenarios", "loadgen", "audit", "reports", "rushhour", "testbed")
+PACKAGES = ("stacks", "scenarios", "loadgen", "audit", "reports", "rushhour", "testbed", "sim")
 
 # Which of rushhour's own packages each package may import (a package may always import itself).
-# stacks ◄─ scenarios ◄─ loadgen ◄─ audit ◄─ reports ◄─ rushhour; testbed stands alone.
+# stacks ◄─ scenarios ◄─ loadgen ◄─ audit ◄─ reports ◄─ rushhour; testbed stands alone; sim drives the
+# testbed's model with loadgen's pure workload modules in virtual time, and only rushhour imports it.
 ALLOWED_PACKAGES: dict[str, frozenset[str]] = {
     "stacks": frozenset(),
     "scenarios": frozenset({"stacks"}),
     "loadgen": frozenset({"stacks", "scenarios"}),
     "audit": frozenset({"stacks", "scenarios"}),  # + the loadgen modules of ALLOWED_MODULES only
     "reports": frozenset({"stacks", "scenarios", "audit"}),
-    "rushhour": frozenset({"stacks", "scenarios", "loadgen", "audit", "reports", "testbed"}),
+    "rushhour": frozenset({"stacks", "scenarios", "loadgen", "audit", "reports", "testbed", "sim"}),
     "testbed": frozenset(),
+    "sim": frozenset({"stacks", "scenarios", "loadgen", "testbed"}),
 }
 # Single modules a package may import from a package it may not import as a whole. The audit reads
 # records through their contract (stdlib only) and judges what the doctor's parent side collected;
 # it never imports the loadgen package face, the wire, the runner or anything of the Locust child.
 ALLOWED_MODULES: dict[str, frozenset[str]] = {
-    "audit": frozenset({"loadgen.record", "loadgen.manifest", "loadgen.diagnose"}),
+    "audit": frozenset({"loadgen.record", "loadgen.columns", "loadgen.manifest", "loadgen.diagnose"}),
 }
 
 # The Locust/gevent child: the subpackage loadgen/engine/ holds every module that runs in a load,
 # calibration or doctor process. Only it may import gevent or locust, and no module outside it may
 # import it (importing locust monkey-patches the whole process for gevent); it may import the pure
-# parent-side modules (loadgen.record, schedule, tiers, prompts, probes, endpoint, …).
-CHILD = frozenset({"loadgen.engine"})
+# parent-side modules (loadgen.record, schedule, tiers, prompts, probes, endpoint, …). ``rushhour.locust``
+# is the public face of the Locust users (loadgen.engine.users) for a user's own locustfile: it runs in
+# Locust's process only, so it is part of the child and the CLI never imports it.
+CHILD = frozenset({"loadgen.engine", "rushhour.locust"})
 # Third-party modules and the only packages/modules that may import them (directly).
 THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "gevent": CHILD,
     "locust": CHILD,
     "numpy": frozenset({"audit", "reports", "rushhour"}),  # never stacks, scenarios, loadgen, testbed
     "pandas": frozenset({"audit", "reports", "rushhour"}),
-    "pyarrow": frozenset({"audit", "reports", "rushhour"}),
+    # loadgen.datasets reads a persona's Parquet conversation dataset (imported lazily, only for one);
+    # loadgen.columns writes a shard's columnar sidecar (imported lazily by the shard writer that keeps one)
+    "pyarrow": frozenset({"audit", "reports", "rushhour", "loadgen.datasets", "loadgen.columns"}),
     "aiohttp": frozenset({"testbed"}),
     "uvloop": frozenset({"testbed"}),
     "jinja2": frozenset({"reports", "loadgen.tokens"}),  # loadgen.tokens renders a model's chat template
@@ -65,6 +71,8 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
 }
 # Modules that import nothing outside the standard library (and their own package, for record.py).
 STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest"})
+# ... except an optional accelerator that writes the same bytes (the module falls back to the stdlib without it)
+ACCELERATORS = {"loadgen.record": frozenset({"orjson"})}
 
 # Violations that exist today and are named, not hidden: each must still exist (so the list only
 # shrinks). Empty since the loadgen layout split (issue 13) moved the probes' pure plan to loadgen.probes.
@@ -149,7 +157,7 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
                 continue
             if top in sys.stdlib_module_names:
                 continue
-            if _inside(module, STDLIB_ONLY):
+            if _inside(module, STDLIB_ONLY) and top not in ACCELERATORS.get(module, ()):
                 out.append(f"{module} imports {target}: it must stay standard library only")
             allowed = THIRD_PARTY_ONLY_IN.get(top)
             if allowed is not None and not _inside(module, allowed):
@@ -214,6 +222,9 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     ({"testbed.x": {"stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
     ({"loadgen.scrape": {"aiohttp"}}, ["loadgen.scrape imports aiohttp: only testbed may"]),
     ({"loadgen.engine.worker": {"gevent", "loadgen.engine.attempts"}}, []),
+    ({"rushhour.locust": {"loadgen.engine.users"}}, []),
+    ({"rushhour.cli": {"rushhour.locust"}}, [
+        "rushhour.cli imports rushhour.locust (a Locust-child module) outside the child"]),
 ])
 def test_rules_on_synthetic_module_maps(imports: dict[str, set[str]], expected: list[str]) -> None:
     assert violations(imports) == expected
@@ -222,7 +233,7 @@ def test_rules_on_synthetic_module_maps(imports: dict[str, set[str]], expected: 
 # ----------------------------------------------------------------------------------------- at runtime
 
 # rushhour's own packages and the third-party ones: ``stacks`` is the bottom layer and imports none
-OWN = {"scenarios", "loadgen", "testbed", "audit", "reports", "rushhour"}
+OWN = {"scenarios", "loadgen", "testbed", "audit", "reports", "rushhour", "sim"}
 THIRD_PARTY = {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml", "aiohttp", "prometheus_client",
                "orjson", "httptools", "typer", "rich", "jinja2", "pyarrow", "psutil", "pybreaker"}
 
@@ -246,6 +257,9 @@ FORBIDDEN = {
     "loadgen.sweep": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.endpoint": {"locust", "gevent", "numpy", "pandas", "pydantic", "httptools"},
     "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
+    "rushhour": {"locust", "gevent"},
+    # the simulator: the testbed's model without its server, loadgen's workload without the Locust child
+    "sim.run": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
 }
 
 

@@ -15,7 +15,8 @@ def _full() -> RunManifest:
     return RunManifest(
         run_id="20260101T000000Z-abc123", scenario_name="demo", scenario_source="demo",
         scenario={"name": "demo", "seed": 7}, seed=7, target_url="testbed", resolved_target_url="http://127.0.0.1:1",
-        profile="vllm", model="m", dialect="openai", duration_s=60.0, drain_s=5.0, processes=2,
+        profile="vllm", model="m", dialect="openai", duration_s=60.0, drain_s=5.0, processes=2, mode="simulated",
+        simulation={"events": 10, "wall_s": 0.5},
         versions={"python": "3.12"}, command_line=["rushhour", "run", "demo"], hostname="h",
         locust_command=["python", "-m", "locust"], locust_pid=11, locust_exit_code=0,
         mono_anchor_ns=123, wall_anchor_ns=456, started_at="a", schedule_starts_at="b", ended_at="c",
@@ -24,7 +25,7 @@ def _full() -> RunManifest:
         calibration={"pid": 13, "probes": 2}, stop_reason="completed", error="e", interrupted_during="the load",
         overrun_killed_after_end_s=1.5, disk_full={"during": "the load"}, generator_warning="w",
         shards=["a.jsonl"], workers={"expected": 2, "missing": ["w2"]},
-        budget_usage={"run": {"requests": 3}}, extra={"from_the_future": [1, 2]},
+        budget_usage={"run": {"requests": 3}}, abort={"kind": "hopeless_slo"}, extra={"from_the_future": [1, 2]},
     )
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from loadgen.engine.budget import BudgetGuard
+from loadgen.budget import BudgetGuard
 from scenarios.model import Budget
 
 

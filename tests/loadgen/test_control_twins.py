@@ -51,6 +51,10 @@ def test_vllm_twin_carries_the_neutral_priority_negated() -> None:
     wire = control.control_wire(tier, "t0", "vllm", "openai-chat", Control(share=1), 5)
     assert wire.body["priority"] == -5 and wire.headers["x-team"] == "a"
     assert control.control_wire(tier, "t0", "sglang", "openai-chat", Control(share=1), 5).body["priority"] == 5
+    # behind LiteLLM the upstream's priority travels in extra_body: the twin's is neutral there too
+    behind = control.control_wire(tier.model_copy(update={"body": {"extra_body": {"top_k": 3}}}), "t0", "litellm",
+                                  "openai-chat", Control(share=1), 5).body
+    assert behind["priority"] == -5 and behind["extra_body"] == {"priority": -5, "top_k": 3}
 
 
 def test_header_stacks_leave_the_objective_out_unless_named() -> None:

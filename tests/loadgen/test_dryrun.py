@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from loadgen.dryrun import plan, prices_from_budget, render_plan
 from scenarios.distributions import Constant
-from scenarios.model import ChatPersona, Scenario
+from scenarios.model import ChatPersona, Dataset, Scenario, Subagents
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,3 +166,34 @@ def test_control_twins_are_planned_and_billed(no_network: None) -> None:
     assert chat.requests == pytest.approx(135) and chat.prompt_tokens == pytest.approx(135 * 150)
     assert any("45 equal-priority control twins" in n for n in chat.notes)
     assert next(x for x in p.personas if x.persona == "agents").requests == pytest.approx(150)  # no control there
+
+
+def test_dataset_sessions_are_planned_from_the_conversations(no_network: None, tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    # two conversations, equally likely: 2 turns (user 8 bytes = 2 tokens, answers 40 bytes = 10 tokens), 1 turn
+    turn = [{"from": "human", "value": "u" * 8}, {"from": "gpt", "value": "a" * 40}]
+    first = [{"from": "system", "value": "s" * 8}, *turn, *turn]
+    second = [{"role": "user", "content": "u" * 8}]
+    data.write_text(json.dumps({"conversations": first}) + "\n" + json.dumps({"messages": second}) + "\n")
+    sc = scenario()
+    chat_persona = sc.personas[0]
+    assert isinstance(chat_persona, ChatPersona)
+    chat_persona.dataset = Dataset(path=str(data))
+    chat = next(x for x in plan(sc).personas if x.persona == "chat")
+    # conversation 1: turn 1 = 100 + 2 (system) + 2; turn 2 = 102 + 2 + 10 + 2; output 10 + 10
+    # conversation 2: one turn 100 + 2, no answer: the persona's output_tokens (20)
+    assert chat.requests == pytest.approx(90 * 1.5)
+    assert chat.prompt_tokens == pytest.approx(90 * ((104 + 116) + 102) / 2)
+    assert chat.output_tokens == pytest.approx(90 * (20 + 20) / 2)
+
+
+def test_subagent_calls_are_planned(no_network: None) -> None:
+    plain = next(x for x in plan(scenario(), assumed_ttft_s=0.5, assumed_tpot_s=0.01).personas
+                 if x.persona == "agents")
+    sc = scenario()
+    sc.personas[1].subagents = Subagents(probability=1.0, fan_out=2, steps=3, prefix_tokens=100)  # type: ignore[union-attr]
+    agents = next(x for x in plan(sc, assumed_ttft_s=0.5, assumed_tpot_s=0.01).personas if x.persona == "agents")
+    # 25 tasks × (2 - 1) spawning steps × 2 sub-agents × 3 steps = 150 more calls
+    assert agents.requests == pytest.approx(plain.requests + 150)
+    # each: shared 1000 + brief 100 + (3 - 1) / 2 × (150 + 50)
+    assert agents.prompt_tokens == pytest.approx(plain.prompt_tokens + 150 * 1300)

@@ -9,7 +9,6 @@ import statistics
 import pytest
 
 from loadgen import prompts
-from loadgen.engine.personas.agents import ideal_s, plan_task
 from loadgen.engine.wire.dialects import build_body
 from loadgen.schedule import (
     next_arrival,
@@ -20,6 +19,7 @@ from loadgen.schedule import (
     worker_share,
     worker_slots,
 )
+from loadgen.workload import ideal_s, plan_task
 from scenarios import parse_scenario
 from scenarios.model import AgentSwarmPersona, Arrival, Phase
 

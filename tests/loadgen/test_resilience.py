@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.engine.resilience import (
+from loadgen.record import RequestRecord
+from loadgen.resilience import (
     Decision,
     backoff_delay,
     is_failure_key,
@@ -21,7 +22,6 @@ from loadgen.engine.resilience import (
     parse_retry_after,
     retry_reason,
 )
-from loadgen.record import RequestRecord
 from scenarios.model import RetryPolicy
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loadgen.distributed import parse_master, worker_command
+from loadgen.distributed import parse_master, resolve_master, worker_command
 from loadgen.ship import Receiver, all_done, complete_lines, read_anchor, safe_name, write_anchor
 
 
@@ -31,6 +34,20 @@ def test_all_done_waits_for_every_worker_that_is_not_missing() -> None:
     assert all_done({"a": "running", "b": "missing"}, {"a"})
     assert all_done({"a": "running", "b": "running"}, {"a", "b"})
     assert not all_done({"a": "missing"}, set())  # nobody finished: the run-time cap ends it
+    # a worker that joined after the shares were dealt (index >= the run's count) is not waited for
+    assert all_done({"a": "running", "b": "missing", "c": "running"}, {"a"}, {"c"})
+
+
+def test_late_workers_are_those_indexed_past_the_run_s_count() -> None:
+    from loadgen.ship import late_workers
+
+    class Runner:
+        def __init__(self) -> None:
+            self.worker_indexes = {"a": 0, "b": 1, "c": 2}
+
+    assert late_workers(Runner(), ["a", "b", "c"], 2) == {"c"}
+    assert late_workers(Runner(), ["a", "b", "c"], 0) == set()  # unknown count: wait for everyone
+    assert late_workers(object(), ["a"], 2) == set()
 
 
 def test_parse_master() -> None:
@@ -38,12 +55,24 @@ def test_parse_master() -> None:
     assert parse_master("master.example:6000") == ("master.example", 6000)
     assert parse_master("[fd00::1]:7000") == ("fd00::1", 7000)
     assert parse_master("fd00::1") == ("fd00::1", 5557)
-    for bad in ("", "host:0", "host:x", ":5557", "[fd00::1"):
+    for bad in ("", "host:0", "host:x", ":5557", "[fd00::1", "bad:host:x", "fd00::1:x"):
         with pytest.raises(ValueError):
             parse_master(bad)
     cmd = worker_command("10.0.0.1:6000")
     assert cmd[cmd.index("--master-host") + 1] == "10.0.0.1" and cmd[cmd.index("--master-port") + 1] == "6000"
     assert "--worker" in cmd
+
+
+def test_a_master_name_that_does_not_resolve_is_one_line_at_once() -> None:
+    resolve_master("localhost", wait_s=0)
+    with pytest.raises(ValueError, match=r"cannot resolve 'no-such-master\.invalid'"):
+        resolve_master("no-such-master.invalid", wait_s=0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # Locust alone retried that name for 5 minutes: the 120-s timeout is the hang this catches
+    out = subprocess.run([sys.executable, "-m", "rushhour.cli", "worker", "--master", "bad:host:x"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "more than one ':'" in out.stderr
 
 
 def test_anchor_file_round_trip(tmp_path: Path) -> None:

@@ -73,3 +73,15 @@ def test_missing_credential_and_unknown_profile() -> None:
 def test_map_all_covers_every_tenant() -> None:
     wires = map_all([INTERACTIVE, BATCH], "llm-d", "openai-chat")
     assert set(wires) == {("interactive", "interactive-t0"), ("interactive", "interactive-t1"), ("batch", "batch-t0")}
+
+
+def test_litellm_sends_priority_to_its_scheduler_and_in_extra_body_to_the_upstream() -> None:
+    # LiteLLM's scheduler (lower = earlier) takes the top-level field; only extra_body reaches a vLLM behind it
+    assert map_tier(INTERACTIVE, "t", "litellm", "openai-chat").body == {
+        "priority": -100, "extra_body": {"priority": -100}}
+    # a tier's own extra fields stay beside ours, and its own extra_body.priority wins (an SGLang upstream)
+    own = Tier(name="i", priority=10, body={"extra_body": {"top_k": 5}})
+    assert map_tier(own, "t", "litellm", "openai-chat").body == {
+        "priority": -10, "extra_body": {"priority": -10, "top_k": 5}}
+    sglang = Tier(name="i", priority=10, body={"extra_body": {"priority": 10}})
+    assert map_tier(sglang, "t", "litellm", "openai-chat").body["extra_body"] == {"priority": 10}

@@ -98,6 +98,8 @@ def test_a_body_larger_than_one_read_is_read_whole_and_reused(serve: Callable[..
     assert pool.opened == 1
 
 
+# serial: the 0.4 s deadline must fire within 1.2 s (not at the server's 1.5 s close): a wake-up bound
+@pytest.mark.serial
 def test_total_deadline_after_the_first_token(serve: Callable[..., int]) -> None:
     def script(conn: socket.socket) -> None:
         conn.sendall(HEAD + chunked(CHUNK))
@@ -119,6 +121,8 @@ def test_ttft_deadline_with_headers_but_no_token(serve: Callable[..., int]) -> N
     assert rec.error == "client timeout waiting for the first token"
 
 
+# serial: the 1 s grace must end the read before 2 s (the server closes at 2.5 s): a wake-up bound
+@pytest.mark.serial
 def test_end_marker_without_http_end_is_complete_after_the_grace(serve: Callable[..., int]) -> None:
     def script(conn: socket.socket) -> None:
         conn.sendall(HEAD + chunked(CHUNK + b"data: [DONE]\n\n"))

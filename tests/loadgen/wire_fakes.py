@@ -78,6 +78,8 @@ def handle(conn: socket.socket, pick: object = None) -> None:
             if mode == "ok":
                 usage = b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}},"service_tier":"flex"}'
                 _stream(conn, [sse(CHAT_CHUNK), sse(CHAT_CHUNK), sse(CHAT_CHUNK), sse(usage, b"[DONE]")], 0.005)
+            elif mode == "slowtokens":  # 30 tokens, each its own TCP segment 2 ms apart (as a real engine)
+                _stream(conn, [sse(CHAT_CHUNK)] * 30 + [sse(b"[DONE]")], 0.002)
             elif mode == "anthropic":
                 events = [
                     b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":5,"cache_read_input_tokens":2,"service_tier":"priority"}}}\n\n',

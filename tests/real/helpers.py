@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -19,11 +20,20 @@ _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def scrape(url: str, headers: Mapping[str, str] | None = None) -> list[Sample]:
-    """Every sample of a Prometheus text page (redirects followed, as LiteLLM's /metrics → /metrics/)."""
+def scrape(url: str, headers: Mapping[str, str] | None = None, server: Any = None) -> list[Sample]:
+    """Every sample of a Prometheus text page (redirects followed, as LiteLLM's /metrics → /metrics/).
+
+    With ``server`` (an engines/serve.py Server), a refused scrape says whether the server died, how
+    (a negative code is the signal that killed it) and what it logged last."""
     req = urllib.request.Request(url, headers=dict(headers or {}))
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        text = resp.read().decode()
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError as exc:
+        if server is not None and not server.alive():
+            raise AssertionError(f"{server.name} (pid {server.proc.pid}) exited with code {server.proc.returncode} "
+                                 f"before this scrape ({exc}); its log ends:\n{server.log_tail(60)}") from None
+        raise
     out: list[Sample] = []
     for line in text.splitlines():
         match = _LINE.match(line)

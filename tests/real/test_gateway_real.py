@@ -1,7 +1,8 @@
 """Two layers: LiteLLM in front of vLLM.
 
 - A body ``priority`` does not reach vLLM through LiteLLM 1.106 (its router takes the field for its own
-  scheduler); inside ``extra_body`` it does. Each is checked by the order vLLM serves two waiters.
+  scheduler); inside ``extra_body`` it does, and the ``litellm`` profile sends both. Each is checked by the
+  order vLLM serves two waiters.
 - The engine's rejections, answered through the gateway as 503s, are counted once and classed
   queue_full, per tier (LiteLLM's key alias) and in total (vLLM's counters).
 """
@@ -15,6 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+
+from loadgen.tiers import map_tier
+from scenarios.model import Tier
 
 from .conftest import serve
 from .helpers import NEVER_FOR_A_REJECTION, SCENARIOS, attempts, run_rushhour, scrape, settle, tiers, total
@@ -80,12 +84,20 @@ def _finish_order(url: str, carry: Callable[[int], dict[str, object]]) -> list[s
     return sorted(("batch", "interactive"), key=done.__getitem__)
 
 
+def _profile_fields(vllm_priority: int) -> dict[str, object]:
+    """What the ``litellm`` profile sends for the tier whose vLLM priority is this (rushhour's is its negation)."""
+    tier = Tier.model_validate({"name": "t", "priority": -vllm_priority})
+    return dict(map_tier(tier, "default", "litellm", "openai-chat").body)
+
+
 def test_priority_reaches_vllm_through_litellm_only_in_extra_body(gateway) -> None:  # type: ignore[no-untyped-def]
     _, proxy = gateway
     # a top-level body ``priority`` is taken by LiteLLM's router: vLLM serves first come, first served
     assert _finish_order(proxy.url, lambda p: {"priority": p}) == ["batch", "interactive"]
-    # inside ``extra_body`` it reaches vLLM, which serves the later but more urgent request first
-    assert _finish_order(proxy.url, lambda p: {"extra_body": {"priority": p}}) == ["interactive", "batch"]
+    # the profile also sends it inside ``extra_body``: it reaches vLLM, which serves the later but more
+    # urgent request first
+    assert _profile_fields(-5) == {"priority": -5, "extra_body": {"priority": -5}}
+    assert _finish_order(proxy.url, _profile_fields) == ["interactive", "batch"]
 
 
 def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gateway, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -96,12 +108,15 @@ def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gatewa
         return total(samples, "vllm:num_requests_running") + total(samples, "vllm:num_requests_waiting") == 0
 
     def proxy_samples() -> list[tuple[str, dict[str, str], float]]:
-        return [s for s in scrape(proxy.url + "/metrics", auth) if s[1].get("route") == ROUTE]
+        return [s for s in scrape(proxy.url + "/metrics", auth, server=proxy) if s[1].get("route") == ROUTE]
 
-    engine_before = settle(lambda: scrape(engine.url + "/metrics"), idle_engine)
+    engine_before = settle(lambda: scrape(engine.url + "/metrics", server=engine), idle_engine)
     proxy_before = settle(proxy_samples, lambda s: True)
     summary = run_rushhour(SCENARIOS / "gateway-vllm.yaml", proxy.url, tmp_path / "runs", env=KEYS)
-    engine_after = settle(lambda: scrape(engine.url + "/metrics"), idle_engine)
+    assert proxy.alive() and engine.alive(), (  # type: ignore[attr-defined]
+        f"a server died during the run (proxy {proxy.proc.returncode}, engine {engine.proc.returncode}); "  # type: ignore[attr-defined]
+        f"rushhour said:\n{str(summary['_stdout'])[-3000:]}")
+    engine_after = settle(lambda: scrape(engine.url + "/metrics", server=engine), idle_engine)
     proxy_after = settle(proxy_samples, lambda s: True)
 
     def d_engine(name: str, **labels: str | tuple[str, ...]) -> int:

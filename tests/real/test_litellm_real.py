@@ -20,7 +20,8 @@ def test_saturated_litellm_counts_equal_the_audit_per_tier(litellm_server, tmp_p
 
     def chat_samples() -> list[tuple[str, dict[str, str], float]]:
         # Only the chat route: the scrapes themselves are requests LiteLLM counts (route /metrics/).
-        return [s for s in scrape(url, auth) if s[1].get("route") == ROUTE or s[0] == "litellm_in_flight_requests"]
+        return [s for s in scrape(url, auth, server=litellm_server)
+                if s[1].get("route") == ROUTE or s[0] == "litellm_in_flight_requests"]
 
     def idle(samples: list[tuple[str, dict[str, str], float]]) -> bool:
         return total(samples, "litellm_in_flight_requests") <= 1  # the scrape in flight

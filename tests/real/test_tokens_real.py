@@ -78,3 +78,22 @@ def test_tokenizer_exact_prompts_and_pinned_output(vllm_server, tmp_path) -> Non
         assert all(r["output_pinned"] for r in rows)
         assert [r["output_tokens"] for r in rows] == [r["max_tokens"] for r in rows]
     assert figures["with_tokenizer"]["output_share_equal"] == 1.0
+
+
+def test_dataset_prompts_stay_exact(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Sessions replaying the shipped CC0 conversations (non-ASCII text, multi-turn, system texts) with the
+    tokenizer: vLLM counts exactly what was intended, turn after turn."""
+    scenario = json.loads(json.dumps(SCENARIO))
+    scenario["target"]["tokenizer"] = str(serve.tiny_model_dir())
+    persona = scenario["personas"][0]
+    persona.pop("turns")
+    persona.pop("prompt_tokens")
+    persona["dataset"] = {"path": "chat-mini.jsonl", "output_tokens": "persona"}  # answers would be ~100 tokens
+    path = tmp_path / "dataset.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    summary = run_rushhour(path, vllm_server.url, tmp_path / "dataset")
+    rows = _served(Path(str(summary["_run_dir"])))
+    assert len(rows) >= 8 and any(r["step"] >= 1 for r in rows), (len(rows), summary["_stdout"])
+    print(json.dumps({"dataset_served": len(rows), "multi_turn": sum(1 for r in rows if r["step"] >= 1)}))
+    assert all(r["prompt_tokens_exact"] for r in rows)
+    assert [r["prompt_tokens"] for r in rows] == [r["prompt_tokens_intended"] for r in rows]

@@ -22,9 +22,9 @@ def test_saturated_vllm_counts_equal_the_audit(vllm_server, tmp_path) -> None:  
     def idle(samples: list[tuple[str, dict[str, str], float]]) -> bool:
         return total(samples, "vllm:num_requests_running") + total(samples, "vllm:num_requests_waiting") == 0
 
-    before = settle(lambda: scrape(url), idle)
+    before = settle(lambda: scrape(url, server=vllm_server), idle)
     summary = run_rushhour(SCENARIOS / "vllm-saturate.yaml", vllm_server.url, tmp_path / "runs")
-    after = settle(lambda: scrape(url), idle)
+    after = settle(lambda: scrape(url, server=vllm_server), idle)
 
     def delta(name: str, **labels: str | tuple[str, ...]) -> int:
         return round(total(after, name, **labels) - total(before, name, **labels))

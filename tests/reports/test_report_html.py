@@ -191,3 +191,11 @@ def test_interrupted_and_inconclusive_are_said(summary: Summary) -> None:
     html = render_html(s, None)
     assert "the run was interrupted (stop reason: budget)" in html
     assert 'id="badge">INCONCLUSIVE<' in html and "INCONCLUSIVE: 1 of 1 SLO checks could not be judged" in html
+
+
+def test_no_server_reason_says_none_instead_of_an_empty_table(summary: Summary) -> None:
+    html = render_html(summary, None)
+    assert 'id="reasons"' in html and 'id="reasons-none"' not in html  # the realistic run has reasons
+    quiet = summary.model_copy(update={"tiers": [t.model_copy(update={"by_reason": {}}) for t in summary.tiers]})
+    html = render_html(quiet, None)
+    assert 'id="reasons"' not in html and 'id="reasons-none"' in html

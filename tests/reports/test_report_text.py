@@ -81,7 +81,8 @@ def test_sentences(summary: Summary, edge: Summary) -> None:
     )
     assert "720 × 429, 24 × 503" in batch
     assert "never dropped" in sentences.tier_line(summary, summary.tier("interactive"))
-    assert sentences.saturation_line(summary).endswith("12:00:25–12:01:00 UTC.")
+    # wall clock and run-relative time side by side
+    assert sentences.saturation_line(summary).endswith("12:00:25–12:01:00 UTC (t = 25–60 s).")
     assert sentences.tier_line(edge, edge.tier("idle")) == "idle sent no requests, so nothing can be said about it."
     assert sentences.verdict_line(edge).startswith("INVALID RUN")
     assert "floor NOT held: 6.0 %" in sentences.fairness_line(summary.tier("batch"))
@@ -144,3 +145,12 @@ def test_junit_marks_inconclusive(summary: Summary) -> None:
     v = summary.verdicts[0].model_copy(update={"passed": False, "inconclusive": True})
     text = render_junit(summary.model_copy(update={"verdicts": [v]}))
     assert 'type="inconclusive"' in text
+
+
+def test_one_tenant_gets_no_fairness_verdict(summary: Summary) -> None:
+    """A Jain index over one tenant is 1 by definition; the demo said "1.000 across 1 tenants (fair)"."""
+    tier = summary.tier("batch")
+    one = tier.model_copy(update={"fairness": tier.fairness.model_copy(
+        update={"jain_index": 1.0, "tenants": tier.fairness.tenants[:1]})})
+    line = sentences.fairness_line(one)
+    assert "1 tenant, so fairness across tenants does not apply" in line and "Jain" not in line

@@ -107,7 +107,9 @@ def test_wire_mappings() -> None:
     assert stacks.get("sglang").wire.priority_body == "as_is"
     assert stacks.get("smg").wire.priority_header == "x-smg-priority"
     assert stacks.get("openai").wire.service_tier and stacks.get("anthropic").wire.anthropic_auth
-    assert stacks.get("litellm").wire.priority_body is None  # tiers travel as per-tier keys
+    # tiers travel as per-tier keys; priority for LiteLLM's scheduler and, in extra_body, for a vLLM behind it
+    litellm = stacks.get("litellm").wire
+    assert litellm.priority_body == litellm.priority_extra_body == "negated"
 
 
 def test_metric_selection() -> None:
@@ -188,3 +190,12 @@ def test_common_status_defaults_are_the_registrys() -> None:
 
     assert COMMON_STATUS_DEFAULTS == TABLE
     assert 429 not in TABLE and 503 not in TABLE  # a policy on one stack, something else on another
+
+
+def test_litellm_scheduler_timeout_is_a_queue_timeout() -> None:
+    # LiteLLM 1.106.12 scheduler.py wait_for_turn: a prioritised request that waited out the router timeout
+    from audit.classify import classify_one
+
+    text = "litellm.Timeout: Request timed out while polling queue"
+    assert classify_one("litellm", status=408, error=text) == "queue_timeout"
+    assert classify_one("litellm", status=408, error="something else") == "unclassified"

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+import pytest
 from test_testbed_http_llmd import OBJ, wait_until
 from testbed_helpers import Running, chat, post, running, tiny
 
@@ -26,22 +27,30 @@ def _running_ids(r: Running) -> set[str]:
 
 # ---- llm-d enableEviction ------------------------------------------------------------------------
 def _eviction_cfg(evict: bool) -> dict[str, Any]:
-    # any running request saturates the pool (kv threshold tiny), so later arrivals are gated
+    # the pool is not saturated until _two_sheddable makes it so (see there)
     return {"speed": 1.0, "max_num_seqs": 2,
-            "flow_control": {"queue_depth_threshold": 100.0, "kv_cache_util_threshold": 1e-6,
+            "flow_control": {"queue_depth_threshold": 100.0, "kv_cache_util_threshold": 1.0,
                              "enable_eviction": evict}}
 
 
 async def _two_sheddable(r: Running) -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
-    """A batch stream and a batch non-stream request, both dispatched and running."""
+    """A batch stream and a batch non-stream request, both dispatched and running; then a saturated pool.
+
+    The KV threshold drops to almost nothing only once both run: set from the start, the first request's
+    KV use could saturate the pool before the second arrived, which then waited at the gateway instead
+    of running (a race a busy machine lost now and then)."""
     a = asyncio.create_task(post(r, "/v1/chat/completions", chat(stream=True, max_tokens=300),
                                  {**BATCH, "x-request-id": "a-stream"}))
     b = asyncio.create_task(post(r, "/v1/chat/completions", chat(max_tokens=300),
                                  {**BATCH, "x-request-id": "b-json"}))
     await wait_until(lambda: _running_ids(r) == {"a-stream", "b-json"})
+    engine = r.server.stack.engine
+    engine.kv_threshold = 1e-6  # any KV in use now saturates the pool: later arrivals wait at the gateway
+    await wait_until(lambda: engine.saturation() >= 1.0)  # a running request holds KV from its first step
     return a, b
 
 
+@pytest.mark.serial  # the victims must still be running when the interactive request arrives
 def test_llmd_eviction_kills_inflight_sheddable_for_blocked_higher_band() -> None:
     async def go() -> None:
         async with running(tiny(**_eviction_cfg(True))) as r:
@@ -71,6 +80,7 @@ def test_llmd_eviction_kills_inflight_sheddable_for_blocked_higher_band() -> Non
     asyncio.run(go())
 
 
+@pytest.mark.serial  # the waiting request must not finish while the batch work still runs
 def test_llmd_without_eviction_the_higher_band_waits() -> None:
     async def go() -> None:
         async with running(tiny(**_eviction_cfg(False))) as r:

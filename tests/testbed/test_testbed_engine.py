@@ -184,3 +184,57 @@ def test_pick_replica_least_loaded_and_prefix_bonus() -> None:
 def test_pool_saturation() -> None:
     assert pool_saturation([]) == 1.0
     assert pool_saturation([0.5, 1.5]) == 1.0
+
+
+def test_a_waker_takes_the_steps_off_asyncio() -> None:
+    """With ``Engine.waker`` set (the simulator), a submit wakes the waker; no event loop is needed."""
+    from testbed.engine import Engine
+
+    eng = Engine(params(), 2, FakeClock())
+    woken: list[int] = []
+    eng.waker = woken.append
+    job = Job("a", 0, 10, 2, sink=Rec())
+    eng.submit(job, eng.replicas[1])
+    assert woken == [1] and job.state == WAITING and eng._loop is None
+
+
+def test_prefix_cache_keeps_the_lru_semantics_of_the_plain_loops() -> None:
+    """match/insert run their loops in C; the cached blocks and their LRU order are the plain loops' ones."""
+    import random
+    from collections import OrderedDict
+
+    class Plain:
+        def __init__(self, capacity: int) -> None:
+            self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
+
+        def match(self, blocks: list[bytes], touch: bool = True) -> int:
+            n = 0
+            for h in blocks:
+                if h not in self.blocks:
+                    break
+                if touch:
+                    self.blocks.move_to_end(h)
+                n += 1
+            return n
+
+        def insert(self, blocks: list[bytes], limit: int | None = None) -> None:
+            for h in blocks:
+                self.blocks[h] = None
+                self.blocks.move_to_end(h)
+            cap = self.capacity if limit is None else min(self.capacity, limit)
+            while len(self.blocks) > max(0, cap):
+                self.blocks.popitem(last=False)
+
+    rng = random.Random(3)
+    plain, fast = Plain(50), PrefixCache(50)
+    for _ in range(5000):
+        blocks = [bytes([rng.randrange(8), j]) for j in range(rng.randrange(30))]
+        op = rng.random()
+        if op < 0.7:
+            touch = op < 0.35
+            assert plain.match(blocks, touch) == fast.match(blocks, touch)
+        else:
+            limit = rng.choice([None, rng.randrange(60)])
+            plain.insert(blocks, limit)
+            fast.insert(blocks, limit)
+        assert list(plain.blocks) == list(fast._blocks)

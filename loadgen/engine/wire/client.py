@@ -27,7 +27,10 @@ from loadgen.engine.wire.http import (
     ResponseTooLarge,
     parse_retry_after,
 )
+from loadgen.engine.wire.reactor import Stream, reactor
 from loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
+from loadgen.engine.wire.toolcalls import ToolCallCollector
+from loadgen.prompts import ToolCall
 from loadgen.record import RequestRecord, short_text
 from stacks import header_reason
 
@@ -44,6 +47,9 @@ TLS_BYTES_PER_YIELD = MAX_READS_PER_WAKE * RECV_BYTES  # the same bound for TLS,
 # with no answer. A ``Keep-Alive: timeout=N`` response header shortens this further.
 KEEPALIVE_S = 4.0
 _STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN})
+# Plain sockets are read by the process's reactor (wire/reactor.py); TLS sockets, or every socket when
+# this is False (the benchmark's "before" row), by their own greenlet.
+USE_REACTOR = True
 
 
 class Cancelled(gevent.GreenletExit):
@@ -168,9 +174,13 @@ class _Attempt:
         "ok",
         "parser",
         "stream_wanted",
+        "tool_calls",
     )
 
-    def __init__(self, dialect: str, stream_wanted: bool, record_token_times: bool) -> None:
+    def __init__(
+        self, dialect: str, stream_wanted: bool, record_token_times: bool, tool_calls: list[ToolCall] | None = None
+    ) -> None:
+        self.tool_calls = tool_calls  # when a list: the answer's tool calls are assembled into it
         self.dialect = dialect
         self.stream_wanted = stream_wanted
         self.head: ResponseHead | None = None
@@ -189,6 +199,8 @@ class _Attempt:
         if 200 <= head.status < 300 and self.stream_wanted and ctype != "application/json":
             interp = self.interp = StreamInterpreter(self.dialect, self._record_token_times)
             interp.head = self.body  # it keeps the body's start (HEAD_BYTES) in our buffer
+            if self.tool_calls is not None:
+                interp.tools = ToolCallCollector()
             if self.parser is not None:
                 self.parser.body_cb = interp.feed  # one call layer less per chunk
 
@@ -236,27 +248,32 @@ def perform(
     stream: bool,
     timeouts: Timeouts,
     record_token_times: bool = False,
+    tool_calls: list[ToolCall] | None = None,
 ) -> None:
     """Send one attempt and fill ``record`` with what happened; raises ``Cancelled`` after filling it.
+
+    With a ``tool_calls`` list, the answer's tool calls (streamed or in a whole body) are appended to it.
 
     A request written into a reused keep-alive connection that then dies before any response byte
     (the server had closed it while idle, so it never saw the request) is sent once more on a fresh
     connection, and the record says ``reconnected``. A fresh connection is never retried.
     """
-    attempt = _Attempt(dialect, stream, record_token_times)
+    attempt = _Attempt(dialect, stream, record_token_times, tool_calls)
     parser = ResponseParser(attempt.on_headers, attempt.on_body)
     attempt.parser = parser
     sock: gsocket.socket | None = None
     keep = False
+    eof = False
     start = time.monotonic_ns()
     record.sent_ns = start - anchor_ns
     ttft_deadline = start + int(timeouts.ttft_s * 1e9)
     total_deadline = start + int(timeouts.total_s * 1e9)
+
+    def deadline(att: _Attempt, now: int) -> int:
+        return _deadline_ns(att, ttft_deadline, total_deadline, now)
+
     end_ns: int | None = None
     cancelled: Cancelled | None = None
-    timer: gevent.Timeout | None = None
-    deadline_at = total_deadline
-    phase_now = -1
     retried = False
     try:
         while True:
@@ -271,77 +288,14 @@ def perform(
                 sock = None
                 retried = record.reconnected = True
                 continue
-            # Deadlines: one timer per phase (first token, streaming, after the end marker), re-armed
-            # only when the phase changes, and no timeout on the socket, so waiting for bytes allocates
-            # no timer; each read is also checked against the phase's deadline, in case the loop ran
-            # late. A plain socket is read by waiting for readability, then one recv on the real
-            # socket (gevent's recv tries first, and that fails with EAGAIN, an exception, on nearly
-            # every streamed token); TLS sockets go through gevent's recv.
+            # No timeout on the socket: waiting for bytes allocates no timer; the deadlines are per
+            # phase (first token, streaming, after the end marker), and every read is also checked
+            # against the phase's deadline, in case the loop ran late.
             sock.settimeout(None)
-            plain = type(sock) is gsocket.socket
-            raw_recv = sock._sock.recv if plain else sock.recv
-            read_event = sock._read_event if plain else None
-            wait = sock._wait
-            eof = False
-            stale = False
-            ready = False  # the last read filled the buffer: more is probably waiting
-            burst = 0  # reads (plain) or bytes (TLS) since the greenlet last went back to the hub
-            while not parser.done:
-                if _phase(attempt) != phase_now:
-                    phase_now = _phase(attempt)
-                    now = time.monotonic_ns()
-                    deadline_at = _deadline_ns(attempt, ttft_deadline, total_deadline, now)
-                    remaining = deadline_at - now
-                    if remaining <= 0:
-                        raise TimeoutError
-                    if timer is not None:
-                        timer.close()
-                    timer = gevent.Timeout(remaining / 1e9, _Deadline)
-                    timer.start()
-                try:
-                    if plain:
-                        if not ready:
-                            wait(read_event)
-                            burst = 0
-                        try:
-                            data = raw_recv(RECV_BYTES)
-                        except BlockingIOError:
-                            ready = False
-                            continue
-                        burst += 1
-                        ready = len(data) == RECV_BYTES and burst < MAX_READS_PER_WAKE
-                    else:
-                        data = raw_recv(RECV_BYTES)
-                        # gevent's SSL recv does not say whether it waited: count the bytes since
-                        # the last yield instead, and past a wake-up's worth wait for the socket to
-                        # be readable, a real turn of the loop (gevent.sleep(0) lets other greenlets
-                        # run but seldom lets the loop fire timers); unless TLS holds decrypted bytes
-                        burst += len(data)
-                        if burst >= TLS_BYTES_PER_YIELD:
-                            burst = 0
-                            if sock.pending():
-                                gevent.sleep(0)
-                            else:
-                                gevent.get_hub().wait(sock._read_event)
-                except OSError as exc:
-                    if may_retry and exc.errno in _STALE_ERRNOS and not parser.received_any:
-                        stale = True
-                        break
-                    raise
-                now = time.monotonic_ns()
-                if not data:
-                    if may_retry and not parser.received_any:
-                        stale = True
-                        break
-                    eof = True
-                    parser.feed_eof()
-                    end_ns = now
-                    break
-                if now >= deadline_at:
-                    raise _Deadline
-                parser.feed(data, now)
-                if parser.done:
-                    end_ns = now
+            if USE_REACTOR and type(sock) is gsocket.socket:
+                end_ns, eof, stale = _read_reactor(sock, parser, attempt, deadline, may_retry)
+            else:
+                end_ns, eof, stale = _read_greenlet(sock, parser, attempt, deadline, may_retry)
             if not stale:
                 break
             _close(sock)
@@ -384,8 +338,6 @@ def perform(
     finally:
         parser.close()
         attempt.parser = None
-        if timer is not None:
-            timer.close()
         if end_ns is None:
             end_ns = time.monotonic_ns()
         if sock is not None:
@@ -396,6 +348,102 @@ def perform(
     _fill(record, attempt, anchor_ns, end_ns)
     if cancelled is not None:
         raise cancelled
+
+
+def _read_reactor(
+    sock: gsocket.socket, parser: ResponseParser, attempt: _Attempt, deadline: Any, may_retry: bool
+) -> tuple[int | None, bool, bool]:
+    """Read the response through the process's reactor: this greenlet sleeps until the first token, the end
+    marker, the end, an error or the deadline. Returns (end ns, eof, stale); raises what the reading raised."""
+    stream = Stream(sock, parser, attempt, _phase, deadline, may_retry)
+    loop = reactor()
+    loop.add(stream)
+    try:
+        stream.wait()
+    finally:
+        loop.remove(stream)  # a deadline or a cancel: the reactor must let go before the socket closes
+    if stream.error is not None:
+        raise stream.error
+    return stream.end_ns, stream.eof, stream.stale
+
+
+def _read_greenlet(
+    sock: gsocket.socket, parser: ResponseParser, attempt: _Attempt, deadline: Any, may_retry: bool
+) -> tuple[int | None, bool, bool]:
+    """Read the response in this greenlet (TLS sockets, and the benchmark's "before" row): it wakes for
+    every chunk. Returns (end ns, eof, stale); raises on errors and deadlines.
+
+    One timer per phase, re-armed only when the phase changes. A plain socket is read by waiting for
+    readability, then one recv on the real socket (gevent's recv tries first, and that fails with
+    EAGAIN, an exception, on nearly every streamed token); TLS sockets go through gevent's recv.
+    """
+    plain = type(sock) is gsocket.socket
+    raw_recv = sock._sock.recv if plain else sock.recv
+    read_event = sock._read_event if plain else None
+    wait = sock._wait
+    timer: gevent.Timeout | None = None
+    phase_now = -1
+    deadline_at = 0
+    end_ns: int | None = None
+    ready = False  # the last read filled the buffer: more is probably waiting
+    burst = 0  # reads (plain) or bytes (TLS) since the greenlet last went back to the hub
+    try:
+        while not parser.done:
+            if _phase(attempt) != phase_now:
+                phase_now = _phase(attempt)
+                now = time.monotonic_ns()
+                deadline_at = deadline(attempt, now)
+                remaining = deadline_at - now
+                if remaining <= 0:
+                    raise TimeoutError
+                if timer is not None:
+                    timer.close()
+                timer = gevent.Timeout(remaining / 1e9, _Deadline)
+                timer.start()
+            try:
+                if plain:
+                    if not ready:
+                        wait(read_event)
+                        burst = 0
+                    try:
+                        data = raw_recv(RECV_BYTES)
+                    except BlockingIOError:
+                        ready = False
+                        continue
+                    burst += 1
+                    ready = len(data) == RECV_BYTES and burst < MAX_READS_PER_WAKE
+                else:
+                    data = raw_recv(RECV_BYTES)
+                    # gevent's SSL recv does not say whether it waited: count the bytes since
+                    # the last yield instead, and past a wake-up's worth wait for the socket to
+                    # be readable, a real turn of the loop (gevent.sleep(0) lets other greenlets
+                    # run but seldom lets the loop fire timers); unless TLS holds decrypted bytes
+                    burst += len(data)
+                    if burst >= TLS_BYTES_PER_YIELD:
+                        burst = 0
+                        if sock.pending():
+                            gevent.sleep(0)
+                        else:
+                            gevent.get_hub().wait(sock._read_event)
+            except OSError as exc:
+                if may_retry and exc.errno in _STALE_ERRNOS and not parser.received_any:
+                    return None, False, True
+                raise
+            now = time.monotonic_ns()
+            if not data:
+                if may_retry and not parser.received_any:
+                    return None, False, True
+                parser.feed_eof()
+                return now, True, False
+            if now >= deadline_at:
+                raise _Deadline
+            parser.feed(data, now)
+            if parser.done:
+                end_ns = now
+        return end_ns, False, False
+    finally:
+        if timer is not None:
+            timer.close()
 
 
 def _too_large(record: RequestRecord, attempt: _Attempt, exc: ResponseTooLarge) -> None:
@@ -419,8 +467,12 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
     interp = attempt.interp
     if interp is not None:
         _fill_stream(record, interp, anchor_ns, bytes(attempt.body))
+        if interp.tools is not None and attempt.tool_calls is not None:
+            attempt.tool_calls.extend(interp.tools.calls())
     elif 200 <= head.status < 300:
         facts = interpret_body(attempt.dialect, bytes(attempt.body))
+        if attempt.tool_calls is not None:
+            attempt.tool_calls.extend(facts.get("tool_calls") or [])
         if facts.get("has_output"):
             record.complete = record.error is None
             record.first_token_ns = record.last_token_ns = record.done_ns

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
-from loadgen.prompts import Conversation
+from loadgen.prompts import TOOL, Conversation, ToolCall
 
 PATHS = {
     OPENAI_CHAT: "/v1/chat/completions",
@@ -36,8 +36,12 @@ def build_body(
         body["min_tokens"] = max(1, max_tokens)
         body["ignore_eos"] = True
     if dialect == OPENAI_CHAT:
-        messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
-        messages += [{"role": role, "content": content} for role, content in prompt.messages]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system}] if prompt.system else []
+        calls = prompt.calls
+        messages += [
+            _openai_message(role, content, calls.get(i)) if calls else {"role": role, "content": content}
+            for i, (role, content) in enumerate(prompt.messages)
+        ]
         body["messages"] = messages
         if tools:
             body["tools"] = tools
@@ -50,7 +54,8 @@ def build_body(
     elif dialect == ANTHROPIC:
         if prompt.system:
             body["system"] = prompt.system
-        body["messages"] = _alternating(prompt.messages)
+        # with tools, content blocks from the first step on, so the history's bytes never change shape
+        body["messages"] = _alternating(prompt.messages, prompt.calls if tools or prompt.calls else None)
         if tools:  # Anthropic's shape: name, description, input_schema
             body["tools"] = [_anthropic_tool(t) for t in tools]
     else:
@@ -68,14 +73,53 @@ def _anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _alternating(messages: list[tuple[str, str]]) -> list[dict[str, str]]:
-    """Anthropic wants user/assistant turns to alternate: merge neighbours of the same role."""
-    out: list[dict[str, str]] = []
-    for role, content in messages:
-        if out and out[-1]["role"] == role:
-            out[-1] = {"role": role, "content": out[-1]["content"] + "\n" + content}
-        else:
-            out.append({"role": role, "content": content})
+def _openai_message(role: str, content: str, call: ToolCall | None) -> dict[str, Any]:
+    """An OpenAI chat message; an assistant's tool call as ``tool_calls``, a tool's answer with its call id."""
+    if call is None:
+        return {"role": role, "content": content}
+    if role == TOOL:
+        return {"role": TOOL, "tool_call_id": call.id, "content": content}
+    fn = {"name": call.name, "arguments": call.arguments}  # the arguments exactly as streamed: same bytes
+    calls = [{"id": call.id, "type": "function", "function": fn}]
+    return {"role": role, "content": content or None, "tool_calls": calls}
+
+
+def _anthropic_blocks(role: str, content: str, call: ToolCall | None) -> tuple[str, list[dict[str, Any]]]:
+    """(role, content blocks) of one message: tool_use for an assistant's call, a user's tool_result."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+    if call is None:
+        return role, blocks
+    if role == TOOL:
+        return "user", [{"type": "tool_result", "tool_use_id": call.id, "content": content}]
+    try:
+        tool_input = orjson.loads(call.arguments) if call.arguments else {}
+    except orjson.JSONDecodeError:
+        tool_input = {}  # a cut call's partial JSON: Anthropic wants an object
+    return role, [*blocks, {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input}]
+
+
+def _alternating(
+    messages: list[tuple[str, str]], calls: dict[int, ToolCall] | None = None
+) -> list[dict[str, Any]]:
+    """Anthropic wants user/assistant turns to alternate: merge neighbours of the same role.
+
+    Without tool calls the content stays a string; with them, messages are lists of content blocks
+    (a tool's answer is a user ``tool_result`` block).
+    """
+    out: list[dict[str, Any]] = []
+    if calls is None:
+        for role, content in messages:
+            if out and out[-1]["role"] == role:
+                out[-1] = {"role": role, "content": out[-1]["content"] + "\n" + content}
+            else:
+                out.append({"role": role, "content": content})
+    else:
+        for i, (role, content) in enumerate(messages):
+            role, blocks = _anthropic_blocks(role, content, calls.get(i))
+            if out and out[-1]["role"] == role:
+                out[-1] = {"role": role, "content": [*out[-1]["content"], *blocks]}
+            else:
+                out.append({"role": role, "content": blocks or [{"type": "text", "text": "."}]})
     if not out or out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": "."})
     return out

@@ -134,7 +134,7 @@ def parse_retry_after(headers: dict[str, str]) -> float | None:
     """Seconds to wait: the resilience helper's parser when present (it knows HTTP dates), else ours."""
     full_parser: Any = None
     with contextlib.suppress(ImportError):
-        from loadgen.engine.resilience import parse_retry_after as full_parser
+        from loadgen.resilience import parse_retry_after as full_parser
     if full_parser is not None:
         try:
             value = full_parser(headers, time.time())

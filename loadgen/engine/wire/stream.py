@@ -9,7 +9,8 @@ import orjson
 
 from loadgen.engine.wire.http import ResponseTooLarge
 from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
-from loadgen.record import short_text
+from loadgen.engine.wire.toolcalls import ToolCallCollector, body_calls
+from loadgen.record import error_summary, short_text
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
@@ -31,28 +32,6 @@ _TEXT_KEY = b'"text":"'
 _DELTA_EVENT = b"event: content_block_delta\ndata: "
 _DELTA_EVENT_LEN = len(_DELTA_EVENT)
 HEAD_BYTES = 512  # the start of a stream body kept for the record when it turns out not to be SSE
-
-
-def error_summary(obj: Any) -> tuple[str | None, str | None]:
-    """(reason, short text) from an error object in any of the dialects' shapes."""
-    if not isinstance(obj, dict):
-        return None, short_text(str(obj))
-    err = obj.get("error", obj)
-    if isinstance(err, str):
-        return None, short_text(err)
-    if not isinstance(err, dict):
-        return None, short_text(str(err))
-    code = err.get("code")
-    etype = err.get("type")
-    reason: str | None = None
-    if isinstance(code, str) and code:
-        reason = code
-    elif isinstance(etype, str) and etype:
-        reason = etype
-    elif code is not None:
-        reason = str(code)
-    message = err.get("message") or etype or code or "error"
-    return (short_text(reason) if reason else None), short_text(str(message))
 
 
 class StreamInterpreter:
@@ -79,6 +58,7 @@ class StreamInterpreter:
         "service_tier",
         "token_ns",
         "tokens",
+        "tools",
         "unparsable",
     )
 
@@ -102,6 +82,7 @@ class StreamInterpreter:
         self.unparsable = 0  # data payloads that were not JSON (malformed SSE)
         self.malformed_text: str | None = None  # the first of them, short
         self.head = bytearray()  # the first HEAD_BYTES of the body (the client may share its own)
+        self.tools: ToolCallCollector | None = None  # set when the request offered tools: calls are assembled
         completions = dialect == OPENAI_COMPLETIONS
         self._key = _TEXT_KEY if completions else _CHAT_KEY
         self._delta = _TEXT_DELTA if completions else _CHAT_DELTA
@@ -142,6 +123,7 @@ class StreamInterpreter:
         openai = self.dialect != ANTHROPIC
         key = self._key
         klen = len(key)
+        tools = self.tools
         start = 0
         events = 0
         tokens = 0
@@ -161,6 +143,8 @@ class StreamInterpreter:
                 k = find(key, s, end)
                 if (k >= 0 and buf[k + klen] != 34) or self._delta.search(buf, s, end) is not None:
                     tokens += 1
+                if tools is not None and find(b'"tool_calls"', s, end) >= 0:
+                    tools.openai_chunk(buf[s:end])
                 u = find(b'"usage"', s, end)
                 e = find(b'"error"', s, end)
                 if (u >= 0 and _USAGE.search(buf, u, end) is not None) or (
@@ -179,6 +163,8 @@ class StreamInterpreter:
             if not openai and startswith(_DELTA_EVENT, s) and find(b"\n", s + _DELTA_EVENT_LEN, end) < 0:
                 events += 1
                 tokens += 1
+                if tools is not None:
+                    tools.anthropic_event(b"content_block_delta", buf[s + _DELTA_EVENT_LEN : end])
             else:
                 event = sse._parse_block(buf[s:end])
                 if event is not None:
@@ -265,6 +251,8 @@ class StreamInterpreter:
             return
         if self._delta.search(data) is not None:
             self._token(now_ns)
+        if self.tools is not None and b'"tool_calls"' in data:
+            self.tools.openai_chunk(data)
         if _USAGE.search(data) is None and _ERROR.search(data) is None:
             if self.service_tier is None and b"service_tier" in data:
                 match = _TIER.search(data)
@@ -305,6 +293,11 @@ class StreamInterpreter:
             name = match.group(1) if match else b""
         if name == b"content_block_delta":
             self._token(now_ns)
+            if self.tools is not None:
+                self.tools.anthropic_event(name, data)
+            return
+        if name == b"content_block_start" and self.tools is not None:
+            self.tools.anthropic_event(name, data)
             return
         if name == b"ping" or name in (b"content_block_start", b"content_block_stop"):
             return
@@ -358,6 +351,7 @@ def interpret_body(dialect: str, body: bytes) -> dict[str, Any]:
     if obj.get("error") is not None or obj.get("type") == "error":
         facts["reason"], facts["error"] = error_summary(obj)
         return facts
+    facts["tool_calls"] = body_calls(dialect == ANTHROPIC, obj)
     usage_obj = obj.get("usage")
     usage: dict[str, Any] = usage_obj if isinstance(usage_obj, dict) else {}
     if dialect == ANTHROPIC:

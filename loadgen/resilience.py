@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loadgen.record import RequestRecord
+from loadgen.workload import is_served as is_served
 from scenarios.model import RetryPolicy
 
 Action = Literal["retry", "fallback", "give_up", "done"]
@@ -102,19 +103,6 @@ def parse_retry_after(headers: Mapping[str, str], now_wall: float) -> float | No
 
 
 # --------------------------------------------------------------------------- outcomes
-
-
-def is_served(record: RequestRecord) -> bool:
-    """A complete 2xx response with no error of any kind."""
-    return (
-        200 <= record.status < 300
-        and record.complete
-        and not record.in_band_error
-        and not record.client_timeout
-        and not record.transport_error
-        and not record.cancelled
-        and not record.not_sent
-    )
 
 
 def outcome_key(record: RequestRecord) -> str | None:

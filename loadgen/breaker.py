@@ -18,6 +18,12 @@ called after the lock is released.
 
 States are reported as ``closed`` | ``open`` | ``half_open`` (the record contract's spelling;
 pybreaker says ``half-open``).
+
+Across processes (``loadgen/engine/breaker_share.py``): a process whose breaker opens or closes on
+its own tells the master, which tells the others; they follow with ``force_open``/``force_close``
+(cause ``shared: …``). A breaker opened that way holds for ``SHARED_HOLD`` × the reset timeout, so
+the process that opened it sends the one probe and the others follow its verdict; they probe
+themselves only if no verdict came by then (its process died).
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ from typing import Any
 
 import pybreaker
 
-from loadgen.engine.resilience import is_failure_key, outcome_key, retry_reason
 from loadgen.record import RequestRecord
+from loadgen.resilience import is_failure_key, outcome_key, retry_reason
 
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
+
+SHARED = "shared: "  # the cause of a change that another process made (never relayed again)
+SHARED_HOLD = 2.0
 
 OnChange = Callable[[str, str, str, "str | None"], None]
 
@@ -102,6 +111,7 @@ class RouteBreaker:
             name=route,
         )
         self._opened_at: float | None = None
+        self._hold_s: float | None = None  # the open period when another process opened it
         self._probe_out = False
         self.opens = 0  # how many times it opened (for summaries)
         self.rejected = 0  # attempts refused by allow()
@@ -128,7 +138,8 @@ class RouteBreaker:
                 return True
             if state == pybreaker.STATE_OPEN:
                 opened = self._opened_at if self._opened_at is not None else self._clock()
-                if self._clock() - opened < self.reset_timeout_s:
+                hold = self._hold_s if self._hold_s is not None else self.reset_timeout_s
+                if self._clock() - opened < hold:
                     self.rejected += 1
                     return False
                 self._cb.half_open()
@@ -180,6 +191,30 @@ class RouteBreaker:
         with self._lock:
             self._probe_out = False
 
+    def force_open(self, cause: str) -> None:
+        """Another process opened this route's breaker: open here too, for ``SHARED_HOLD`` × the reset
+        timeout from now (an open breaker's period starts again)."""
+        with self._lock:
+            self._opened_at = self._clock()
+            self._hold_s = self.reset_timeout_s * SHARED_HOLD
+            if self._cb.current_state != pybreaker.STATE_OPEN:
+                self._probe_out = False
+                self.opens += 1
+                self._cb.open()
+            pending = self._take()
+        self._notify(pending, cause)
+
+    def force_close(self, cause: str) -> None:
+        """Another process's probe succeeded: close here too."""
+        with self._lock:
+            if self._cb.current_state == pybreaker.STATE_CLOSED:
+                return
+            self._probe_out = False
+            self._storage.reset_counter()
+            self._cb.close()
+            pending = self._take()
+        self._notify(pending, cause)
+
     def record(self, record: RequestRecord) -> None:
         """Count a finished attempt by its raw facts (see ``is_breaker_failure``)."""
         key = outcome_key(record)
@@ -197,6 +232,7 @@ class RouteBreaker:
 
     def _trip(self) -> None:
         self._opened_at = self._clock()
+        self._hold_s = None
         self.opens += 1
         self._cb.open()
 

@@ -1,0 +1,233 @@
+"""One receive loop per process: a greenlet waits on every stream socket at once and parses what is ready.
+
+Without it each stream's greenlet woke for each chunk (one epoll wake-up and two greenlet switches per
+SSE event). Here the process's plain sockets sit in one ``epoll`` set; a single greenlet waits on that
+set's file descriptor (one gevent watcher), and on each wake-up reads every ready socket in one pass,
+stamps each read (until the first token with the kernel's receive time of its bytes, after it with
+``time.monotonic_ns()`` the moment ``recv`` returns them) and feeds the parser.
+The user greenlet of an attempt sleeps until something it cares about happens: its first token, the
+end marker, the end of the response, an error, or its deadline.
+
+Fairness: at most ``MAX_READS_PER_WAKE`` reads per socket per pass (a socket that floods at full speed
+is simply ready again on the next pass), and the loop goes back to the gevent hub between passes, so
+timers (deadlines), users and the health sampler run however busy the sockets are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import struct
+import time
+from typing import Any
+
+import gevent
+from gevent.event import Event
+from gevent.hub import get_hub
+from gevent.monkey import get_original
+
+# the real epoll: Locust monkey-patches ``select`` (gevent's has none), and this loop must not block in it
+_epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
+
+RECV_BYTES = 65536
+MAX_READS_PER_WAKE = 4  # back-to-back full reads of one socket in one pass (256 KiB)
+_STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN})
+_MAX_EVENTS = 1024  # ready sockets taken per pass; the rest are ready again at the next one
+# Until its first token a stream is read with recvmsg and the kernel's receive timestamp of the bytes
+# (SO_TIMESTAMPNS, Linux; CLOCK_REALTIME, put on the monotonic clock here): the first-token time then
+# holds no wait for this process to be scheduled, or for the reactor to reach the socket in its pass.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value; Python does not export it
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+_ANC_BYTES = socket.CMSG_SPACE(16)  # one struct timespec
+_TIMESPEC = struct.Struct("@qq")
+KERNEL_STAMP_MAX_AGE_NS = 10_000_000_000  # an older stamp means the wall clock stepped: the recv time is used
+
+
+class Stream:
+    """One attempt's socket while the reactor reads it: its parser, deadline and outcome.
+
+    ``phase`` and ``deadline`` are the caller's (``wire.client``): ``phase(attempt)`` says which
+    deadline applies, ``deadline(attempt, now)`` when it is; the reactor re-reads them when the phase
+    changes and wakes the waiting user then (first token, end marker).
+    """
+
+    __slots__ = (
+        "_recv",
+        "_recvmsg",
+        "attempt",
+        "deadline",
+        "deadline_at",
+        "end_ns",
+        "eof",
+        "error",
+        "fd",
+        "finished",
+        "may_retry",
+        "parser",
+        "phase",
+        "phase_now",
+        "stale",
+        "wake",
+    )
+
+    def __init__(self, sock: Any, parser: Any, attempt: Any, phase: Any, deadline: Any, may_retry: bool) -> None:
+        self.fd = sock.fileno()
+        raw = sock._sock  # the real (non-blocking) socket: no gevent wait, no timer
+        self._recv = raw.recv
+        self._recvmsg = raw.recvmsg
+        with contextlib.suppress(OSError):  # without it the first token is stamped at recv, like every read
+            raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.parser = parser
+        self.attempt = attempt
+        self.phase = phase
+        self.deadline = deadline
+        self.phase_now = phase(attempt)
+        self.deadline_at = deadline(attempt, time.monotonic_ns())
+        self.may_retry = may_retry
+        self.finished = False
+        self.eof = False
+        self.stale = False  # a reused connection that died before any response byte
+        self.end_ns: int | None = None
+        self.error: BaseException | None = None
+        self.wake = Event()
+
+    def pump(self, reactor: Reactor) -> None:
+        """Read what is ready (bounded), timestamp each read, parse; finish on end, error or deadline."""
+        recv = self._recv
+        parser = self.parser
+        for _ in range(MAX_READS_PER_WAKE):
+            try:
+                if self.phase_now == 0:  # before the first token: the kernel's receive time
+                    data, anc, _, _ = self._recvmsg(RECV_BYTES, _ANC_BYTES)
+                    now = time.monotonic_ns()
+                    stamp = kernel_ns(anc, now) if anc else now
+                else:
+                    data = recv(RECV_BYTES)
+                    now = stamp = time.monotonic_ns()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if self.may_retry and exc.errno in _STALE_ERRNOS and not parser.received_any:
+                    self.stale = True
+                else:
+                    self.error = exc
+                reactor.finish(self)
+                return
+            if not data:
+                if self.may_retry and not parser.received_any:
+                    self.stale = True
+                else:
+                    self.eof = True
+                    parser.feed_eof()
+                    self.end_ns = now
+                reactor.finish(self)
+                return
+            if now >= self.deadline_at:
+                self.error = TimeoutError()
+                reactor.finish(self)
+                return
+            try:
+                parser.feed(data, stamp)
+            except Exception as exc:  # httptools' errors and the caps: the user raises them in its own frame
+                self.error = exc
+                reactor.finish(self)
+                return
+            if parser.done:
+                self.end_ns = stamp
+                reactor.finish(self)
+                return
+            interp = self.attempt.interp
+            if self.phase_now == 1 and interp is not None and not interp.complete:
+                pass  # streaming tokens, the common case: the phase cannot have changed
+            elif (phase := self.phase(self.attempt)) != self.phase_now:
+                # first token or end marker: a new deadline, and the user hears of it
+                self.phase_now = phase
+                self.deadline_at = self.deadline(self.attempt, now)
+                self.wake.set()
+            if len(data) < RECV_BYTES:
+                return
+
+    def wait(self) -> None:
+        """Block the calling (user) greenlet until the stream finished; raises TimeoutError at its deadline."""
+        wake = self.wake
+        while not self.finished:
+            remaining = self.deadline_at - time.monotonic_ns()
+            if remaining <= 0:
+                raise TimeoutError
+            wake.wait(remaining / 1e9)
+            wake.clear()
+
+
+def kernel_ns(ancillary: list[tuple[int, int, bytes]], now: int) -> int:
+    """The kernel's receive time of a read (SCM_TIMESTAMPNS) on the monotonic clock; ``now`` if there is none
+    or it is not plausible (later than now, or older than KERNEL_STAMP_MAX_AGE_NS: the wall clock stepped)."""
+    for level, kind, raw in ancillary:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(raw)
+            stamp = sec * 1_000_000_000 + nsec - (time.time_ns() - time.monotonic_ns())
+            if now - KERNEL_STAMP_MAX_AGE_NS < stamp <= now:
+                return stamp
+    return now
+
+
+class Reactor:
+    """The process's receive loop: an epoll set of stream sockets, read by one greenlet."""
+
+    def __init__(self) -> None:
+        self._epoll = _epoll()
+        self._streams: dict[int, Stream] = {}
+        self._glet: gevent.Greenlet | None = None
+        self._watcher: Any = None
+        self.passes = 0  # wake-ups of the loop (for the benchmark: events per pass)
+
+    def add(self, stream: Stream) -> None:
+        self._epoll.register(stream.fd, _EPOLLIN)
+        self._streams[stream.fd] = stream
+        if self._glet is None or self._glet.dead:
+            self._glet = gevent.spawn(self._run)
+
+    def remove(self, stream: Stream) -> None:
+        """Stop reading ``stream`` (idempotent): before its socket is closed or pooled again."""
+        if self._streams.get(stream.fd) is stream:
+            del self._streams[stream.fd]
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(stream.fd)
+
+    def finish(self, stream: Stream) -> None:
+        self.remove(stream)
+        stream.finished = True
+        stream.wake.set()
+
+    def _run(self) -> None:
+        hub = get_hub()
+        if self._watcher is None:
+            self._watcher = hub.loop.io(self._epoll.fileno(), 1)
+        watcher = self._watcher
+        poll = self._epoll.poll
+        streams = self._streams
+        while streams:
+            # the one switch per pass: back to the hub (timers, users, health) until any socket is readable
+            hub.wait(watcher)
+            self.passes += 1
+            for fd, _ in poll(0, _MAX_EVENTS):
+                stream = streams.get(fd)
+                if stream is not None:
+                    try:
+                        stream.pump(self)
+                    except Exception as exc:  # one stream's surprise must not stop every other stream's reading
+                        stream.error = exc
+                        self.finish(stream)
+
+
+_REACTOR: tuple[int, Reactor] | None = None
+
+
+def reactor() -> Reactor:
+    """This process's reactor (made on first use; a forked process makes its own: epoll sets are shared by fork)."""
+    global _REACTOR
+    pid = os.getpid()
+    if _REACTOR is None or _REACTOR[0] != pid:
+        _REACTOR = (pid, Reactor())
+    return _REACTOR[1]

@@ -1,0 +1,147 @@
+"""Virtual-time verbs: ``simulate`` (one run) and ``plan`` (capacity planning); registered by ``rushhour.cli``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rushhour.consoles import make_console
+
+console = make_console(stderr=True)
+out = make_console()
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def simulate(
+    scenario: Annotated[str, typer.Argument(help="scenario file or built-in name (see `rushhour scenario list`)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total, e.g. 1h")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed")] = None,
+    profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
+    replicas: Annotated[int | None, typer.Option(help="simulated replicas (default: the scenario's testbed)")] = None,
+    scale: Annotated[float, typer.Option(help="workload × this: arrival rates, swarm sizes, replay speed")] = 1.0,
+    report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
+) -> None:
+    """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
+    from scenarios import ScenarioError
+    from sim.run import SimOptions
+    from sim.run import simulate as run_sim
+
+    if replicas is not None and replicas < 1:
+        raise _fail("--replicas must be at least 1")
+    if scale <= 0:
+        raise _fail("--scale must be > 0")
+    options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
+                         scale=scale)
+    try:
+        result = run_sim(scenario, options)
+    except (ScenarioError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    st = result.stats
+    console.print(f"simulated {st['simulated_s']:.0f} s on {st['replicas']} replica(s) in {st['wall_s']:.2f} s "
+                  f"({st['speedup']}× real time, {st['events']} events)", highlight=False)
+    if st["not_modelled"]:
+        console.print(f"[yellow]warning:[/] not simulated: {', '.join(st['not_modelled'])}", highlight=False)
+    if st.get("imitates"):
+        console.print(f"note: {st['imitates']}", highlight=False, markup=False)
+    for name, route in (st.get("fallback_routes") or {}).items():
+        if route.get("imitates"):
+            console.print(f"note: fallback route {name}: {route['imitates']}: its profile {route['profile']!r} ran "
+                          "as the testbed's imitation", highlight=False, markup=False)
+    out.print(f"run folder: {result.run_dir}", highlight=False)
+    if not report:
+        raise typer.Exit(result.exit_code)
+    from audit import AuditError, run_audit
+    from reports import print_terminal, write_reports
+
+    try:
+        summary = run_audit(result.run_dir)
+    except AuditError as exc:
+        raise _fail(str(exc)) from None
+    paths = write_reports(summary, result.run_dir)
+    print_terminal(summary, out)
+    out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
+    raise typer.Exit(EXIT_OK)
+
+
+def plan(
+    scenario: Annotated[str, typer.Argument(help="scenario file or built-in name")],
+    replicas: Annotated[str, typer.Option(help="replica counts: LOW..HIGH (doubling) or a list 8,16,64")] = "8..512",
+    scale: Annotated[str, typer.Option(help="workload multipliers: LOW..HIGH (with --steps) or a list 1,2")] = "1..10",
+    steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range")] = 4,
+    duration: Annotated[str, typer.Option(help="simulated time per cell (the phases stretched to it)")] = "60s",
+    gpus_per_replica: Annotated[int, typer.Option(help="GPUs one replica holds (GPU-hours)")] = 1,
+    gpu_hour_price: Annotated[float | None, typer.Option(help="price of one GPU-hour, for a cost column")] = None,
+    gate: Annotated[bool, typer.Option(help="exit 1 when a scale has no replica count meeting every SLO")] = False,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every cell)")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+) -> None:
+    """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
+    import datetime as dt
+    import time
+
+    from audit import run_audit
+    from audit.knee import Step, analyse_sweep, step_from_summary
+    from audit.plan import analyse_plan
+    from loadgen.sweep import SweepError, new_id, parse_scales
+    from reports.plan import write_plan_reports
+    from scenarios import ScenarioError
+    from sim.run import SimOptions, prepare, replica_ladder, scale_scenario, simulate_scenario
+
+    if gpus_per_replica < 1:
+        raise _fail("--gpus-per-replica must be at least 1")
+    try:
+        ladder = replica_ladder(replicas)
+        scales = parse_scales(scale, steps)
+        base = prepare(scenario, SimOptions(duration=duration, seed=seed))
+    except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    plan_id = new_id("plan")
+    root = Path(out_dir) / plan_id
+    cells = len(ladder) * len(scales)
+    console.print(f"plan {plan_id}: {len(ladder)} replica counts × {len(scales)} scales = {cells} simulated runs of "
+                  f"{base.duration_s:g} s", highlight=False)
+    started = time.monotonic()
+    done: list[Step] = []
+    notes: list[str] = []
+    for r in ladder:
+        all_failed_below: float | None = None
+        for s in scales:
+            label = f"{r} replica{'' if r == 1 else 's'}, {s:g}×"
+            if all_failed_below is not None:  # fail closed, but do not simulate what cannot pass
+                notes.append(f"{label}: not run — every tier with an SLO already failed at {all_failed_below:g}×")
+                console.print(f"  {notes[-1]}", highlight=False)
+                continue
+            cell = scale_scenario(base, s)
+            result = simulate_scenario(cell, scenario, SimOptions(out_dir=root / f"r{r}-x{s:g}", replicas=r, scale=s))
+            summary = run_audit(result.run_dir)
+            step = step_from_summary(summary, len(done), s, r, str(result.run_dir), cell.duration_s)
+            done.append(step)
+            judged = [t for t in step.tiers if t.status in ("pass", "fail")]
+            if judged and all(t.status == "fail" for t in judged):
+                all_failed_below = s
+            verdict = ", ".join(f"{t.tier} {t.status}" for t in step.tiers)
+            console.print(f"  {label}: {step.offered_rps:.1f} req/s issued · {verdict} · simulated in "
+                          f"{result.stats['wall_s']:.1f} s", highlight=False)
+    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sweep = analyse_sweep(done, sweep_id=plan_id, scenario=base.name, mode="simulated", created_at=created)
+    outcome = analyse_plan(done, sweep, plan_id=plan_id, scenario=base.name, created_at=created, replicas=ladder,
+                           scales=scales, duration_s=base.duration_s, preset=base.target.testbed.preset,
+                           gpus_per_replica=gpus_per_replica, price=gpu_hour_price, notes=notes)
+    paths = write_plan_reports(outcome, root)
+    for line in outcome.sentences:
+        out.print(f"• {line}", highlight=False, markup=False)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    skipped = f" ({len(notes)} not run: nothing there could pass)" if notes else ""
+    took = time.monotonic() - started
+    console.print(f"{cells - len(notes)} runs simulated in {took:.0f} s{skipped}", highlight=False)
+    raise typer.Exit(EXIT_FAIL if gate and not outcome.all_answered else EXIT_OK)

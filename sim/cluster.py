@@ -1,0 +1,328 @@
+"""The testbed's stack (profiles, flow control, replicas, faults) driven by the virtual clock.
+
+``testbed.stack.Stack`` is used as it is; only its timers change: the engine's asyncio step scheduler
+is replaced by step events on the loop (``Engine.waker``), and the housekeeping ticks (faults, the TTL
+sweep, SGLang's waiting timeout) become periodic events. A step's due time is the previous due time
+plus its duration over the testbed's ``speed``, exactly as the real scheduler aims for.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any, cast
+
+from loadgen.testbed_proc import testbed_config
+from scenarios.model import Scenario
+from sim.client import Exchange
+from sim.loop import NS, Loop, VirtualClock
+from testbed.config import FaultSpec, TestbedConfig, from_dict
+from testbed.engine import Engine, Replica
+from testbed.job import RUNNING, Job
+from testbed.policies import freeness
+from testbed.stack import TICK_S, Stack
+
+LEAD_NS = 3 * NS  # the testbed is up this long before t = 0 (the runner's start-up lead)
+
+
+def build_config(scenario: Scenario, replicas: int | None = None) -> tuple[TestbedConfig, list[FaultSpec]]:
+    """The primary testbed's config, as ``rushhour run`` writes it, and its faults (scheduled from t = 0)."""
+    data = testbed_config(scenario, with_faults=False)
+    if replicas is not None:
+        data["replicas"] = replicas
+    cfg = from_dict(TestbedConfig, data).validate()
+    faults = [from_dict(FaultSpec, f, f"faults[{i}]") for i, f in enumerate(scenario.target.testbed.faults)]
+    return cfg, faults
+
+
+MIN_JUMP_STEPS = 3  # a shorter run of decode steps is stepped one by one (nothing to gain)
+
+
+@dataclass(slots=True, eq=False)
+class Jump:
+    """A replica's run of identical decode steps: steps 1..K-1 are lazy, step K is an ordinary step event."""
+
+    times: list[int]  # due time of steps 1..K
+    plan: dict[Job, int]  # every step's plan: each running job, one token (the batch's order)
+    n: int  # tokens per step (len(plan))
+    done: int = 0  # lazy steps applied so far
+
+
+class SimReplica(Replica):
+    """The testbed's replica with a pending decode jump: KV readers see the steps due by now."""
+
+    jump: Jump | None = None
+
+    def _pending(self) -> int:
+        j = self.jump
+        if j is None:
+            return 0
+        return (bisect_right(j.times, self.clock.now_ns(), 0, len(j.times) - 1) - j.done) * j.n
+
+    def kv_used(self) -> int:
+        """KV tokens held now, steps of a pending jump included."""
+        return self.kv + self._pending()
+
+    def kv_usage(self) -> float:
+        """Fraction of KV capacity in use now, steps of a pending jump included."""
+        return (self.kv + self._pending()) / self.p.kv_capacity_tokens
+
+
+class SimEngine(Engine):
+    """The testbed's engine with a flat saturation: flow control asks at every admission and every step."""
+
+    replicas: list[SimReplica]  # type: ignore[assignment]
+
+    def saturation(self) -> float:
+        """``Engine.saturation`` with the replicas' KV views inlined: the same divisions in the same order."""
+        qd, kt = self.queue_depth, self.kv_threshold
+        now = self.clock.now_ns()
+        scores = []
+        for r in self.replicas:
+            if not r.up:
+                continue
+            w = r.n_waiting / qd
+            kv = r.kv
+            j = r.jump
+            if j is not None:
+                kv += (bisect_right(j.times, now, 0, len(j.times) - 1) - j.done) * j.n
+            k = kv / r.p.kv_capacity_tokens / kt
+            scores.append(w if w >= k else k)
+        return sum(scores) / len(scores) if scores else 1.0
+
+    def place(self, job: Job) -> Replica | None:
+        """``Engine.place`` without a ``ReplicaView`` per replica: the same scores, the same pick (``pick_replica``:
+        the key's index term makes every key distinct, so the first best in index order is its answer)."""
+        prefix = self.prefix_aware and bool(job.blocks)
+        blocks, n = job.blocks, len(job.blocks)
+        headroom = self.headroom
+        best: Replica | None = None
+        best_key: tuple[float, int] | None = None
+        for r in self.replicas:
+            if not r.up:
+                continue
+            hit = r.cache.match(blocks, touch=False) / n if prefix else 0.0
+            load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
+            if headroom is not None:
+                h_max, lam = headroom
+                key = (freeness(r.p.kv_capacity_tokens, r.kv_used(), r.tiers_present() | {job.tier},
+                                len(r.running) + r.n_waiting, h_max, lam), -r.index)
+            elif self.prefix_aware:
+                key = (2.0 * hit - load, -r.index)
+            else:
+                key = (-load, -r.index)  # min by (load, index)
+            if best_key is None or key > best_key:
+                best, best_key = r, key
+        return best
+
+
+class Cluster:
+    """One simulated serving stack on the loop's clock."""
+
+    def __init__(self, cfg: TestbedConfig, faults: list[FaultSpec], loop: Loop, jumps: bool = True) -> None:
+        self.cfg = cfg
+        self.loop = loop
+        clock: VirtualClock = loop.clock
+        # the stack starts before t = 0 so that its warm-up is over when the schedule starts, as in a real run
+        started = clock.t
+        clock.t = -LEAD_NS - int(cfg.warmup_s / cfg.speed * NS)
+        self.stack = Stack(cfg, clock)
+        clock.t = started
+        for spec in faults:
+            self.stack.faults.add(spec, 0)
+        self.engine = self.stack.engine
+        self.engine.waker = self._wake
+        self.engine.__class__ = SimEngine
+        for r in self.engine.replicas:
+            r.__class__ = SimReplica  # same state, plus the jump (the testbed builds its replicas itself)
+        self.replicas = cast(list[SimReplica], self.engine.replicas)
+        # decode jumps only where nothing between steps can differ: no faults (slow factors, cuts, replicas
+        # down), no SGLang priority preemption, no llm-d eviction (a gated dispatch cycle still evicts)
+        evicts = self.stack.flow is not None and cfg.flow_control.enable_eviction
+        self.jumps = jumps and not evicts and not self.stack.faults.faults and all(
+            r.priority_preemption is None for r in self.replicas)
+        self.jumping: set[int] = set()
+        self._epoch = [0] * len(self.replicas)  # bumped when a jump's last-step event goes stale
+        self._due: list[int | None] = [None] * len(self.engine.replicas)
+        self._woken: set[int] = set()
+        self._plan_pending = False
+        self.steps = 0
+
+    def start(self) -> None:
+        """Schedule the housekeeping ticks (the steps start when work arrives)."""
+        st = self.stack
+        if st.faults.faults or (self.cfg.profile == "sglang" and self.cfg.sglang.waiting_timeout_s) or st.flow:
+            self._every(int(TICK_S / self.cfg.speed * NS), self._tick)
+        if st.flow is not None:
+            self._every(int(self.cfg.flow_control.sweep_interval_s / self.cfg.speed * NS), st.sweep_ttl)
+
+    def _every(self, period_ns: int, fn: Any) -> None:
+        def again() -> None:
+            fn()
+            self.loop.at(self.loop.clock.t + period_ns, again)
+
+        self.loop.at(self.loop.clock.t + period_ns, again)
+
+    def _tick(self) -> None:
+        st = self.stack
+        if st.faults.faults:
+            st.apply_faults()
+        st.sweep_waiting_timeout()
+        if st.flow is not None:
+            st.dispatch()  # warm-up end or a replica back up
+
+    # ---- requests ----------------------------------------------------------------------------
+    def admit(self, job: Job) -> Any:
+        """Admit a job (queued or placed) or return the profile's rejection ``Reply``."""
+        return self.stack.admit(job)
+
+    def cancel(self, job: Job) -> bool:
+        """The client went away; True if the job was still queued at the gateway."""
+        if job.replica is not None and job.replica in self.jumping:
+            self._unjump(job.replica)
+        return self.stack.cancel(job)
+
+    # ---- the step scheduler ------------------------------------------------------------------
+    def _wake(self, index: int) -> None:
+        if index in self.jumping:
+            self._unjump(index)  # a request waits there now: the next step may admit it
+        if self._due[index] is not None:
+            return
+        self._woken.add(index)
+        if not self._plan_pending:  # one plan for a burst of submits at the same instant, as call_soon does
+            self._plan_pending = True
+            self.loop.soon(self._plan_woken)
+
+    def _plan_woken(self) -> None:
+        self._plan_pending = False
+        woken, self._woken = self._woken, set()
+        now = self.loop.clock.t
+        for i in sorted(woken):
+            if self._due[i] is None:
+                self._plan(i, now)
+
+    def _plan(self, i: int, base: int) -> None:
+        r = self.engine.replicas[i]
+        due = None
+        if r.up and r.busy():
+            waiting = r.n_waiting
+            dur = r.plan_step(self.loop.clock.t)
+            if r.n_waiting < waiting and self.jumping and not self._gated():
+                self._unjump_all()  # admitted work lowered the saturation: the lazy steps' dispatch cycles count
+            if dur is not None:  # None: work exists but none fits (waits on KV): idle until woken
+                due = base + max(1, int(dur / self.cfg.speed * NS))
+                if self.jumps:
+                    due = self._jump(i, due)
+                self.loop.at(due, self._fire, i, due, self._epoch[i])
+        self._due[i] = due
+
+    def _fire(self, i: int, at: int, epoch: int) -> None:
+        if self._due[i] != at or self._epoch[i] != epoch:
+            return  # stale (the replica went down and came back meanwhile, or its jump was cut short)
+        self._due[i] = None
+        r = self.engine.replicas[i]
+        if i in self.jumping:
+            self._unjump(i)  # the lazy steps before this one; this one is the jump's last (a finish or KV)
+        self.steps += 1
+        jobs: list[Job] = []
+        if r.up:
+            r.finish_step(at, jobs)
+        self.engine.on_step()
+        if self._due[i] is None:
+            self._plan(i, at)
+        for job in jobs:  # tokens reach the clients after the step, as the real drain hands them out
+            sink = job.sink
+            sink.on_token(job)
+            if job.end_ns is not None:
+                sink.on_finish(job)
+
+    # ---- decode jumps ------------------------------------------------------------------------------
+    def _jump(self, i: int, due: int) -> int:
+        """When step 1 (just planned, due at ``due``) starts a run of identical decode steps, make the steps up
+        to the first finish (or the KV limit) lazy; returns the due time of the step that is an event."""
+        r = self.replicas[i]
+        p = r.p
+        plan = r._plan
+        flow = self.stack.flow
+        n = len(plan)
+        if n != len(r.running) or r.slow_factor != 1.0:
+            return due
+        if r.n_waiting and len(r.running) < p.max_num_seqs:
+            return due  # a waiting request could be admitted at the next step
+        if flow is not None and flow.count and not self._gated():
+            return due  # the gateway would dispatch at the next step
+        steps = None
+        for job, chunk in plan.items():
+            left = job.max_tokens - job.output  # steps until this job's last token
+            if chunk != 1 or job.output < 1:
+                return due
+            if steps is None or left < steps:
+                steps = left
+        kv0 = r.kv
+        assert steps is not None
+        steps = min(steps, (p.kv_capacity_tokens - kv0) // n)  # no step of the run may preempt
+        if steps < MIN_JUMP_STEPS:
+            return due
+        # plan_step's duration of step s: its KV is kv0 + n * s (every running job one token further)
+        times = [due]
+        speed = self.cfg.speed
+        slow = r.slow_factor
+        base_s, per_seq, per_kv, per_prefill = p.base_s, p.per_seq_s, p.per_kv_token_s, p.prefill_per_token_s
+        t = due
+        for s in range(2, steps + 1):
+            dur = (base_s + per_seq * n + per_kv * (kv0 + n * s) + per_prefill * 0) * slow
+            t += max(1, int(dur / speed * NS))
+            times.append(t)
+        r.jump = Jump(times, plan, n)
+        r._plan = {}
+        self.jumping.add(i)
+        return t
+
+    def _gated(self) -> bool:
+        """True when a dispatch cycle now would dispatch nothing: no endpoint, or the pool at its saturation
+        ceiling. Between events lazy steps only add KV, so the pool stays gated until the next event."""
+        st = self.stack
+        if st.endpoints() == 0:
+            return True
+        return st.engine.saturation() >= self.cfg.flow_control.saturation_ceiling
+
+    def _unjump_all(self) -> None:
+        for i in sorted(self.jumping):
+            self._unjump(i)
+
+    def _settle(self, r: SimReplica, j: Jump) -> None:
+        """Apply the lazy steps due by now: KV, tokens, and the clients' token facts, as step by step."""
+        now = self.loop.clock.t
+        times = j.times
+        m = bisect_right(times, now, 0, len(times) - 1)
+        new = m - j.done
+        if new <= 0:
+            return
+        first, last = times[j.done], times[m - 1]
+        gap = max(times[k] - times[k - 1] for k in range(j.done + 1, m)) if new > 1 else None
+        j.done = m
+        r.kv += j.n * new
+        r.steps_total += new
+        self.steps += new
+        idx = r.index
+        for job in j.plan:
+            if job.state != RUNNING or job.replica != idx:
+                continue  # pragma: no cover - a cancel settles the replica first
+            job.computed += new
+            job.output += new
+            cast(Exchange, job.sink).on_token_run(job, first, last, gap)
+
+    def _unjump(self, i: int) -> None:
+        """Settle replica i's jump and go on step by step from the next step (already planned, decode only)."""
+        r = self.replicas[i]
+        j = r.jump
+        assert j is not None
+        self._settle(r, j)
+        r.jump = None
+        self.jumping.discard(i)
+        r._plan = j.plan
+        nxt = j.times[j.done]
+        if nxt != j.times[-1]:  # the event at the last step's time goes stale
+            self._epoch[i] += 1
+            self._due[i] = nxt
+            self.loop.at(nxt, self._fire, i, nxt, self._epoch[i])

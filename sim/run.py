@@ -1,0 +1,237 @@
+"""``rushhour simulate``: one scenario in virtual time, written as a run folder the audit reads unchanged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import resource
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from loadgen.manifest import RunManifest, write_manifest
+from loadgen.record import RECORDS_DIR, Anchor, ShardWriter
+from loadgen.runner import RunOptions, apply_overrides, check_mapping, new_run_id
+from loadgen.schedule import phase_bounds
+from loadgen.ship import merge_budget_usage
+from loadgen.testbed_proc import testbed_config
+from loadgen.traces import localise_traces
+from scenarios import load_scenario
+from scenarios.loader import resolve_scenario_path
+from scenarios.model import AgentSwarmPersona, ChatPersona, Route, Scenario
+from sim.cluster import Cluster, build_config
+from sim.driver import Env, SimRoute, sim_route
+from sim.loop import NS, Loop, VirtualClock
+from sim.personas import SimHost, run_persona
+from testbed.config import FaultSpec, TestbedConfig, from_dict
+
+MODE = "simulated"
+
+
+@dataclass
+class SimOptions:
+    """Overrides for one simulated run."""
+
+    out_dir: Path = Path("runs")
+    duration: str | None = None
+    seed: int | None = None
+    profile: str | None = None
+    replicas: int | None = None  # the testbed's replica count (default: the scenario's)
+    scale: float = 1.0  # the workload × this: chat and task arrival rates, swarm sizes, replay speed
+    allow_paths: list[Path] = field(default_factory=list)
+    decode_jumps: bool = True  # False: every engine step is an event (the reference the jumps are tested against)
+
+
+@dataclass
+class SimResult:
+    run_dir: Path
+    exit_code: int
+    stats: dict[str, Any]
+
+
+def not_modelled(scenario: Scenario) -> list[str]:
+    """What of the scenario the simulator leaves out (named in run.json and on the console)."""
+    out = []
+    if scenario.target.tokenizer:
+        out.append("exact tokenizer counts (the byte estimate is used)")
+    if scenario.abort is not None:
+        out.append("early abort (the run goes to its end)")
+    calls = scenario.target.testbed.config.get("tool_calls")
+    if isinstance(calls, dict) and calls.get("probability"):
+        out.append("tool-call answers (every answer is text)")
+    return out
+
+
+def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
+    """The scenario with its workload multiplied by ``factor`` (rates, swarm sizes, replay speed)."""
+    if factor == 1.0:
+        return scenario
+    personas: list[Any] = []
+    for p in scenario.personas:
+        if isinstance(p, ChatPersona):
+            personas.append(p.model_copy(update={
+                "arrival": p.arrival.model_copy(update={"rate": p.arrival.rate * factor}),
+                "max_concurrent_sessions": max(1, round(p.max_concurrent_sessions * factor))}))
+        elif isinstance(p, AgentSwarmPersona):
+            update: dict[str, Any] = {"agents": max(1, round(p.agents * factor))}
+            if p.task_rate is not None:
+                update["task_rate"] = p.task_rate * factor
+            personas.append(p.model_copy(update=update))
+        else:
+            personas.append(p.model_copy(update={"time_scale": p.time_scale * factor,
+                                                 "max_in_flight": max(1, round(p.max_in_flight * factor))}))
+    return scenario.model_copy(update={"personas": personas})
+
+
+def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
+    """Load the scenario with the overrides applied; ``ScenarioError``/``FileNotFoundError`` for bad input."""
+    run_options = RunOptions(profile=options.profile, duration=options.duration, seed=options.seed)
+    scenario = apply_overrides(load_scenario(name_or_path), run_options)
+    check_mapping(scenario, str(name_or_path))
+    scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
+    scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
+    return scale_scenario(scenario, options.scale)
+
+
+def _iso(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _versions() -> dict[str, str]:
+    try:
+        version = metadata.version("rushhour")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"python": platform.python_version(), "rushhour": version}
+
+
+def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> SimResult:
+    """Run a prepared scenario in virtual time; the run folder has records/ and run.json like a real run."""
+    cfg, faults = build_config(scenario, options.replicas)
+    run_id = new_run_id()
+    run_dir = (Path(options.out_dir) / run_id).resolve()
+    (run_dir / RECORDS_DIR).mkdir(parents=True)
+    wall0 = time.time_ns()
+    anchor = Anchor(mono_ns=0, wall_ns=wall0)  # record times are virtual ns from t = 0
+    manifest = RunManifest(
+        run_id=run_id, scenario_name=scenario.name, scenario_source=source,
+        scenario=scenario.model_dump(mode="json"), seed=scenario.seed, target_url=scenario.target.url,
+        profile=scenario.target.profile, model=scenario.target.model, dialect=scenario.target.dialect,
+        duration_s=scenario.duration_s, drain_s=scenario.drain_s, mode=MODE, processes=1, versions=_versions(),
+        command_line=list(sys.argv), hostname=socket.gethostname(), mono_anchor_ns=0, wall_anchor_ns=wall0,
+        started_at=_iso(wall0), schedule_starts_at=_iso(wall0),
+    )
+    write_manifest(run_dir, manifest)
+    clock = VirtualClock(0)
+    loop = Loop(clock)
+    cluster = Cluster(cfg, faults, loop, jumps=options.decode_jumps)
+    writer = ShardWriter(run_dir / RECORDS_DIR / f"{socket.gethostname()}-{os.getpid()}-sim.jsonl",
+                         run_id=run_id, anchor=anchor, flush_interval_s=1.0, flush_lines=4096)
+    env = Env(scenario, loop, cluster, writer, run_id)
+    fallbacks = [_fallback(scenario, fb, loop, options) for fb in scenario.resilience.fallback]
+    env.routes += fallbacks
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
+    try:
+        env.event("worker_start", worker_index=0, workers=1, pid=os.getpid(), host=socket.gethostname(),
+                  mode=MODE)
+        cluster.start()
+        for i, (start, _) in enumerate(phase_bounds(scenario.phases)):
+            loop.at(int(start * NS), _phase_event, env, scenario.phases[i].name, i)
+        for route in fallbacks:
+            route.cluster.start()
+        host = SimHost(env)
+        for persona in scenario.personas:
+            loop.spawn(run_persona(host, persona))
+        loop.run(env.end_ns)
+        env.stopping = True  # arrivals end; in-flight work drains until the hard stop
+        env.flush_shortfalls()
+        loop.run(env.hard_stop_ns)
+        env.stop()
+        usage = host.budget_usage()
+        if usage is not None:  # this process's share and what it used, as a Locust process writes it
+            env.event("budget_usage", **usage)
+        env.event("worker_stop", reason=host.stop_reason or "completed")
+    finally:
+        writer.close()
+    wall_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0
+    simulated_s = scenario.duration_s + scenario.drain_s
+    stats = {
+        "engine": "testbed model (testbed/stack.py) on a discrete-event clock",
+        "stack_profile": cfg.profile, "preset": cfg.preset, "replicas": cfg.replicas, "speed": cfg.speed,
+        "scale": options.scale, "simulated_s": simulated_s, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3),
+        "speedup": round(simulated_s / wall_s, 1) if wall_s > 0 else None,
+        "events": loop.events, "events_per_s": round(loop.events / wall_s) if wall_s > 0 else None,
+        "steps": cluster.steps, "attempts": env.counters["attempts"], "tasks": env.counters["tasks"],
+        "not_sent": env.counters["not_sent"],
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "not_modelled": not_modelled(scenario),
+    }
+    if not scenario.target.is_testbed:  # a real stack's URL: what ran is the testbed's imitation of its profile
+        stats["imitates"] = (f"the target {scenario.target.url} was not contacted: its profile "
+                             f"{scenario.target.profile!r} ran as the testbed's imitation ({cfg.profile}, "
+                             f"{cfg.replicas} × {cfg.preset})")
+    if fallbacks:  # each fallback route ran as a simulated stack of its own
+        stats["fallback_routes"] = {
+            r.name: {"profile": r.cluster.cfg.profile, "preset": r.cluster.cfg.preset,
+                     "replicas": r.cluster.cfg.replicas, "steps": r.cluster.steps,
+                     **({} if r.url == "testbed" else {"imitates": f"{r.url} was not contacted"})}
+            for r in fallbacks}
+    manifest.simulation = stats
+    manifest.ended_at = _iso(time.time_ns())
+    manifest.stop_reason = host.stop_reason or "completed"
+    if usage is not None:
+        manifest.budget_usage = merge_budget_usage(
+            [{"name": "budget_usage", "detail": usage, "shard": writer.path.name}])
+    manifest.shards = [writer.path.name]
+    write_manifest(run_dir, manifest)
+    return SimResult(run_dir, 0, stats)
+
+
+def _fallback(scenario: Scenario, fb: Route, loop: Loop, options: SimOptions) -> SimRoute:
+    """A fallback route as its own simulated stack: its ``testbed:`` options (``url: testbed``), or the
+    testbed's imitation of its profile (a real URL is never contacted)."""
+    cfg = from_dict(TestbedConfig, testbed_config(scenario, fb, with_faults=False)).validate()
+    faults = [from_dict(FaultSpec, f, f"resilience.fallback.{fb.name}.testbed.faults[{i}]")
+              for i, f in enumerate(fb.testbed.faults if fb.testbed else [])]
+    cluster = Cluster(cfg, faults, loop, jumps=options.decode_jumps)
+    return sim_route(scenario, fb.name, fb.url, fb.profile, fb.model or scenario.target.model,
+                     fb.dialect or scenario.target.dialect, fb.credential, cluster)
+
+
+def _phase_event(env: Env, name: str, index: int) -> None:
+    env.event("phase", phase=name, index=index)
+
+
+def simulate(name_or_path: str | Path, options: SimOptions) -> SimResult:
+    """Load, override and simulate one scenario."""
+    return simulate_scenario(prepare(name_or_path, options), str(name_or_path), options)
+
+
+def replica_ladder(text: str) -> list[int]:
+    """``"8..512"`` → 8, 16, …, 512 (doubling; HIGH itself last); ``"8,24,64"`` → those counts."""
+    text = text.strip()
+    try:
+        if ".." in text:
+            low_s, _, high_s = text.partition("..")
+            low, high = int(low_s), int(high_s)
+            if not 1 <= low <= high:
+                raise ValueError
+            out, r = [], low
+            while r < high:
+                out.append(r)
+                r *= 2
+            return [*out, high]
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+        if not values or values[0] < 1:
+            raise ValueError
+        return values
+    except ValueError:
+        raise ValueError(f"--replicas {text!r}: use LOW..HIGH (doubling, e.g. 8..512) or a list (8,16,64), "
+                         "counts >= 1") from None

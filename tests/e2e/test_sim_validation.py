@@ -1,0 +1,132 @@
+"""Virtual time against real time: the same scenario and seed, run against the testbed and simulated.
+
+The simulated run must agree with the real one (issue 16): per tier, the count of every class within
+5 % of the tier's requests, and TTFT p50 and p99 within 10 %. The pool is saturated (batch overflows
+its band: queue_full), so the classes are not all "served"; the run is long enough (≈ 750 requests)
+for a p99 to rest on more than its last two samples (docs/capacity.md: where the two diverge).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
+
+SCENARIO = """
+name: sim-validation
+description: Real time vs virtual time — chat on two tiers and an agent swarm on three saturated llm-d replicas.
+seed: 29
+target:
+  url: testbed
+  profile: llm-d
+  testbed:
+    preset: l4-llama8b
+    replicas: 3
+    config:
+      bands: [{priority: -1, max_requests: 3}]
+tiers:
+  - {name: interactive, priority: 100, slo: {ttft_ms: {p99: 3000}}}
+  - {name: batch, priority: -1, slo: {max_drop_rate: 0.5}}
+personas:
+  - kind: chat
+    name: chat
+    tier: interactive
+    arrival: {process: poisson, rate: 6}
+    turns: 1
+    system_prompt_tokens: 256
+    prompt_tokens: {dist: lognormal, median: 300, sigma: 0.6, max: 1500}
+    output_tokens: {dist: lognormal, median: 30, sigma: 0.4, max: 80}
+  - kind: chat
+    name: bulk
+    tier: batch
+    arrival: {process: poisson, rate: 4}
+    turns: 1
+    system_prompt_tokens: 0
+    prompt_tokens: {dist: lognormal, median: 800, sigma: 0.5, max: 3000}
+    output_tokens: {dist: lognormal, median: 50, sigma: 0.4, max: 120}
+  - kind: agent_swarm
+    name: agents
+    tier: batch
+    agents: 8
+    start: arrivals
+    task_rate: 0.6
+    steps: {dist: constant, value: 2}
+    fanout: {dist: constant, value: 2}
+    tool_time_s: {dist: constant, value: 0.5}
+    shared_context_tokens: 1000
+    task_context_tokens: {dist: uniform, low: 200, high: 600}
+    append_tokens: {dist: constant, value: 200}
+    output_tokens: {dist: lognormal, median: 30, sigma: 0.3, max: 80}
+    deadline_s: 30
+phases:
+  - {name: steady, duration: 60s}
+calibration: {probes: 0}
+drain_s: 10
+"""
+COUNT_TOLERANCE = 0.05  # of the tier's requests
+TTFT_TOLERANCE = 0.10  # relative
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+
+
+def _summary(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads(next(out.glob("*/summary.json")).read_text())
+
+
+def compare(real: dict, sim: dict) -> list[str]:  # type: ignore[type-arg]
+    """Where a simulated summary disagrees with a real one beyond the tolerances (empty: they agree)."""
+    problems = []
+    sim_tiers = {t["name"]: t for t in sim["tiers"]}
+    for tier in real["tiers"]:
+        other = sim_tiers[tier["name"]]
+        n = max(tier["requests"], 1)
+        for cls in sorted(set(tier["by_class"]) | set(other["by_class"])):
+            a, b = tier["by_class"].get(cls, 0), other["by_class"].get(cls, 0)
+            if abs(a - b) > COUNT_TOLERANCE * n:
+                problems.append(f"{tier['name']} {cls}: real {a}, simulated {b} (of {n})")
+        for q in ("p50", "p99"):
+            a, b = tier["latency"]["ttft_ms"][q], other["latency"]["ttft_ms"][q]
+            if a is None or b is None or abs(a - b) > TTFT_TOLERANCE * a:
+                problems.append(f"{tier['name']} TTFT {q}: real {a} ms, simulated {b} ms")
+    return problems
+
+
+def test_compare_names_every_disagreement() -> None:
+    def summary(served: int, p50: float) -> dict:  # type: ignore[type-arg]
+        return {"tiers": [{"name": "t", "requests": 100, "by_class": {"served": served},
+                           "latency": {"ttft_ms": {"p50": p50, "p99": 900.0}}}]}
+
+    assert compare(summary(100, 300.0), summary(96, 320.0)) == []
+    assert compare(summary(100, 300.0), summary(90, 340.0)) == [
+        "t served: real 100, simulated 90 (of 100)", "t TTFT p50: real 300.0 ms, simulated 340.0 ms"]
+
+
+def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
+    scenario = tmp_path / "validation.yaml"
+    scenario.write_text(SCENARIO)
+    real = _cli("run", str(scenario), "--out", str(tmp_path / "real"))
+    assert (tmp_path / "real").exists() and real.returncode in (0, 1, 2), real.stderr
+    sim = _cli("simulate", str(scenario), "--out", str(tmp_path / "sim"))
+    assert sim.returncode in (0, 1), sim.stderr
+    real_s, sim_s = _summary(tmp_path / "real"), _summary(tmp_path / "sim")
+    assert sim_s["run"]["mode"] == "simulated" and real_s["run"]["mode"] == "real"
+    assert real_s["records"] > 600
+    reasons = real_s["validity"]["reasons"]
+    if not real_s["validity"]["valid"] and all("generator" in r and "died" not in r for r in reasons):
+        # beside parallel test workers the generator fell behind (29 of 750 sends > 100 ms late, batch TTFT p99
+        # 3.8 s real vs 4.9 s simulated): the real run did not offer the scenario's load, so it is no yardstick
+        # for the simulator. The audit says so; the comparison runs whenever the real run is valid.
+        pytest.skip("the real run is invalid (machine too loaded): " + "; ".join(reasons))
+    problems = compare(real_s, sim_s)
+    assert not problems, "; ".join(problems)

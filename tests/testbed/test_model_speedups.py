@@ -1,0 +1,64 @@
+"""Speed-ups of the testbed model that must not change it: prefix-cache chain tips, the inlined saturation."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from testbed.clock import MonotonicClock
+from testbed.engine import Engine, EngineParams
+from testbed.policies import pool_saturation
+from testbed.prefix_cache import TIP_STEP, PrefixCache
+
+
+def _chain(parts: list[int]) -> list[bytes]:
+    h = hashlib.blake2b(digest_size=8)
+    out = []
+    for p in parts:
+        h.update(p.to_bytes(4, "little"))
+        out.append(h.digest())
+    return out
+
+
+def _naive(cache: PrefixCache, blocks: list[bytes]) -> int:
+    n = 0
+    for b in blocks:
+        if b not in cache._blocks:
+            break
+        n += 1
+    return n
+
+
+def test_tips_give_the_same_matches_as_a_full_scan() -> None:
+    rng = random.Random(3)
+    shared = [rng.randrange(1 << 30) for _ in range(3 * TIP_STEP + 5)]
+    cache = PrefixCache(capacity_blocks=12 * TIP_STEP)
+    chains = []
+    for _ in range(400):
+        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 4 * TIP_STEP))]
+        cut = rng.choice([0, TIP_STEP, len(shared)])
+        chains.append(_chain(shared[:cut] + own))
+    skipped = hinted = 0
+    for step in range(3000):
+        chain = rng.choice(chains)
+        if rng.random() < 0.2:
+            free = rng.randrange(6 * TIP_STEP, 13 * TIP_STEP)
+            cache.insert(chain, free)
+        else:
+            want = _naive(cache, chain)
+            skipped += bool(cache._tips)
+            hinted += bool(cache._tips) and cache._hint > 0  # the search starts from the last match's tip
+            assert cache.match(chain, touch=rng.random() < 0.5) == want, step
+    assert skipped > 500  # the tips were there to use
+    assert hinted > 300
+
+
+def test_inlined_saturation_is_the_policy_functions() -> None:
+    """Engine.saturation (inlined for speed) equals pool_saturation of the endpoint scores, bit for bit."""
+    params = EngineParams(256, 430_000, 8192, 16, 0.01, 1e-4, 1e-8, 1e-5)
+    eng = Engine(params, 5, MonotonicClock())
+    rng = random.Random(1)
+    for _ in range(200):
+        for r in eng.replicas:
+            r.n_waiting, r.kv, r.up = rng.randrange(12), rng.randrange(430_000), rng.random() < 0.8
+        assert eng.saturation() == pool_saturation(eng.endpoint_scores())
