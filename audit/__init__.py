@@ -17,16 +17,18 @@ from audit.summary import Summary
 __all__ = ["AuditError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
 
 _PACKAGES = ("audit", "stacks", "scenarios")  # the code a summary and its table depend on
+# and the loadgen modules the audit reads records and run.json through (a new parser or sidecar: re-audit)
+_MODULES = ("loadgen/record.py", "loadgen/columns.py", "loadgen/manifest.py", "loadgen/diagnose.py")
 
 
 @cache
 def code_version() -> str:
-    """A hash of the sources of the audit, the stack profiles and the scenario model (new code: re-audit)."""
+    """A hash of the sources the audit's answer depends on (new code: re-audit)."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for package in _PACKAGES:
-        for path in sorted((root / package).glob("*.py")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    paths = [p for package in _PACKAGES for p in sorted((root / package).glob("*.py"))]
+    for path in paths + [root / m for m in _MODULES]:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 

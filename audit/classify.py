@@ -25,6 +25,9 @@ llm-d's rejected-context-cancelled); a user who gives up is its own class, ``aba
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -113,6 +116,20 @@ def classify_one(
     if cancelled:
         return "unfinished"
     return "transport"
+
+
+def classify_record(profile: str | None, record: Mapping[str, Any]) -> str:
+    """The class of one raw request line (the early-abort watcher reads lines before any frame exists)."""
+    status = record.get("status")
+    return classify_one(
+        profile,
+        status=status if isinstance(status, int) else 0,
+        reason=record.get("reason") or None, error=record.get("error") or None,
+        in_band_error=record.get("in_band_error") or None, complete=bool(record.get("complete")),
+        cancelled=bool(record.get("cancelled")), not_sent=bool(record.get("not_sent")),
+        client_timeout=bool(record.get("client_timeout")), transport_error=bool(record.get("transport_error")),
+        first_token=record.get("first_token_ns") is not None, abandoned=bool(record.get("abandoned")),
+    )
 
 
 def named_cause(

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from audit import text
+from audit.classify import classify_record
 from audit.gates import min_samples
 from audit.stats import QUANTILES, bootstrap_quantile_ci, wilson
 from scenarios.model import SLO, Abort, Scenario
@@ -158,6 +159,9 @@ class Watcher:
         self.abort: Abort = scenario.abort or Abort()
         self.slos = {t.name: t.slo for t in scenario.tiers}
         self.attempts = scenario.resilience.retries.max_attempts
+        # "served" is the classifier's answer, per route's stack profile, as the audit will decide it
+        self.route_profiles = {"primary": scenario.target.profile}
+        self.route_profiles.update({r.name: r.profile for r in scenario.resilience.fallback})
         spans, at = [], 0.0
         for phase in scenario.phases:
             spans.append((at, at + phase.duration, phase.measured))
@@ -211,8 +215,9 @@ class Watcher:
         intended = record.get("intended_ns")
         if not isinstance(intended, int) or not self._measured(intended / NS):
             return
-        status = record.get("status") or 0
-        served = 200 <= status < 300 and bool(record.get("complete")) and not record.get("in_band_error")
+        route = str(record.get("route") or "primary")
+        profile = self.route_profiles.get(route, self.route_profiles["primary"])
+        served = classify_record(profile, record) == "served"
         done = record.get("done_ns")
         if isinstance(done, int):
             window = self.ended.setdefault(int(done / NS // self.abort.window_s), [0, 0])

@@ -250,3 +250,22 @@ def test_minimal_manifest_without_scenario(tmp_path: Path) -> None:
     b.dropped(status=503, reason="rejected-no-endpoints", tier="gold")
     s = run_audit(b.close())
     assert s.tier("gold").by_class["overloaded"] == 1 and s.run.run_id == "bare"
+
+
+def test_the_code_fingerprint_covers_every_loadgen_module_the_audit_imports() -> None:
+    """A stored summary is stale when the code that parsed it changed: record, sidecar, manifest readers included."""
+    import ast
+    from pathlib import Path
+
+    import audit
+
+    root = Path(audit.__file__).resolve().parents[1]
+    imported: set[str] = set()
+    for path in (root / "audit").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            imported |= {n for n in names if n.startswith("loadgen.")}
+    covered = {m.removesuffix(".py").replace("/", ".") for m in audit._MODULES}
+    assert imported, "the walk found no loadgen import: the test would pass on anything"
+    assert imported <= covered, f"audit imports {sorted(imported - covered)} but code_version() does not hash them"

@@ -97,6 +97,33 @@ PHASED = (scenario(seconds=10, ttft_p50_ms=None, drop=None, abort="abort: {hopel
           + "resilience: {retries: {max_attempts: 2}}\n")
 
 
+def test_watcher_calls_served_what_the_audit_calls_served() -> None:
+    """One definition of "served": the watcher asks the classifier, so an answer the audit would not count as
+    served (an error event inside a 200 stream, an abandoned request, a cut stream) never passes as served."""
+    import pandas as pd
+
+    from audit.classify import classify_frame
+
+    records = [
+        _req(6.0),
+        _req(6.1, in_band_error="Service Unavailable: the engine is busy"),
+        _req(6.2, complete=False),  # a 200 stream cut before its end marker
+        _req(6.3, abandoned=True),
+        _req(6.4, status=429, reason="rejected-saturated"),
+        _req(6.5, status=204),
+    ]
+    watcher = Watcher(parse_scenario(WATCHED))
+    for record in records:
+        watcher.feed(record)
+    frame = pd.DataFrame(records)
+    for flag in ("in_band_error", "abandoned", "complete"):  # absent facts, as the loader fills them
+        frame[flag] = frame[flag].where(frame[flag].notna(), None if flag == "in_band_error" else False)
+    served = int((classify_frame(frame, "llm-d") == "served").sum())
+    tally = watcher.tiers["interactive"]
+    assert (tally.served, tally.served + tally.unserved + tally.pending) == (served, len(records))
+    assert served == 1
+
+
 def test_a_per_phase_slo_is_watched_on_its_phase_alone() -> None:
     """slo.phases (issue #17): hopeless is judged on the phase's requests, named as the gate names it.
 
