@@ -308,6 +308,56 @@ def test_three_hosts_match_the_ledger_and_survive_a_dead_worker(hosts: Hosts, tm
           f"audit included); reasons: {v.reasons}")
 
 
+# the same scenario with SLOs on both tiers: the gate's checks are part of what a report shows
+JUDGED = (SCENARIO
+          .replace("tenants: 2}}", "tenants: 2, slo: {{ttft_ms: {{p90: 5000}}, max_drop_rate: 0.9}}}}")
+          .replace("tenants: [acme, globex]}}", "tenants: [acme, globex], slo: {{max_drop_rate: 0.95}}}}"))
+assert JUDGED.count("slo:") == 2
+
+
+def _form(run_dir: Path) -> dict[str, list[str]]:
+    """What a reader sees of a run's reports, without its numbers: sections, charts, headings, gate checks."""
+    subprocess.run([*RUSHHOUR, "report", str(run_dir)], check=True, capture_output=True, env=child_env())
+    html = (run_dir / "report.html").read_text()
+    markdown = (run_dir / "report.md").read_text()
+    junit = (run_dir / "junit.xml").read_text()
+    return {
+        "sections": re.findall(r'<section id="([^"]+)"', html),
+        "charts": re.findall(r'data-chart="([^"]+)"', html),
+        "tables": re.findall(r"<table[^>]*\bid=\"([^\"]+)\"", html),
+        # the title names the verdict: the form is the same whatever the verdict
+        "markdown": [re.sub(r"\S* ?(PASS|FAIL|INCONCLUSIVE|INVALID|NOT JUDGED)$", "<verdict>", line)
+                     for line in markdown.splitlines() if line.startswith("#")],
+        "junit": sorted(re.findall(r'<(testsuite|testcase)\b[^>]*\bname="([^"]+)"', junit)),
+        "drops.csv": (run_dir / "drops.csv").read_text().splitlines()[:1],
+    }
+
+
+def test_a_three_host_report_has_the_form_of_a_local_one(hosts: Hosts, tmp_path: Path) -> None:
+    """Issue #15's "identical in form": the master's run folder reports as a local run of the scenario does."""
+    _testbed(hosts, tmp_path)
+    master, workers, work = _run(hosts, tmp_path, "remote", JUDGED)
+    assert _wait(master, 180, work / "master.log") == 0, (work / "master.log").read_text()[-3000:]
+    for proc in workers:
+        _wait(proc, 30, work / "w1.log")
+    remote = _run_dir(work)
+    assert len(list((remote / "records").glob("*.jsonl"))) == 2  # both workers' shards, shipped
+
+    local_work = tmp_path / "local"
+    local_work.mkdir()
+    scenario = local_work / "s.yaml"
+    scenario.write_text(JUDGED.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
+    local_proc = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(local_work / "runs"),
+                                   "--no-report", "--processes", "2"], local_work, local_work / "local.log")
+    assert _wait(local_proc, 180, local_work / "local.log") == 0, (local_work / "local.log").read_text()[-3000:]
+    local = _run_dir(local_work)
+
+    remote_form, local_form = _form(remote), _form(local)
+    assert remote_form["sections"] and remote_form["junit"] and remote_form["markdown"]
+    assert remote_form == local_form
+    print(f"\nreport form, three hosts = local: {remote_form}")
+
+
 BUDGET_CAP = 50
 BUDGET_SCENARIO = """
 name: multihost-budget
