@@ -112,6 +112,7 @@ def test_compare_names_every_disagreement() -> None:
         "t served: real 100, simulated 90 (of 100)", "t TTFT p50: real 300.0 ms, simulated 340.0 ms"]
 
 
+@pytest.mark.serial  # its real run must offer the scenario's load: beside parallel workers it fell behind
 def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
     scenario = tmp_path / "validation.yaml"
     scenario.write_text(SCENARIO)
@@ -122,11 +123,9 @@ def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
     real_s, sim_s = _summary(tmp_path / "real"), _summary(tmp_path / "sim")
     assert sim_s["run"]["mode"] == "simulated" and real_s["run"]["mode"] == "real"
     assert real_s["records"] > 600
-    reasons = real_s["validity"]["reasons"]
-    if not real_s["validity"]["valid"] and all("generator" in r and "died" not in r for r in reasons):
-        # beside parallel test workers the generator fell behind (29 of 750 sends > 100 ms late, batch TTFT p99
-        # 3.8 s real vs 4.9 s simulated): the real run did not offer the scenario's load, so it is no yardstick
-        # for the simulator. The audit says so; the comparison runs whenever the real run is valid.
-        pytest.skip("the real run is invalid (machine too loaded): " + "; ".join(reasons))
+    # an invalid real run is no yardstick for the simulator (beside parallel test workers the generator once fell
+    # behind: 29 of 750 sends > 100 ms late): it runs in `make test`'s serial pass, and a skip here would let
+    # the validation pass without comparing anything, so an invalid real run fails with the audit's reasons
+    assert real_s["validity"]["valid"], "the real run is invalid: " + "; ".join(real_s["validity"]["reasons"])
     problems = compare(real_s, sim_s)
     assert not problems, "; ".join(problems)
