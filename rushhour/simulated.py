@@ -102,6 +102,8 @@ def plan(
         ladder = replica_ladder(replicas)
         scales = parse_scales(scale, steps)
         base = prepare(scenario, SimOptions(duration=duration, seed=seed))
+        for s in scales:  # every cell within the limits before the first one runs
+            scale_scenario(base, s)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
         raise _fail(str(exc)) from None
     plan_id = new_id("plan")

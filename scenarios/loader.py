@@ -302,6 +302,15 @@ def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
         raise ScenarioError(path, _dedupe(problems)) from None
 
 
+def revalidate(scenario: Scenario, what: str) -> Scenario:
+    """A scenario changed in code (``model_copy`` skips validation) checked against every limit again;
+    ``what`` names the change in the error (``--scale``), as a file name would."""
+    try:
+        return Scenario.model_validate(scenario.model_dump())
+    except ValidationError as exc:
+        raise ScenarioError(what, _dedupe([_problem(None, err) for err in exc.errors()])) from None
+
+
 def _dedupe(problems: list[Problem]) -> list[Problem]:
     seen: set[tuple[str, str]] = set()
     unique = []

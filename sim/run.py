@@ -22,7 +22,7 @@ from loadgen.ship import merge_budget_usage
 from loadgen.testbed_proc import testbed_config
 from loadgen.traces import localise_traces
 from scenarios import load_scenario
-from scenarios.loader import resolve_scenario_path
+from scenarios.loader import resolve_scenario_path, revalidate
 from scenarios.model import AgentSwarmPersona, ChatPersona, Route, Scenario
 from sim.cluster import Cluster, build_config
 from sim.driver import Env, SimRoute, sim_route
@@ -68,7 +68,8 @@ def not_modelled(scenario: Scenario) -> list[str]:
 
 
 def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
-    """The scenario with its workload multiplied by ``factor`` (rates, swarm sizes, replay speed)."""
+    """The scenario with its workload multiplied by ``factor`` (rates, swarm sizes, replay speed), within the
+    scenario's limits (``ScenarioError`` naming ``--scale``: a scaled rate must not flood the run either)."""
     if factor == 1.0:
         return scenario
     personas: list[Any] = []
@@ -85,7 +86,7 @@ def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
         else:
             personas.append(p.model_copy(update={"time_scale": p.time_scale * factor,
                                                  "max_in_flight": max(1, round(p.max_in_flight * factor))}))
-    return scenario.model_copy(update={"personas": personas})
+    return revalidate(scenario.model_copy(update={"personas": personas}), f"--scale {factor:g}")
 
 
 def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
