@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from scenarios.loader import validate_data
 from scenarios.model import ChatPersona, Phase, Scenario, Tier
 
 Mode = Literal["steady", "scale"]
@@ -105,7 +106,7 @@ def scaled_scenario(scenario: Scenario, scale: float, *, mode: Mode = "steady", 
         data["drain_s"] = drain_s
     data["description"] = (f"{scenario.description} [sweep step: {scale:g}× peak"
                            f"{f', {replicas} replicas' if replicas else ''}]").strip()
-    return Scenario.model_validate(data)
+    return validate_data(data, f"--scale {scale:g}" + (f" --replicas {replicas}" if replicas else ""))
 
 
 def _phase_slos_onto(data: dict[str, Any], renames: dict[str, str]) -> None:
@@ -285,7 +286,7 @@ def study_scenario(base: Scenario, k: int, mix: str, load: str, policy: str, *, 
     if seed is not None:
         data["seed"] = seed
     data["description"] = f"multi-tier study cell: K={k}, {mix} mix, {load} load, {policy}"
-    return Scenario.model_validate(data)
+    return validate_data(data, f"study cell K={k} {mix} {load} {policy}")
 
 
 def plan_study(base: Scenario, grid: StudyGrid, *, out_dir: Path = Path("runs"), seed: int | None = None,

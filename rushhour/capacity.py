@@ -317,6 +317,7 @@ def study(
 
 def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:
     """The study's base scenario on ``replicas`` testbed replicas with its workload × ``scale``."""
+    from scenarios.loader import revalidate
     from sim.run import scale_scenario
 
     if scale <= 0 or (replicas is not None and replicas < 1):
@@ -324,7 +325,8 @@ def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:
     base = scale_scenario(base, scale)
     if replicas is not None:
         testbed = base.target.testbed.model_copy(update={"replicas": replicas})
-        base = base.model_copy(update={"target": base.target.model_copy(update={"testbed": testbed})})
+        base = revalidate(base.model_copy(update={"target": base.target.model_copy(update={"testbed": testbed})}),
+                          f"--replicas {replicas}")
     return base
 
 

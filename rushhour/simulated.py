@@ -32,11 +32,12 @@ def simulate(
 ) -> None:
     """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
     from scenarios import ScenarioError
+    from scenarios.model import MAX_SIM_REPLICAS
     from sim.run import SimOptions
     from sim.run import simulate as run_sim
 
-    if replicas is not None and replicas < 1:
-        raise _fail("--replicas must be at least 1")
+    if replicas is not None and not 1 <= replicas <= MAX_SIM_REPLICAS:
+        raise _fail(f"--replicas must be between 1 and {MAX_SIM_REPLICAS:,}, got {replicas:,}")
     if scale <= 0:
         raise _fail("--scale must be > 0")
     options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,

@@ -302,13 +302,18 @@ def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
         raise ScenarioError(path, _dedupe(problems)) from None
 
 
-def revalidate(scenario: Scenario, what: str) -> Scenario:
-    """A scenario changed in code (``model_copy`` skips validation) checked against every limit again;
-    ``what`` names the change in the error (``--scale``), as a file name would."""
+def validate_data(data: dict[str, Any], what: str) -> Scenario:
+    """A scenario built in code from plain data, checked like a file; ``what`` names the change that made it
+    (``--scale 4``) in the one-line-per-problem error, as a file name would."""
     try:
-        return Scenario.model_validate(scenario.model_dump())
+        return Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(what, _dedupe([_problem(None, err) for err in exc.errors()])) from None
+
+
+def revalidate(scenario: Scenario, what: str) -> Scenario:
+    """A scenario changed in code (``model_copy`` skips validation) checked against every limit again."""
+    return validate_data(scenario.model_dump(), what)
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:

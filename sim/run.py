@@ -23,7 +23,7 @@ from loadgen.testbed_proc import testbed_config
 from loadgen.traces import localise_traces
 from scenarios import load_scenario
 from scenarios.loader import resolve_scenario_path, revalidate
-from scenarios.model import AgentSwarmPersona, ChatPersona, Route, Scenario
+from scenarios.model import MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
 from sim.cluster import Cluster, build_config
 from sim.driver import Env, SimRoute, sim_route
 from sim.loop import NS, Loop, VirtualClock
@@ -222,7 +222,7 @@ def replica_ladder(text: str) -> list[int]:
         if ".." in text:
             low_s, _, high_s = text.partition("..")
             low, high = int(low_s), int(high_s)
-            if not 1 <= low <= high:
+            if not 1 <= low <= high <= MAX_SIM_REPLICAS:
                 raise ValueError
             out, r = [], low
             while r < high:
@@ -230,9 +230,9 @@ def replica_ladder(text: str) -> list[int]:
                 r *= 2
             return [*out, high]
         values = sorted({int(v) for v in text.split(",") if v.strip()})
-        if not values or values[0] < 1:
+        if not values or values[0] < 1 or values[-1] > MAX_SIM_REPLICAS:
             raise ValueError
         return values
     except ValueError:
         raise ValueError(f"--replicas {text!r}: use LOW..HIGH (doubling, e.g. 8..512) or a list (8,16,64), "
-                         "counts >= 1") from None
+                         f"counts from 1 to {MAX_SIM_REPLICAS:,}") from None

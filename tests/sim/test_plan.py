@@ -89,6 +89,21 @@ def test_a_scale_past_the_scenarios_limits_is_refused_before_any_cell_runs(tmp_p
         assert not (tmp_path / verb[0]).exists() or not any((tmp_path / verb[0]).rglob("run.json"))
 
 
+@pytest.mark.parametrize("verb", [
+    ["simulate", "ci-smoke", "--replicas", "1000000000"],  # used to build a billion replicas
+    ["plan", "ci-smoke", "--replicas", "1..100000000"],
+    ["study", "--simulate", "--quick", "--replicas", "1000000000"],  # used to print pydantic's own error
+    ["sweep", "ci-smoke", "--replicas", "1000"],
+    ["sweep", "ci-smoke", "--simulate", "--scale", "1..100000", "--steps", "2"],
+])
+def test_replicas_and_scales_past_the_limits_are_one_line_each(verb: list[str], tmp_path: Path) -> None:
+    res = cli(*verb, "--out", str(tmp_path), timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and "errors.pydantic.dev" not in res.stderr + res.stdout, res.stderr
+    assert res.stderr.startswith("error: "), res.stderr
+    assert not any(tmp_path.rglob("run.json"))
+
+
 def test_replica_ladder() -> None:
     assert replica_ladder("8..512") == [8, 16, 32, 64, 128, 256, 512]
     assert replica_ladder("3..20") == [3, 6, 12, 20]
