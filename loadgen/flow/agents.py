@@ -103,6 +103,11 @@ def task(host: Host, persona: AgentSwarmPersona, tenant: str, task_id: str, rng:
             if host.now_ns() > t.deadline_ns:
                 outcome = "deadline_missed"
                 break
+            if step_no > 1 and (host.stopping or host.now_ns() >= end_ns(host)):
+                # the load ended before the task's next step: like a chat user's next turn, it is not sent
+                # (a step started in the drain is cut at the hard stop and would count as not served)
+                outcome = "cancelled"
+                break
             notes = [host.text(f"{task_id}:s{step_no}:b{i}", BRANCH_NOTE_TOKENS) for i in range(step.fanout)]
             step_intended = host.now_ns() if step_no > 1 else intended_ns
             reqs = [Logical(persona.tier, tenant, persona.name, conv.with_user(notes[i]), step.output_tokens[i],

@@ -1,9 +1,10 @@
 """The simulator's records, byte for byte, for a fixed seed: a speed change must not move a single byte.
 
-The digests were taken at d76d445 (before the per-attempt fast paths). Only the random ids differ from
-run to run (the run id, uuid4 request and logical ids, the process id and host name): the ids are
-replaced by their order of first appearance, the process by pid 0 on host "h"; everything else (field
-order, number formats, every time, size and outcome) is pinned. A deliberate
+The digests were taken at d76d445 (before the per-attempt fast paths) and taken again when agents stopped
+starting new steps once the load phases ended (17 and 9 lines fewer: the swarm's steps in the drain).
+Only the random ids differ from run to run (the run id, uuid4 request and logical ids, the process id
+and host name): the ids are replaced by their order of first appearance, the process by pid 0 on host
+"h"; everything else (field order, number formats, every time, size and outcome) is pinned. A deliberate
 change of what the simulator models (or of the personas' random streams) changes these digests: say
 so in the commit and take the new ones from ``python tests/sim/test_pinned.py``.
 """
@@ -60,8 +61,8 @@ LLMD_CONFIG = """    config:
       bands: [{priority: -1, max_requests: 40}]"""
 CASES = {
     # (lines, sha256 of the normalised lines)
-    "llm-d": (4798, "d117c1b476a463d130090cde0fdcdceb21ebfeeec6dc7f0dada60d6511eb1ca4"),
-    "vllm": (1135, "b8994372ca2532955ba283b0da2daa20a00b6c2514e9316866926e2b1182da42"),
+    "llm-d": (4781, "880c4df74fd600f4fc7848f159edae4e37ced5412a937dd781b0442394995ca7"),
+    "vllm": (1126, "fe24c27565927a28fcc436a316e8e4f5968c17ce1dde2282d3564211f37a60b4"),
 }
 _ID = re.compile(r"\b[0-9a-f]{32}\b")
 _PROCESS = re.compile(r'"pid":\d+,"host":"[^"]*"')
@@ -92,6 +93,21 @@ def digest(profile: str, out: Path) -> tuple[int, str]:
 @pytest.mark.parametrize("profile", sorted(CASES))
 def test_records_are_pinned(tmp_path: Path, profile: str) -> None:
     assert digest(profile, tmp_path) == CASES[profile]
+
+
+def test_no_task_step_and_no_turn_starts_after_the_load(tmp_path: Path) -> None:
+    """In the drain, requests in flight may finish, but nothing new is sent: a step started there is cut at the
+    hard stop and counted as not served (before, 17 swarm steps of this scenario were sent in its 2 s drain)."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.format(profile="llm-d", config=LLMD_CONFIG))
+    run_dir = simulate(str(path), SimOptions(out_dir=tmp_path / "out")).run_dir
+    lines = [json.loads(line) for line in next((run_dir / "records").glob("*.jsonl")).read_text().splitlines()[1:]]
+    first = [r for r in lines if r.get("kind") == "request" and int(r.get("attempt") or 1) == 1]
+    end_ns = 20 * 1_000_000_000  # the one phase's end
+    assert any(r["persona"] == "swarm" and r["step"] > 1 for r in first)  # tasks do take several steps
+    assert [r for r in first if r["intended_ns"] >= end_ns] == []
+    tasks = [r for r in lines if r.get("kind") == "task" and r.get("persona") == "swarm"]
+    assert any(t["outcome"] == "cancelled" for t in tasks)  # the tasks the run's end stopped, not failed
 
 
 if __name__ == "__main__":  # print the digests of this code (to pin a deliberate change)
