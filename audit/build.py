@@ -19,7 +19,7 @@ from audit import calibration, control, fairness, memory, phases, tasks, text, t
 from audit.abandon import abandoned_by_persona
 from audit.agents import agent_figures
 from audit.classify import classify_frame, named_cause, normalise_profile
-from audit.crosscheck import crosscheck
+from audit.crosscheck import crosscheck, twin_priorities
 from audit.errors import AuditError
 from audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
 from audit.gates import abort_verdicts, exit_code, tier_verdicts
@@ -855,8 +855,6 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     pool = ThreadPoolExecutor(max_workers=1)
     beside = pool.submit(_validity_and_routes, attempts, data, duration_s,
                          max(starts - stops, len(data.lost_workers)))
-    if twins is not None:  # the server saw the twins too: they count in the cross-check's totals
-        probe_rows = twins if probe_rows is None else pd.concat([probe_rows, twins], ignore_index=True)
     # ids are carried only where read: a million strings are the dearest columns to copy per tier
     ids = [c for c in ("request_id", "twin_of", *(("logical_id",) if twins is None else ())) if c in attempts.columns]
     logical = fold_logical(attempts.drop(columns=ids))
@@ -926,7 +924,9 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         table_writer.start(every_attempt)
 
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
-    checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows)
+    # the server saw the twins too: in its totals, and per priority under the one it gave them
+    checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows,
+                                        twins=twins, twin_priority=twin_priorities(sc.model_obj, sc.profile))
     validity = with_early_quits(validity, data.manifest.workers)
     clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
     validity = validity.model_copy(update={

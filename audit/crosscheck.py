@@ -23,6 +23,7 @@ from audit import text
 from audit.fold import NS_PER_S, eq, isin
 from audit.metrics import ServerMetrics
 from audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
+from scenarios.model import Scenario
 from stacks import CounterCheck
 
 ALL_TIERS = "all"
@@ -107,28 +108,61 @@ def _increase(frame: pd.DataFrame, scrapes: np.ndarray) -> tuple[pd.Series, floa
     return last.groupby(level="by").sum(), last_ts, first_ts
 
 
-def _groups(check: CounterCheck, by_values: list[str], priorities: dict[str, int]
-            ) -> list[tuple[str, int | None, list[str], list[str]]]:
+TWINS_LABEL = "control twins"  # a per-priority group that only the priority control's twins fill
+
+
+def _groups(check: CounterCheck, by_values: list[str], priorities: dict[str, int],
+            twin_priorities: set[int] | None = None) -> list[tuple[str, int | None, list[str], list[str]]]:
     """(label shown, priority, tiers, counter label values) per comparison."""
     tiers = list(priorities)
     if check.by == "priority":
         by_priority: dict[int, list[str]] = {}
         for tier, prio in priorities.items():
             by_priority.setdefault(prio, []).append(tier)
-        return [("+".join(names), prio, names, [str(prio)]) for prio, names in sorted(by_priority.items(),
-                                                                                        reverse=True)]
+        for prio in twin_priorities or ():  # the twins' own bucket, where no tier has that priority
+            by_priority.setdefault(prio, [])
+        return [("+".join(names) or TWINS_LABEL, prio, names, [str(prio)])
+                for prio, names in sorted(by_priority.items(), reverse=True)]
     if check.by and set(by_values) & set(tiers):  # the gateway's key alias / team is named like the tier
         # every tier, also one the counter has no series for (its server count is 0, not "unknown")
         return [(tier, priorities[tier], [tier], [tier]) for tier in tiers]
     return [(ALL_TIERS, None, tiers, by_values)]
 
 
+def twin_priorities(scenario: Scenario | None, profile: str | None) -> dict[str, int | None]:
+    """Per tier with a priority control, the priority the server files its twins under (rushhour's polarity;
+    None: the client cannot know). On a header stack a twin carries the control's objective, or none: no
+    header, or an objective the stack does not know, gets the stack's default priority; an objective that
+    is one of the tiers' gets that tier's priority; any other is an objective only the server knows. On a
+    body-priority stack the twin carries the neutral priority (loadgen/control.py)."""
+    if scenario is None:
+        return {}
+    try:
+        wire = stacks.get(profile).wire
+    except KeyError:
+        wire = stacks.get(None).wire
+    objectives = {t.objective or t.name: t.priority for t in scenario.tiers}
+    out: dict[str, int | None] = {}
+    for tier in scenario.tiers:
+        control = scenario.control_for(tier.name)
+        if control is None:
+            continue
+        if wire.objective_header or wire.priority_header:
+            out[tier.name] = (wire.default_priority if control.objective is None
+                              else objectives.get(control.objective))
+        else:
+            out[tier.name] = scenario.neutral_priority(control)
+    return out
+
+
 def crosscheck(
     attempts: pd.DataFrame, priorities: dict[str, int], metrics: ServerMetrics, profile: str | None = None,
-    probes: pd.DataFrame | None = None,
+    probes: pd.DataFrame | None = None, twins: pd.DataFrame | None = None,
+    twin_priority: dict[str, int | None] | None = None,
 ) -> tuple[list[CrossCheck], list[Finding]]:
     """Compare the profile's counters with the client's counts (``probes``: calibration requests the
-    server saw too; they count in totals)."""
+    server saw too; they count in totals; ``twins``: the priority control's copies, which count in totals
+    and, on per-priority counters, under the priority ``twin_priority`` says the server gave them)."""
     if metrics.empty or len(attempts) == 0:
         return [], []
     try:
@@ -137,6 +171,8 @@ def crosscheck(
         stack = stacks.get(None)
     sent = _primary(attempts)
     extra = _primary(probes) if probes is not None and len(probes) else None
+    copies = _primary(twins) if twins is not None and len(twins) else None
+    twin_priority = twin_priority or {}
     checks: list[CrossCheck] = []
     findings: list[Finding] = []
     for check in stack.metrics.checks:
@@ -147,10 +183,21 @@ def crosscheck(
         if len(frame) == 0:
             continue
         server_by, last_ns, base_ns = _increase(frame, np.asarray(metrics.scrape_ts_ns, dtype=np.float64))
-        for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities):
+        twin_buckets = {p for p in twin_priority.values() if p is not None} if copies is not None else set()
+        for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities,
+                                                  twin_buckets):
             part = sent[isin(sent["tier"], tiers)]
             if extra is not None and label == ALL_TIERS:
                 part = pd.concat([part, extra], ignore_index=True)
+            unknown = 0  # twins filed under a priority the client cannot know: each may be in this group or not
+            if copies is not None:
+                if label == ALL_TIERS:
+                    part = pd.concat([part, copies], ignore_index=True)
+                elif check.by == "priority":
+                    theirs = [t for t, p in twin_priority.items() if p == prio]
+                    lost = [t for t, p in twin_priority.items() if p is None]
+                    part = pd.concat([part, copies[isin(copies["tier"], theirs)]], ignore_index=True)
+                    unknown = int(isin(copies["tier"], lost).sum())
             ends = part["t_end_ns"].to_numpy(dtype=np.float64)
             pending = int((ends > last_ns).sum())  # still open at the last scrape: counted or not
             if base_ns is not None:  # what ended before the baseline scrape is in the baseline
@@ -164,6 +211,7 @@ def crosscheck(
             server = float(server_by.reindex(values).fillna(0.0).sum())
             if server == 0 and client == 0:
                 continue
+            pending += unknown
             ok = abs(client - server) <= pending
             selector = ",".join(f"{k}={'|'.join(v)}" for k, v in check.select.items())
             metric = f"{name}{{{selector}}}" if selector else name
@@ -173,7 +221,7 @@ def crosscheck(
                 where = f"priority {prio}" if check.by == "priority" else (
                     "in total" if label == ALL_TIERS else f"{check.by}={label}")
                 findings.append(Finding(
-                    kind="crosscheck", severity="warning", tier=None if label == ALL_TIERS else label,
+                    kind="crosscheck", severity="warning", tier=None if label in (ALL_TIERS, TWINS_LABEL) else label,
                     message=f"{label}: client counted {client} {check.client} but the server's {metric} rose by "
                             f"{text.whole(server)} {where} (tolerance {pending} in flight at the last scrape)",
                     data={"priority": prio, "metric": metric, "client_count": check.client, "client": client,

@@ -15,7 +15,8 @@ METRICS = Metrics(
 PROFILE = StackProfile(
     name="gaie-v1",
     summary="Gateway API Inference Extension v1.x EPP (x-gateway-inference-* headers)",
-    wire=Wire(objective_header="x-gateway-inference-objective", fairness_header="x-gateway-inference-fairness-id"),
+    wire=Wire(objective_header="x-gateway-inference-objective", fairness_header="x-gateway-inference-fairness-id",
+              default_priority=0),
     rules=(*LLMD_RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     reason_headers=("x-llm-d-request-dropped-reason",),

@@ -50,7 +50,8 @@ PROFILE = StackProfile(
     name="llm-d",
     summary="llm-d-router EPP flow control (InferenceObjective priority by header)",
     wire=Wire(objective_header="x-llm-d-inference-objective", fairness_header="x-llm-d-inference-fairness-id",
-              pin_output=True),  # its model servers are vLLM (or SGLang): both read the fields
+              pin_output=True,  # its model servers are vLLM (or SGLang): both read the fields
+              default_priority=0),  # no header or no such objective → priority 0 (stacks.md §1)
     rules=(*RULES, *COMMON_RULES),
     status_defaults=dict(CANCEL_DEFAULTS),
     reason_headers=(DROPPED_REASON,),

@@ -67,6 +67,9 @@ class Wire:
     service_tier: bool = False  # send the tier's ``service_tier`` body field (OpenAI, Anthropic)
     anthropic_auth: bool = False  # x-api-key + anthropic-version instead of a bearer token
     pin_output: bool = False  # body min_tokens = max_tokens + ignore_eos pin the output length (vLLM, SGLang)
+    # the priority the stack gives a request without an objective/priority header, or with one it does not
+    # know (llm-d, GAIE: 0, stacks.md §1): where the priority control's twins land on a header stack
+    default_priority: int | None = None
 
 
 HeaderReader = Callable[[Mapping[str, str], int], "str | None"]

@@ -239,3 +239,34 @@ def test_a_counter_created_by_its_first_event_starts_from_zero(tmp_path: Path) -
     served = next(c for c in checks if c.tier == "interactive")
     assert (served.client, served.server) == (4, 4.0)
     assert all(c.matches for c in checks) and findings == []
+
+
+def test_twin_priorities_follow_the_stacks_wire() -> None:
+    """Where the server files the priority control's twins: the stack's default on a header stack without an
+    objective; a tier's priority for that tier's objective; unknown for an objective only the server knows."""
+    from audit.crosscheck import twin_priorities
+    from scenarios import parse_scenario
+
+    def scenario(control: str) -> str:
+        return f"""
+name: t
+target: {{url: testbed, profile: llm-d}}
+control: {control}
+tiers:
+  - {{name: interactive, priority: 100}}
+  - {{name: batch, priority: -1, objective: batch-sheddable}}
+personas:
+  - {{kind: chat, name: a, tier: interactive, arrival: {{process: poisson, rate: 1}}}}
+phases:
+  - {{name: main, duration: 5s}}
+"""
+
+    plain = parse_scenario(scenario("{share: 0.5}"))
+    assert twin_priorities(plain, "llm-d") == {"interactive": 0, "batch": 0}
+    assert twin_priorities(plain, "gaie-v1") == {"interactive": 0, "batch": 0}
+    assert twin_priorities(plain, "vllm") == {"interactive": 49, "batch": 49}  # the neutral priority
+    named = parse_scenario(scenario("{share: 0.5, objective: batch-sheddable}"))
+    assert twin_priorities(named, "llm-d") == {"interactive": -1, "batch": -1}
+    foreign = parse_scenario(scenario("{share: 0.5, objective: premium}"))
+    assert twin_priorities(foreign, "llm-d") == {"interactive": None, "batch": None}
+    assert twin_priorities(None, "llm-d") == {}

@@ -69,3 +69,52 @@ def test_vllm_profile_shows_the_effect_and_fifo_does_not(tmp_path: Path) -> None
     null = fifo["interactive"]["priority_effect"]
     print(null["message"])  # type: ignore[index]
     assert null["ttft"]["n"] >= 10 and null["ttft"]["p_value"] > 0.01, null  # type: ignore[index]
+
+
+CROSSCHECKED = """
+name: e2e-control-crosscheck
+seed: 3
+target:
+  url: testbed
+  profile: llm-d
+  testbed: {{preset: tiny, replicas: 1}}
+calibration: {{probes: 0}}
+control: {{share: 0.5}}
+tiers:
+  - {{name: interactive, priority: 100}}
+  - {{name: other, priority: {other}}}
+personas:
+  - {{kind: chat, name: a, tier: interactive, arrival: {{process: poisson, rate: 4}}, turns: 1, prompt_tokens: 50,
+     output_tokens: 8}}
+  - {{kind: chat, name: b, tier: other, arrival: {{process: poisson, rate: 4}}, turns: 1, prompt_tokens: 50,
+     output_tokens: 8}}
+phases:
+  - {{name: main, duration: 8s}}
+drain_s: 3
+"""
+
+
+@pytest.mark.parametrize("other", [0, -1])
+def test_twins_are_counted_where_the_server_files_them(other: int, tmp_path: Path) -> None:
+    """On llm-d a twin carries no objective: the EPP files it under priority 0. With a tier at 0 its twins
+    and its own requests share the server's count (the client used to count only the tier's: "client
+    counted 35 admitted but the server's … rose by 76 priority 0"); with none, the twins have a group of
+    their own, compared like any tier's."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(CROSSCHECKED.format(other=other))
+    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
+                           "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
+    from audit import run_audit
+
+    summary = run_audit(run_dir)
+    twins = int((pq.read_table(run_dir / "attempts.parquet", columns=["control"])["control"]).to_numpy().sum())
+    assert twins > 10
+    admitted = {c.priority: c for c in summary.crosscheck if "Dispatched" in c.metric}
+    assert set(admitted) == {100, 0, other}, summary.crosscheck
+    assert admitted[0].tier == ("other" if other == 0 else "control twins")
+    own = sum(t.requests for t in summary.tiers if t.name == "other") if other == 0 else 0
+    assert admitted[0].client >= twins + own * 0.8 and admitted[0].matches, admitted[0]
+    assert all(c.matches for c in summary.crosscheck), summary.crosscheck
+    assert [f.message for f in summary.findings if f.kind == "crosscheck"] == []
