@@ -220,7 +220,8 @@ class AgentFigures(_Model):
 
     requests_with_tools: int = Field(description="logical requests whose body offered the model function tools")
     served_with_tools: int = Field(description="of those, served")
-    tool_call_answers: int = Field(description="served answers that called a tool (the next step carries the call)")
+    tool_call_answers: int = Field(description="served answers that called a tool, a call cut by max_tokens "
+                                   "included (the next step carries the first whole call; a cut one, as text)")
     tool_calls_by_name: dict[str, int] = Field(default_factory=dict, description="those answers per tool called")
     subagent_spawns: int = Field(description="calls that spawned sub-agents (distinct parent ids)")
     subagent_requests: int = Field(description="logical requests sent by sub-agents")

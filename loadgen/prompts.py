@@ -126,6 +126,7 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+    cut: bool = False  # the answer ended at max_tokens while this call was still being written
 
     @property
     def text(self) -> str:
@@ -134,7 +135,12 @@ class ToolCall:
 
     @property
     def complete(self) -> bool:
-        """Its arguments are whole JSON (a call cut by max_tokens is not: servers refuse it in a history)."""
+        """A call the model finished: the answer did not stop at max_tokens while writing it (a cut number
+        still parses), and its arguments are whole JSON (a cut call is no call to replay: servers refuse
+        it in a history). Any JSON value: real vLLM's grammar lets a random model call with ``2721000.0``,
+        and takes it back in the next step."""
+        if self.cut:
+            return False
         try:
             json.loads(self.arguments or "{}")
         except ValueError:

@@ -285,7 +285,8 @@ class Target(Strict):
     )
     pin_output: bool | None = Field(
         default=None,
-        description="ask for exactly max_tokens (min_tokens + ignore_eos); default: where the profile can",
+        description="ask for exactly max_tokens (min_tokens + ignore_eos); default: where the profile can; "
+        "never on a request that offers tools",
     )
 
     @property

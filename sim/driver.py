@@ -16,7 +16,7 @@ from loadgen import control
 from loadgen.flow.protocol import Logical
 from loadgen.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
 from loadgen.schedule import seeded_rng
-from loadgen.tiers import TierWire, map_tier
+from loadgen.tiers import TierWire, map_tier, pins_output
 from scenarios.model import Scenario
 from sim.client import Deadlines, Exchange, error_facts
 from sim.cluster import Cluster
@@ -229,7 +229,7 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
     size = req.prompt.server_size(dialect)
     rec.prompt_tokens_intended, rec.prompt_tokens_exact = req.prompt.tokens, False
     rec.max_tokens = req.max_tokens
-    rec.output_pinned = route.pin_output
+    rec.output_pinned = pins_output(route.pin_output, req.tools)
     rec.tools_offered = bool(req.tools)  # the body offers the persona's tools (the answer is text: not modelled)
     rec.prompt_bytes = size + BODY_OVERHEAD_BYTES + MESSAGE_OVERHEAD_BYTES * (len(req.prompt.messages) + 1)
     env.counters["sent"] += 1

@@ -18,7 +18,7 @@ from loadgen.flow import send as flow_send
 from loadgen.flow.protocol import Logical as Logical
 from loadgen.prompts import ToolCall
 from loadgen.record import RequestRecord
-from loadgen.tiers import TierWire
+from loadgen.tiers import TierWire, pins_output
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
@@ -99,13 +99,14 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
     The breaker, the budget and writing the record are the flow's (``loadgen.flow.send.send_once``).
     """
     wire = _control_wire(ctx, req, route) if req.twin_of else route.tiers[(req.tier, req.tenant)]
+    pinned = pins_output(route.pin_output, req.tools)
     path, body = build_body(
         route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body,
-        pin_output=route.pin_output, tools=req.tools,
+        pin_output=pinned, tools=req.tools,
     )
     record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt_tokens(route.dialect)
     record.max_tokens = req.max_tokens
-    record.output_pinned = route.pin_output
+    record.output_pinned = pinned
     record.tools_offered = bool(req.tools)
     headers = dict(wire.headers)
     headers["x-request-id"] = record.request_id

@@ -199,3 +199,36 @@ def test_real_vllm_anthropic_tool_use_stream() -> None:
     stop = next(e for e in events if e["type"] == "message_delta")["delta"]
     assert next(e for e in mine if e["type"] == "message_delta")["delta"] == stop == {"stop_reason": "tool_use",
                                                                                         "stop_sequence": None}
+
+
+@pytest.mark.parametrize(("case", "dialect", "finished", "stopped"), [
+    ("vllm-200-stream-tool-call", OPENAI_CHAT, '"finish_reason":"tool_calls"', '"finish_reason":"length"'),
+    ("vllm-200-stream-messages-tool-call", ANTHROPIC, '"stop_reason":"tool_use"', '"stop_reason":"max_tokens"'),
+])
+def test_a_call_the_token_limit_cut_is_never_complete(case: str, dialect: str, finished: str, stopped: str) -> None:
+    """Real vLLM's answers, ended at max_tokens instead (the only change): the call being written is cut, even
+    when its arguments still parse (a cut number does: ``30398.0E2162`` was replayed as a whole call)."""
+    fixture = _real(case)
+    assert fixture["body"].count(finished) == 1
+    cut = fixture["body"].replace(finished, stopped).encode()
+    for cuts in ([], list(range(1, len(cut), 61))):
+        whole = _feed(dialect, fixture["body"].encode(), cuts)
+        ended = _feed(dialect, cut, cuts)
+        assert whole.tools is not None and ended.tools is not None
+        (call,) = whole.tools.calls()
+        (cut_call,) = ended.tools.calls()
+        assert call.complete and not call.cut
+        assert cut_call.arguments == call.arguments and cut_call.cut and not cut_call.complete
+
+
+def test_a_whole_answer_at_the_token_limit_marks_its_last_call_cut() -> None:
+    body = _real("vllm-200-tool-call")["body"]
+    assert '"finish_reason":"tool_calls"' in body
+    (call,) = interpret_body(OPENAI_CHAT, body.encode())["tool_calls"]
+    (cut,) = interpret_body(OPENAI_CHAT, body.replace('"finish_reason":"tool_calls"',
+                                                      '"finish_reason":"length"').encode())["tool_calls"]
+    assert call.complete and cut.cut and not cut.complete
+    two = {"content": [{"type": "tool_use", "id": "a", "name": "f", "input": {"x": 1}},
+                       {"type": "tool_use", "id": "b", "name": "g", "input": {}}], "stop_reason": "max_tokens"}
+    first, last = interpret_body(ANTHROPIC, orjson.dumps(two))["tool_calls"]
+    assert first.complete and not last.complete  # only the call being written when the limit came

@@ -9,7 +9,7 @@ import orjson
 
 from loadgen.engine.wire.http import ResponseTooLarge
 from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
-from loadgen.engine.wire.toolcalls import ToolCallCollector, body_calls
+from loadgen.engine.wire.toolcalls import OPENAI_CUT, ToolCallCollector, body_calls
 from loadgen.record import error_summary, short_text
 
 OPENAI_CHAT = "openai-chat"
@@ -143,7 +143,7 @@ class StreamInterpreter:
                 k = find(key, s, end)
                 if (k >= 0 and buf[k + klen] != 34) or self._delta.search(buf, s, end) is not None:
                     tokens += 1
-                if tools is not None and find(b'"tool_calls"', s, end) >= 0:
+                if tools is not None and (find(b'"tool_calls"', s, end) >= 0 or find(OPENAI_CUT, s, end) >= 0):
                     tools.openai_chunk(buf[s:end])
                 u = find(b'"usage"', s, end)
                 e = find(b'"error"', s, end)
@@ -251,7 +251,7 @@ class StreamInterpreter:
             return
         if self._delta.search(data) is not None:
             self._token(now_ns)
-        if self.tools is not None and b'"tool_calls"' in data:
+        if self.tools is not None and (b'"tool_calls"' in data or OPENAI_CUT in data):
             self.tools.openai_chunk(data)
         if _USAGE.search(data) is None and _ERROR.search(data) is None:
             if self.service_tier is None and b"service_tier" in data:
@@ -296,9 +296,10 @@ class StreamInterpreter:
             if self.tools is not None:
                 self.tools.anthropic_event(name, data)
             return
-        if name == b"content_block_start" and self.tools is not None:
+        if name in (b"content_block_start", b"message_delta") and self.tools is not None:
             self.tools.anthropic_event(name, data)
-            return
+            if name == b"content_block_start":
+                return
         if name == b"ping" or name in (b"content_block_start", b"content_block_stop"):
             return
         if name == b"message_stop":

@@ -7,20 +7,28 @@ sends them back byte for byte.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from loadgen.prompts import ToolCall
 
+# An answer that ended at its token limit: the call being written then (the last one) was cut. Chunks that
+# carry these are the only ones besides tool-call deltas the collector is shown (every vLLM chunk holds
+# ``"finish_reason":null``, so looking for the key alone would decode every chunk).
+OPENAI_CUT = b'"length"'  # finish_reason
+ANTHROPIC_CUT = b'"max_tokens"'  # message_delta's stop_reason
+
 
 class ToolCallCollector:
     """Tool calls by index: id and name from their first delta, arguments as the fragments' concatenation."""
 
-    __slots__ = ("_calls",)
+    __slots__ = ("_calls", "cut")
 
     def __init__(self) -> None:
         self._calls: dict[int, list[Any]] = {}  # index -> [id, name, [fragments]]
+        self.cut = False  # the answer ended at max_tokens (finish_reason length / stop_reason max_tokens)
 
     def _slot(self, index: Any) -> list[Any]:
         key = index if isinstance(index, int) else 0
@@ -37,6 +45,8 @@ class ToolCallCollector:
             return  # the interpreter counts malformed events itself
         choices = obj.get("choices") if isinstance(obj, dict) else None
         for choice in choices if isinstance(choices, list) else []:
+            if isinstance(choice, dict) and choice.get("finish_reason") == "length":
+                self.cut = True
             delta = choice.get("delta") if isinstance(choice, dict) else None
             calls = delta.get("tool_calls") if isinstance(delta, dict) else None
             for tc in calls if isinstance(calls, list) else []:
@@ -53,7 +63,18 @@ class ToolCallCollector:
                         slot[2].append(fn["arguments"])
 
     def anthropic_event(self, name: bytes | None, data: bytes) -> None:
-        """``content_block_start`` of a ``tool_use`` block, or an ``input_json_delta`` of one."""
+        """``content_block_start`` of a ``tool_use`` block, an ``input_json_delta`` of one, or the
+        ``message_delta`` that says the answer stopped at max_tokens."""
+        if name == b"message_delta":
+            if ANTHROPIC_CUT in data:
+                try:
+                    obj = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    return
+                delta = obj.get("delta") if isinstance(obj, dict) else None
+                if isinstance(delta, dict) and delta.get("stop_reason") == "max_tokens":
+                    self.cut = True
+            return
         if b"tool_use" not in data and b"input_json_delta" not in data:
             return
         try:
@@ -81,12 +102,16 @@ class ToolCallCollector:
                     self._calls[index][2].append(part)
 
     def calls(self) -> list[ToolCall]:
-        """The complete picture so far, in index order (calls without a name are not calls)."""
-        return [ToolCall(c[0], c[1], "".join(c[2])) for _, c in sorted(self._calls.items()) if c[1]]
+        """The complete picture so far, in index order (calls without a name are not calls); when the answer
+        ended at max_tokens, the last call is marked cut."""
+        out = [ToolCall(c[0], c[1], "".join(c[2])) for _, c in sorted(self._calls.items()) if c[1]]
+        if self.cut and out:
+            out[-1] = replace(out[-1], cut=True)
+        return out
 
 
 def body_calls(dialect_is_anthropic: bool, obj: dict[str, Any]) -> list[ToolCall]:
-    """The tool calls of a whole (non-streamed) answer."""
+    """The tool calls of a whole (non-streamed) answer; the last one marked cut when it ended at max_tokens."""
     out: list[ToolCall] = []
     if dialect_is_anthropic:
         content = obj.get("content")
@@ -94,9 +119,12 @@ def body_calls(dialect_is_anthropic: bool, obj: dict[str, Any]) -> list[ToolCall
             if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name"):
                 text = orjson.dumps(block.get("input") or {}).decode()
                 out.append(ToolCall(str(block.get("id") or ""), str(block["name"]), text))
+        if out and obj.get("stop_reason") == "max_tokens":
+            out[-1] = replace(out[-1], cut=True)
         return out
     choices = obj.get("choices")
     for choice in choices[:1] if isinstance(choices, list) else []:
+        cut = isinstance(choice, dict) and choice.get("finish_reason") == "length"
         message = choice.get("message") if isinstance(choice, dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         for tc in calls if isinstance(calls, list) else []:
@@ -105,4 +133,6 @@ def body_calls(dialect_is_anthropic: bool, obj: dict[str, Any]) -> list[ToolCall
                 raw = fn.get("arguments")
                 text = raw if isinstance(raw, str) else orjson.dumps(raw or {}).decode()
                 out.append(ToolCall(str(tc.get("id") or ""), str(fn["name"]), text))
+        if cut and out:
+            out[-1] = replace(out[-1], cut=True)
     return out
