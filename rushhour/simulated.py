@@ -28,21 +28,23 @@ def simulate(
     profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
     replicas: Annotated[int | None, typer.Option(help="simulated replicas (default: the scenario's testbed)")] = None,
     scale: Annotated[float, typer.Option(help="workload × this: arrival rates, swarm sizes, replay speed")] = 1.0,
+    grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona's workload × FACTOR too "
+                                                       "(repeatable: --grow swarm=5 --grow chat=2)")] = None,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
 ) -> None:
     """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
     from scenarios import ScenarioError
     from scenarios.model import MAX_SIM_REPLICAS
-    from sim.run import SimOptions
+    from sim.run import SimOptions, parse_grow
     from sim.run import simulate as run_sim
 
     if replicas is not None and not 1 <= replicas <= MAX_SIM_REPLICAS:
         raise _fail(f"--replicas must be between 1 and {MAX_SIM_REPLICAS:,}, got {replicas:,}")
     if scale <= 0:
         raise _fail("--scale must be > 0")
-    options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
-                         scale=scale)
     try:
+        options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
+                             scale=scale, grow=parse_grow(grow or []))
         result = run_sim(scenario, options)
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -78,6 +80,8 @@ def plan(
     replicas: Annotated[str, typer.Option(help="replica counts: LOW..HIGH (doubling) or a list 8,16,64")] = "8..512",
     scale: Annotated[str, typer.Option(help="workload multipliers: LOW..HIGH (with --steps) or a list 1,2")] = "1..10",
     steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range")] = 4,
+    grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona grown first, every cell "
+                                                       "(repeatable: --grow swarm=5 --grow chat=2 --scale 1)")] = None,
     duration: Annotated[str, typer.Option(help="simulated time per cell (the phases stretched to it)")] = "60s",
     gpus_per_replica: Annotated[int, typer.Option(help="GPUs one replica holds (GPU-hours)")] = 1,
     gpu_hour_price: Annotated[float | None, typer.Option(help="price of one GPU-hour, for a cost column")] = None,
@@ -95,14 +99,15 @@ def plan(
     from loadgen.sweep import SweepError, new_id, parse_scales
     from reports.plan import write_plan_reports
     from scenarios import ScenarioError
-    from sim.run import SimOptions, prepare, replica_ladder, scale_scenario, simulate_scenario
+    from sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario, simulate_scenario
 
     if gpus_per_replica < 1:
         raise _fail("--gpus-per-replica must be at least 1")
     try:
         ladder = replica_ladder(replicas)
         scales = parse_scales(scale, steps)
-        base = prepare(scenario, SimOptions(duration=duration, seed=seed))
+        grown = parse_grow(grow or [])
+        base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown))
         for s in scales:  # every cell within the limits before the first one runs
             scale_scenario(base, s)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
@@ -115,16 +120,23 @@ def plan(
     started = time.monotonic()
     done: list[Step] = []
     notes: list[str] = []
+    not_run = 0
+    if grown:  # said where the plan's answers are read: they are for the grown workload
+        notes.append("personas grown before every scale: " + ", ".join(f"{n} ×{f:g}" for n, f in grown.items()))
+        console.print(f"  {notes[-1]}", highlight=False)
     for r in ladder:
         all_failed_below: float | None = None
         for s in scales:
             label = f"{r} replica{'' if r == 1 else 's'}, {s:g}×"
             if all_failed_below is not None:  # fail closed, but do not simulate what cannot pass
                 notes.append(f"{label}: not run — every tier with an SLO already failed at {all_failed_below:g}×")
+                not_run += 1
                 console.print(f"  {notes[-1]}", highlight=False)
                 continue
             cell = scale_scenario(base, s)
-            result = simulate_scenario(cell, scenario, SimOptions(out_dir=root / f"r{r}-x{s:g}", replicas=r, scale=s))
+            # the cell is already grown and scaled; its options only record how (run.json simulation)
+            cell_options = SimOptions(out_dir=root / f"r{r}-x{s:g}", replicas=r, scale=s, grow=grown)
+            result = simulate_scenario(cell, scenario, cell_options)
             summary = run_audit(result.run_dir)
             step = step_from_summary(summary, len(done), s, r, str(result.run_dir), cell.duration_s)
             done.append(step)
@@ -144,7 +156,7 @@ def plan(
         out.print(f"• {line}", highlight=False, markup=False)
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
-    skipped = f" ({len(notes)} not run: nothing there could pass)" if notes else ""
+    skipped = f" ({not_run} not run: nothing there could pass)" if not_run else ""
     took = time.monotonic() - started
-    console.print(f"{cells - len(notes)} runs simulated in {took:.0f} s{skipped}", highlight=False)
+    console.print(f"{cells - not_run} runs simulated in {took:.0f} s{skipped}", highlight=False)
     raise typer.Exit(EXIT_FAIL if gate and not outcome.all_answered else EXIT_OK)

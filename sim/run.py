@@ -9,6 +9,7 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -43,6 +44,7 @@ class SimOptions:
     profile: str | None = None
     replicas: int | None = None  # the testbed's replica count (default: the scenario's)
     scale: float = 1.0  # the workload × this: chat and task arrival rates, swarm sizes, replay speed
+    grow: dict[str, float] = field(default_factory=dict)  # persona name -> its own factor (before ``scale``)
     allow_paths: list[Path] = field(default_factory=list)
     decode_jumps: bool = True  # False: every engine step is an event (the reference the jumps are tested against)
 
@@ -67,26 +69,51 @@ def not_modelled(scenario: Scenario) -> list[str]:
     return out
 
 
-def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
-    """The scenario with its workload multiplied by ``factor`` (rates, swarm sizes, replay speed), within the
-    scenario's limits (``ScenarioError`` naming ``--scale``: a scaled rate must not flood the run either)."""
-    if factor == 1.0:
+def parse_grow(items: list[str]) -> dict[str, float]:
+    """``["swarm=5", "chat=2"]`` → {"swarm": 5.0, "chat": 2.0} (``--grow``; ValueError names the bad item)."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = float("nan")
+        if not eq or not name.strip() or not factor > 0 or factor == float("inf"):
+            raise ValueError(f"--grow {item!r}: use PERSONA=FACTOR with a factor > 0, e.g. --grow swarm=5")
+        if name.strip() in out:
+            raise ValueError(f"--grow {item!r}: persona {name.strip()!r} is grown twice")
+        out[name.strip()] = factor
+    return out
+
+
+def scale_scenario(scenario: Scenario, factor: float, grow: Mapping[str, float] | None = None) -> Scenario:
+    """The scenario with its workload multiplied by ``factor`` (rates, swarm sizes, replay speed), each persona
+    named in ``grow`` by its own factor too ("the swarm grows 5×, chat doubles"), within the scenario's
+    limits (``ScenarioError`` naming ``--scale``/``--grow``: a scaled rate must not flood the run either)."""
+    grow = dict(grow or {})
+    unknown = sorted(set(grow) - {p.name for p in scenario.personas})
+    if unknown:
+        raise ValueError(f"--grow: no persona {', '.join(map(repr, unknown))} in the scenario (its personas: "
+                         f"{', '.join(p.name for p in scenario.personas)})")
+    if factor == 1.0 and all(f == 1.0 for f in grow.values()):
         return scenario
     personas: list[Any] = []
     for p in scenario.personas:
+        f = factor * grow.get(p.name, 1.0)
         if isinstance(p, ChatPersona):
             personas.append(p.model_copy(update={
-                "arrival": p.arrival.model_copy(update={"rate": p.arrival.rate * factor}),
-                "max_concurrent_sessions": max(1, round(p.max_concurrent_sessions * factor))}))
+                "arrival": p.arrival.model_copy(update={"rate": p.arrival.rate * f}),
+                "max_concurrent_sessions": max(1, round(p.max_concurrent_sessions * f))}))
         elif isinstance(p, AgentSwarmPersona):
-            update: dict[str, Any] = {"agents": max(1, round(p.agents * factor))}
+            update: dict[str, Any] = {"agents": max(1, round(p.agents * f))}
             if p.task_rate is not None:
-                update["task_rate"] = p.task_rate * factor
+                update["task_rate"] = p.task_rate * f
             personas.append(p.model_copy(update=update))
         else:
-            personas.append(p.model_copy(update={"time_scale": p.time_scale * factor,
-                                                 "max_in_flight": max(1, round(p.max_in_flight * factor))}))
-    return revalidate(scenario.model_copy(update={"personas": personas}), f"--scale {factor:g}")
+            personas.append(p.model_copy(update={"time_scale": p.time_scale * f,
+                                                 "max_in_flight": max(1, round(p.max_in_flight * f))}))
+    what = " ".join([f"--scale {factor:g}", *(f"--grow {n}={g:g}" for n, g in grow.items())])
+    return revalidate(scenario.model_copy(update={"personas": personas}), what)
 
 
 def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
@@ -96,7 +123,7 @@ def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
     check_mapping(scenario, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
     scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
-    return scale_scenario(scenario, options.scale)
+    return scale_scenario(scenario, options.scale, options.grow)
 
 
 def _iso(ns: int) -> str:
@@ -166,7 +193,8 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
     stats = {
         "engine": "testbed model (testbed/stack.py) on a discrete-event clock",
         "stack_profile": cfg.profile, "preset": cfg.preset, "replicas": cfg.replicas, "speed": cfg.speed,
-        "scale": options.scale, "simulated_s": simulated_s, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3),
+        "scale": options.scale, "grow": dict(options.grow),
+        "simulated_s": simulated_s, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3),
         "speedup": round(simulated_s / wall_s, 1) if wall_s > 0 else None,
         "events": loop.events, "events_per_s": round(loop.events / wall_s) if wall_s > 0 else None,
         "steps": cluster.steps, "attempts": env.counters["attempts"], "tasks": env.counters["tasks"],

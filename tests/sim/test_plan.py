@@ -197,3 +197,49 @@ def test_the_rate_is_the_answering_cells_and_its_dependence_on_replicas_is_said(
     # none answers: the largest replica count run is the one quoted
     none = scale_answer([_rated(1, "fail", 2.0), _rated(2, "fail", 3.0)], 1.0, [1, 2])
     assert none.offered_at_replicas == 2 and "3.0 req/s issued on 2 replicas" in none.sentence
+
+
+def test_grow_scales_one_persona_on_top_of_the_uniform_scale() -> None:
+    """``--grow swarm=5 --grow chat=2``: each named persona by its own factor, then every one by ``--scale``."""
+    from scenarios import load_scenario
+    from scenarios.model import AgentSwarmPersona, ChatPersona
+    from sim.run import parse_grow, scale_scenario
+
+    base = load_scenario("capacity-plan")
+    chat = next(p for p in base.personas if isinstance(p, ChatPersona))
+    swarm = next(p for p in base.personas if isinstance(p, AgentSwarmPersona))
+    grown = scale_scenario(base, 1.5, parse_grow(["swarm=5", "chat=2"]))
+    g_chat = next(p for p in grown.personas if isinstance(p, ChatPersona))
+    g_swarm = next(p for p in grown.personas if isinstance(p, AgentSwarmPersona))
+    assert g_chat.arrival.rate == chat.arrival.rate * 3 and g_swarm.agents == round(swarm.agents * 7.5)
+    only = scale_scenario(base, 1.0, {"swarm": 2.0})
+    assert next(p for p in only.personas if isinstance(p, ChatPersona)) == chat  # the other persona as it was
+    assert scale_scenario(base, 1.0, {}) is base
+    for bad in (["swarm"], ["swarm=0"], ["swarm=x"], ["=2"], ["swarm=2", "swarm=3"], ["swarm=inf"]):
+        with pytest.raises(ValueError, match="--grow"):
+            parse_grow(bad)
+    with pytest.raises(ValueError, match="no persona 'agents' in the scenario \\(its personas: chat, swarm\\)"):
+        scale_scenario(base, 1.0, {"agents": 2.0})
+
+
+def test_plan_answers_for_a_grown_persona_in_one_command(tmp_path: Path) -> None:
+    """Issue #16's question in one command: "when chat grows 4×, how many replicas?" — the plan simulates the
+    grown workload, says so, and its cells' run.json record the growth."""
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(PLANNED)
+    res = cli("plan", str(scenario), "--replicas", "1,4", "--scale", "1", "--grow", "chat=4", "--duration", "20s",
+              "--out", str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stderr
+    assert "personas grown before every scale: chat ×4" in res.stdout + res.stderr
+    root = next((tmp_path / "runs").glob("plan-*"))
+    assert "personas grown before every scale: chat ×4" in (root / "plan.md").read_text()
+    cell = json.loads(next(root.glob("r1-x1/*/run.json")).read_text())
+    assert cell["scenario"]["personas"][0]["arrival"]["rate"] == 6.0  # 1.5 × 4
+    assert cell["simulation"]["grow"] == {"chat": 4.0} and cell["simulation"]["scale"] == 1.0
+    bad = cli("plan", str(scenario), "--grow", "bots=2", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --grow: no persona 'bots'"), bad.stderr
+    sim = cli("simulate", str(scenario), "--grow", "chat=2", "--duration", "10s", "--no-report",
+              "--out", str(tmp_path / "sim"))
+    assert sim.returncode == 0, sim.stderr
+    run = json.loads(next((tmp_path / "sim").glob("*/run.json")).read_text())
+    assert run["scenario"]["personas"][0]["arrival"]["rate"] == 3.0
