@@ -64,6 +64,11 @@ def run_repeated(name: str, options: RunOptions, repeat: int, gate_on: GateOn, c
             if report:
                 write_reports(summary, result.run_dir)
         except AuditError as exc:
+            if result.exit_code == EXIT_INTERRUPTED:  # Ctrl-C before the run recorded anything (its start-up)
+                console.print(f"run {index} was interrupted before it recorded anything: not counted",
+                              highlight=False, markup=False)
+                stopped = EXIT_INTERRUPTED
+                break
             console.print(f"error: run {index}: {exc}", highlight=False, markup=False)
             stopped = 2
             break

@@ -166,7 +166,7 @@ def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
     second: list[Path] = []
     while time.monotonic() < deadline and not second:
         time.sleep(0.5)
-        folders = [p for p in (tmp_path / "runs").glob("repeat-*/*") if p.is_dir()]
+        folders = sorted(p for p in (tmp_path / "runs").glob("repeat-*/*") if p.is_dir())  # run ids: by time
         second = [p for p in folders if (p / "records").is_dir()][1:]
     assert second, "the second run never started"
     # inside its load: a request recorded (a fixed sleep after the folder appeared was still before the load
@@ -181,6 +181,37 @@ def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
     data = json.loads((folder / "repeat.json").read_text())
     assert data["exit_code"] == 130 and 1 <= len(data["runs"]) <= 2
     assert data["runs"][0]["stop_reason"] == "completed"
+
+
+def test_a_repeat_interrupted_while_a_run_starts_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C while the second run's testbed starts (nothing recorded yet): the repeat was interrupted, so
+    130 with the first run aggregated — it used to try to audit the empty run and exit 2 ("has no shards")."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .wf_helpers import CLI, REPO
+
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(seconds=4))
+    proc = subprocess.Popen([*CLI, "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env=dict(os.environ, PYTHONPATH=str(REPO), CI="true"))
+    deadline = time.monotonic() + 300
+    said = ""
+    # the second run's testbed is starting: its folder exists, nothing is recorded yet
+    while time.monotonic() < deadline and "starting the testbed" not in said.partition("repeat 2/3")[2]:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line, said
+        said += line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, said + out + err
+    (folder,) = (tmp_path / "runs").iterdir()
+    data = json.loads((folder / "repeat.json").read_text())
+    assert data["exit_code"] == 130 and [r["index"] for r in data["runs"]] in ([1], [1, 2])
 
 
 def test_a_bad_repeat_gate_is_refused_even_in_a_dry_run() -> None:
