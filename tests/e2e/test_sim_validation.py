@@ -55,7 +55,7 @@ personas:
   - kind: agent_swarm
     name: agents
     tier: batch
-    agents: 8
+    agents: 24                # tasks in flight at most: 0.6/s × the 30-s deadline ≈ 18 (8 ran out: not_sent)
     start: arrivals
     task_rate: 0.6
     steps: {dist: constant, value: 2}
@@ -128,4 +128,13 @@ def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
     # the validation pass without comparing anything, so an invalid real run fails with the audit's reasons
     assert real_s["validity"]["valid"], "the real run is invalid: " + "; ".join(real_s["validity"]["reasons"])
     problems = compare(real_s, sim_s)
+    sim_tiers = {t["name"]: t for t in sim_s["tiers"]}
+    for tier in real_s["tiers"]:  # the figures docs/capacity.md quotes
+        other, n = sim_tiers[tier["name"]], max(tier["requests"], 1)
+        worst = max(abs(tier["by_class"].get(c, 0) - other["by_class"].get(c, 0))
+                    for c in set(tier["by_class"]) | set(other["by_class"]))
+        ttft = {q: (tier["latency"]["ttft_ms"][q], other["latency"]["ttft_ms"][q]) for q in ("p50", "p99")}
+        print(f"\n{tier['name']}: {tier['requests']} real / {other['requests']} simulated requests, largest class "
+              f"difference {worst} ({worst / n:.1%} of the tier); TTFT " + ", ".join(
+                  f"{q} {a:.0f} → {b:.0f} ms ({(b - a) / a:+.0%})" for q, (a, b) in ttft.items() if a and b))
     assert not problems, "; ".join(problems)
