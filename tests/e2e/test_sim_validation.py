@@ -97,8 +97,12 @@ def compare(real: dict, sim: dict) -> list[str]:  # type: ignore[type-arg]
                 problems.append(f"{tier['name']} {cls}: real {a}, simulated {b} (of {n})")
         for q in ("p50", "p99"):
             a, b = tier["latency"]["ttft_ms"][q], other["latency"]["ttft_ms"][q]
-            if a is None or b is None or abs(a - b) > TTFT_TOLERANCE * a:
-                problems.append(f"{tier['name']} TTFT {q}: real {a} ms, simulated {b} ms")
+            # the real figure is an estimate: a p99 of a few hundred requests rests on a handful of them (two real
+            # runs of this scenario: batch p99 3.50 and 3.87 s; the simulator's 3.92 s both times), so the
+            # simulated one must lie within the real run's 95 % bootstrap interval, widened by the tolerance
+            lo, hi = (tier["latency"]["ttft_ms"].get("ci") or {}).get(q) or (a, a)
+            if a is None or b is None or not lo * (1 - TTFT_TOLERANCE) <= b <= hi * (1 + TTFT_TOLERANCE):
+                problems.append(f"{tier['name']} TTFT {q}: real {a} ms [{lo}, {hi}], simulated {b} ms")
     return problems
 
 
@@ -108,8 +112,12 @@ def test_compare_names_every_disagreement() -> None:
                            "latency": {"ttft_ms": {"p50": p50, "p99": 900.0}}}]}
 
     assert compare(summary(100, 300.0), summary(96, 320.0)) == []
+    wide = summary(100, 300.0)
+    wide["tiers"][0]["latency"]["ttft_ms"]["ci"] = {"p50": [280.0, 330.0]}
+    assert compare(wide, summary(100, 360.0)) == []  # within 330 ms × 1.1
+    assert compare(wide, summary(100, 370.0)) == ["t TTFT p50: real 300.0 ms [280.0, 330.0], simulated 370.0 ms"]
     assert compare(summary(100, 300.0), summary(90, 340.0)) == [
-        "t served: real 100, simulated 90 (of 100)", "t TTFT p50: real 300.0 ms, simulated 340.0 ms"]
+        "t served: real 100, simulated 90 (of 100)", "t TTFT p50: real 300.0 ms [300.0, 300.0], simulated 340.0 ms"]
 
 
 @pytest.mark.serial  # its real run must offer the scenario's load: beside parallel workers it fell behind
