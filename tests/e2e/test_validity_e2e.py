@@ -103,8 +103,13 @@ def test_starved_generator_is_invalid(tmp_path: Path) -> None:
     assert result.run_dir is not None
     validity = run_audit(result.run_dir).validity
     assert not validity.valid, validity
-    lag = next((r for r in validity.reasons if r.startswith("generator loop lag")), str(validity.reasons))
-    # a second with nothing in flight breaks a run (it distorted nothing): the share rule still holds
-    assert "in a row" in lag and validity.lagging_seconds >= 3, validity.reasons
+    # every send due while the process was stopped left late: the schedule-lag rule always sees the starvation
     delayed = next((r for r in validity.reasons if "after their intended time" in r), str(validity.reasons))
-    assert validity.delayed_requests >= 3, delayed
+    assert validity.delayed_requests >= 3 and "the generator fell behind" in delayed, validity.reasons
+    # the loop-lag rule needs three lagging seconds with requests in flight (a second with nothing in flight
+    # distorted nothing): at 1.2 req/s the stops do not always give that (1 of 4 suite runs on 1 Dec 2026: the
+    # schedule-lag reason alone), so its wording is checked when it fired; tests/audit/test_validity_sustained.py
+    # holds the rule itself
+    lag = [r for r in validity.reasons if r.startswith("generator loop lag")]
+    if lag:
+        assert "in a row" in lag[0] and "busy second" in lag[0], lag
