@@ -6,7 +6,6 @@ import json
 import math
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -208,14 +207,6 @@ def _start(tmp_path: Path, runs: Path, name: str, seed: int, speed: float | None
     full = dict(os.environ, PYTHONPATH=str(REPO), CI="true")
     return subprocess.Popen([*CLI, "run", str(path), "--out", str(runs / name), "--no-report"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=str(REPO))
-
-
-def _started(folder: Path, timeout: float = 120.0) -> None:
-    """Wait until a run folder exists below ``folder`` (its ``started_at`` is taken right after)."""
-    deadline = time.monotonic() + timeout
-    while not (folder.is_dir() and any(folder.iterdir())):
-        assert time.monotonic() < deadline, f"no run started in {folder}"
-        time.sleep(0.1)
 
 
 @pytest.mark.e2e
