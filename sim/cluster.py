@@ -35,6 +35,7 @@ def build_config(scenario: Scenario, replicas: int | None = None) -> tuple[Testb
     return cfg, faults
 
 
+_NEVER = 1 << 62
 MIN_JUMP_STEPS = 3  # a shorter run of decode steps is stepped one by one (nothing to gain)
 
 
@@ -49,9 +50,45 @@ class Jump:
 
 
 class SimReplica(Replica):
-    """The testbed's replica with a pending decode jump: KV readers see the steps due by now."""
+    """The testbed's replica with a pending decode jump: KV readers see the steps due by now.
+
+    Every operation that moves its waiting count or KV names it in ``dirty`` (the engine's set, when the
+    cluster tracks saturation): the engine then rescores only the replicas that changed."""
 
     jump: Jump | None = None
+    dirty: set[int] | None = None
+
+    def add(self, job: Job, now: int) -> None:
+        """``Replica.add``, noted in ``dirty``."""
+        super().add(job, now)
+        if self.dirty is not None:
+            self.dirty.add(self.index)
+
+    def remove(self, job: Job) -> None:
+        """``Replica.remove``, noted in ``dirty``."""
+        super().remove(job)
+        if self.dirty is not None:
+            self.dirty.add(self.index)
+
+    def drain(self) -> list[Job]:
+        """``Replica.drain``, noted in ``dirty``."""
+        jobs = super().drain()
+        if self.dirty is not None:
+            self.dirty.add(self.index)
+        return jobs
+
+    def plan_step(self, now: int) -> float | None:
+        """``Replica.plan_step`` (admissions, preemptions), noted in ``dirty``."""
+        dur = super().plan_step(now)
+        if self.dirty is not None:
+            self.dirty.add(self.index)
+        return dur
+
+    def finish_step(self, now: int, out: list[Job] | None = None) -> None:
+        """``Replica.finish_step`` (KV, retirements), noted in ``dirty``."""
+        super().finish_step(now, out)
+        if self.dirty is not None:
+            self.dirty.add(self.index)
 
     def _pending(self) -> int:
         j = self.jump
@@ -72,9 +109,79 @@ class SimEngine(Engine):
     """The testbed's engine with a flat saturation: flow control asks at every admission and every step."""
 
     replicas: list[SimReplica]  # type: ignore[assignment]
+    # tracked saturation (``track``): each replica's score, kept until it changes (flow control asks
+    # far more often than a replica changes: once per queued request dispatched and per step)
+    _scores: list[float] | None = None
+    _dirty: set[int]
+    _jumping: set[int]
+    _until: dict[int, int]  # a jumping replica's score holds until its next lazy step is due
+    _up: list[SimReplica]
+
+    def track(self, jumping: set[int]) -> None:
+        """Keep per-replica scores from now on; every change must come through ``SimReplica``'s operations,
+        ``set_up`` or ``touched`` (the cluster's own KV moves); ``jumping`` is the cluster's set of jumps."""
+        self._dirty = set(range(len(self.replicas)))
+        self._scores = [0.0] * len(self.replicas)
+        self._jumping = jumping
+        self._until = {}
+        self._up = [r for r in self.replicas if r.up]
+        for r in self.replicas:
+            r.dirty = self._dirty
+
+    def touched(self, index: int) -> None:
+        """Replica ``index``'s KV or jump changed outside its own operations."""
+        if self._scores is not None:
+            self._dirty.add(index)
+            self._until.pop(index, None)
+
+    def set_up(self, index: int, up: bool) -> list[Job]:
+        """``Engine.set_up``, the tracked views kept."""
+        dropped = super().set_up(index, up)
+        if self._scores is not None:
+            self._up = [r for r in self.replicas if r.up]
+            self._dirty.add(index)
+        return dropped
+
+    def up_replicas(self) -> list[Replica]:
+        """``Engine.up_replicas``, from the tracked list when there is one."""
+        if self._scores is None:
+            return super().up_replicas()
+        return list(self._up)
 
     def saturation(self) -> float:
-        """``Engine.saturation`` with the replicas' KV views inlined: the same divisions in the same order."""
+        """``Engine.saturation`` with the replicas' KV views inlined: the same divisions in the same order.
+
+        Tracked, only the changed replicas and the jumps whose next step fell due are scored again; the
+        sum runs over every replica's score in index order, so the float is the same to the last bit."""
+        scores = self._scores
+        if scores is None or len(self._up) != len(scores):
+            return self._saturation()
+        dirty, jumping, until = self._dirty, self._jumping, self._until
+        now = self.clock.now_ns()
+        if jumping:
+            for i in jumping:
+                if now >= until.get(i, -1):
+                    dirty.add(i)
+        if dirty:
+            qd, kt = self.queue_depth, self.kv_threshold
+            replicas = self.replicas
+            for i in dirty:
+                r = replicas[i]
+                w = r.n_waiting / qd
+                kv = r.kv
+                j = r.jump
+                if j is not None:
+                    times = j.times
+                    m = bisect_right(times, now, 0, len(times) - 1)
+                    kv += (m - j.done) * j.n
+                    # the score holds until the next step falls due (the last one is an ordinary event)
+                    until[i] = times[m] if m < len(times) - 1 else _NEVER
+                k = kv / r.p.kv_capacity_tokens / kt
+                scores[i] = w if w >= k else k
+            dirty.clear()
+        return sum(scores) / len(scores)
+
+    def _saturation(self) -> float:
         qd, kt = self.queue_depth, self.kv_threshold
         now = self.clock.now_ns()
         scores = []
@@ -130,7 +237,7 @@ class Cluster:
         clock.t = started
         for spec in faults:
             self.stack.faults.add(spec, 0)
-        self.engine = self.stack.engine
+        self.engine = cast(SimEngine, self.stack.engine)
         self.engine.waker = self._wake
         self.engine.__class__ = SimEngine
         for r in self.engine.replicas:
@@ -142,6 +249,7 @@ class Cluster:
         self.jumps = jumps and not evicts and not self.stack.faults.faults and all(
             r.priority_preemption is None for r in self.replicas)
         self.jumping: set[int] = set()
+        self.engine.track(self.jumping)
         self._epoch = [0] * len(self.replicas)  # bumped when a jump's last-step event goes stale
         self._due: list[int | None] = [None] * len(self.engine.replicas)
         self._woken: set[int] = set()
@@ -302,6 +410,7 @@ class Cluster:
         gap = max(times[k] - times[k - 1] for k in range(j.done + 1, m)) if new > 1 else None
         j.done = m
         r.kv += j.n * new
+        self.engine.touched(r.index)
         r.steps_total += new
         self.steps += new
         idx = r.index
@@ -320,6 +429,7 @@ class Cluster:
         self._settle(r, j)
         r.jump = None
         self.jumping.discard(i)
+        self.engine.touched(i)
         r._plan = j.plan
         nxt = j.times[j.done]
         if nxt != j.times[-1]:  # the event at the last step's time goes stale
