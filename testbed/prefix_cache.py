@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
-from itertools import islice, repeat, takewhile
+from itertools import accumulate, islice, repeat, takewhile
+from operator import and_
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
+
+
+class BlockIndex:
+    """Which caches hold each block, across a pool's replicas: block hash -> bit mask of replica indices."""
+
+    def __init__(self) -> None:
+        self.holders: dict[bytes, int] = {}
+
+    def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
+        """Per replica, the leading blocks its cache holds: ``PrefixCache.match`` of every cache in one walk."""
+        hits = [0] * replicas
+        # the running AND of the holders' masks: after block i, the replicas that hold blocks 0..i. It only
+        # loses bits, so its values form a chain, and a replica's match is how many values still have its bit
+        # (counted in C: a long agent context is a thousand blocks, scored for every placement)
+        masks = accumulate(map(self.holders.get, blocks, repeat(0)), and_, initial=(1 << replicas) - 1)
+        chain = sorted(Counter(takewhile(bool, masks)).items(), key=lambda mc: mc[0].bit_count(), reverse=True)
+        total = -1  # the initial mask is no block
+        for k, (mask, count) in enumerate(chain):
+            total += count
+            gone = mask & ~chain[k + 1][0] if k + 1 < len(chain) else mask  # the replicas whose match ends here
+            while gone:
+                low = gone & -gone
+                hits[low.bit_length() - 1] = total
+                gone ^= low
+        return hits
 
 
 class PrefixCache:
@@ -20,6 +46,15 @@ class PrefixCache:
         # insert never removes a block, so the tips hold until the next eviction, which forgets them all.
         self._tips: dict[int, bytes] = {}
         self._hint = 0  # the tip the last match started from (a swarm's shared context: the next one's too)
+        self.index: BlockIndex | None = None  # the pool's index this cache reports its blocks to (``attach``)
+        self.bit = 0
+
+    def attach(self, index: BlockIndex, bit: int) -> None:
+        """Report this cache's blocks, now and from now on, to ``index`` as ``bit``."""
+        self.index, self.bit = index, bit
+        holders = index.holders
+        for b in self._blocks:
+            holders[b] = holders.get(b, 0) | bit
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -59,6 +94,11 @@ class PrefixCache:
     def insert(self, blocks: Sequence[bytes], limit_blocks: int | None = None) -> None:
         """Add a finished prefill's blocks, then evict down to `limit_blocks` (free KV)."""
         cached = self._blocks
+        index = self.index
+        if index is not None:
+            holders, bit = index.holders, self.bit
+            for b in [b for b in blocks if b not in cached]:
+                holders[b] = holders.get(b, 0) | bit
         # most recently used last, in the prompt's order: drop the blocks wherever they are, append them all
         deque(map(cached.pop, blocks, repeat(None)), maxlen=0)
         cached.update(zip(blocks, repeat(None)))
@@ -66,5 +106,14 @@ class PrefixCache:
         evict = len(cached) - max(0, cap)
         if evict > 0:
             self._tips.clear()
+            if index is None:
+                for _ in range(evict):
+                    cached.popitem(last=False)
+                return
             for _ in range(evict):
-                cached.popitem(last=False)
+                b = cached.popitem(last=False)[0]
+                mask = holders[b] ^ bit
+                if mask:
+                    holders[b] = mask
+                else:
+                    del holders[b]
