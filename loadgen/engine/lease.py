@@ -2,10 +2,13 @@
 
 Worker side, ``LeasedBudget``: the process's ``BudgetGuard`` is leased (its limits are what the
 master granted). When a send does not fit, the greenlet asks the master (``MSG_ASK``) and waits for
-the answer (a grant, or "the cap is reached for the run"); a reclaim is answered with what is not
-used; at its end the process gives everything unused back. Master side, ``LedgerHost``: runs the
-pure ``Ledger`` (``loadgen/engine/ledger.py``) on the master's message loop and writes its account
-to ``budget-master.json`` in the run folder (the runner merges it into run.json ``budget_usage``).
+the answer (a grant, or "the cap is reached for the run"); the grant is reserved for that send as
+the answer is read, before the process reads its next message (issue #15: a "reached" read right
+after it would otherwise refuse the resumed send, and a reclaim would take its unit back). A
+reclaim is answered with what is not used; at its end the process gives everything unused back.
+Master side, ``LedgerHost``: runs the pure ``Ledger`` (``loadgen/engine/ledger.py``) on the
+master's message loop and writes its account to ``budget-master.json`` in the run folder (the
+runner merges it into run.json ``budget_usage``).
 
 Same for ``--processes N`` (Locust's forked workers and their master) and ``rushhour worker``.
 Standard library only and duck-typed on Locust's runner (``register_message``/``send_message``,
@@ -38,6 +41,9 @@ from loadgen.ship import MASTER_ACCOUNT
 # ROUND_TIMEOUT_S, so an ask waiting for a slow holder's reclaim answer still gets the master's verdict
 ASK_TIMEOUT_S = 30.0
 UNREACHABLE = "master_unreachable"
+RESERVED = "_reserved"  # in a waiting send's answer: the reservation made for it when its grant was read
+
+Request = tuple[str, int, int]  # (tier, expected prompt tokens, expected output tokens) of a waiting send
 
 
 class LeasedBudget:
@@ -48,7 +54,7 @@ class LeasedBudget:
         self.runner = runner
         self.timeout_s = timeout_s
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
+        self._waiting: dict[int, tuple[threading.Event, dict[str, Any], Request]] = {}
         self.asks = 0
         self.wait_s_max = 0.0
         self.wait_s_total = 0.0
@@ -66,12 +72,14 @@ class LeasedBudget:
 
     def try_acquire(self, tier: str, expected_prompt_tokens: int = 0, expected_output_tokens: int = 0) -> bool:
         """Reserve one request; when this process's lease is short, ask the master (the greenlet waits)."""
+        request = (tier, expected_prompt_tokens, expected_output_tokens)
         while True:
-            verdict = self.guard.reserve(tier, expected_prompt_tokens, expected_output_tokens)
+            verdict = self.guard.reserve(*request)
             if isinstance(verdict, bool):
                 return verdict
-            if not self._ask(verdict):
-                return False
+            got = self._ask(verdict, request)
+            if got is not None:
+                return got
 
     def settle(self, tier: str, prompt_tokens: int, output_tokens: int, **expected: int | None) -> None:
         self.guard.settle(tier, prompt_tokens, output_tokens, **expected)
@@ -100,26 +108,34 @@ class LeasedBudget:
 
     # ----------------------------------------------------------------- messages
 
-    def _ask(self, short: Shortfall) -> bool:
-        """Ask the master for what is missing; False when it refused (or never answered)."""
+    def _ask(self, short: Shortfall, request: Request) -> bool | None:
+        """Ask the master for what is missing: True when its grant was reserved for this send, False when it
+        refused (or never answered), None when granted but the send still does not fit (ask again)."""
         ask_id = next(self._ids)
         got, answer = threading.Event(), dict[str, Any]()
-        self._waiting[ask_id] = (got, answer)
+        self._waiting[ask_id] = (got, answer, request)
         started = time.monotonic()
         self.asks += 1
         try:
             self.runner.send_message(MSG_ASK, {"id": ask_id, "needs": short.needs, "units": short.units})
             answered = got.wait(self.timeout_s)
+        except BaseException:  # killed while waiting (the process closes): what was reserved for it is not sent
+            if answer.get(RESERVED) is True:
+                self.guard.release(*request)
+            raise
         finally:
             self._waiting.pop(ask_id, None)
             waited = time.monotonic() - started
             self.wait_s_total += waited
             self.wait_s_max = max(self.wait_s_max, waited)
+        reserved = answer.get(RESERVED)
+        if isinstance(reserved, bool):  # the grant was read (even as the wait timed out): its verdict stands
+            return reserved
         if not answered:
             for key in short.needs:  # without the master nothing more is spent
                 self.guard.mark_reached(key, UNREACHABLE)
             return False
-        return bool(answer.get("granted")) and not answer.get("reached")
+        return None if answer.get("granted") and not answer.get("reached") else False
 
     def on_answer(self, msg: Any, **_: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
@@ -130,8 +146,15 @@ class LeasedBudget:
             self.guard.mark_reached(str(key), str(limit))
         waiting = self._waiting.get(data.get("id", -1))
         if waiting is not None:
-            waiting[1].update(data)
-            waiting[0].set()
+            got, answer, request = waiting
+            answer.update(data)
+            if data.get("granted") and not data.get("reached"):
+                # reserve now, not when the send resumes: the next message read (a "reached" for the run, a
+                # reclaim) may come before it does, and would refuse it or take its unit back (issue #15)
+                verdict = self.guard.reserve(*request)
+                if isinstance(verdict, bool):
+                    answer[RESERVED] = verdict
+            got.set()
 
     def on_reclaim(self, msg: Any, **_: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}

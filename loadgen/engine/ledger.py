@@ -15,7 +15,12 @@ is asked to give back what it is not using (one round: it ends when every holder
 gone missing, or after ``ROUND_TIMEOUT_S``), and the ask is served from that. If it still does not fit
 after a whole round, the scope's cap is reached for the run: the ask is refused and every worker is told (sticky), so an
 uneven load reaches the whole cap and then stops everywhere at once. A worker that ends gives back
-everything it did not use; one that went missing keeps what it held (it may have spent it).
+everything it did not use; one that went missing keeps what it held (it may have spent it). An ask
+of either still waiting then is dropped, not granted (nobody would use the grant).
+
+A grant is reserved by the worker for the asking send as soon as it reads it (``lease.py``), so a
+"reached" sent after it cannot strand it; and while other asks wait, a grant is no bigger than leaves
+them what they need, so a pass that declares a cap reached leaves no granted unit spare (issue #15).
 """
 
 from __future__ import annotations
@@ -135,6 +140,7 @@ class Ledger:
                 mine[name] = max(0.0, mine.get(name, 0.0) - value)
         if data.get("final"):
             self.gone.add(worker)
+            self._drop_asks(worker)
         if data.get("round") == self.round or data.get("final"):
             self.awaiting.discard(worker)
         return self._after_return(now)
@@ -144,9 +150,15 @@ class Ledger:
         if worker in self.gone:
             return []
         self.gone.add(worker)
+        self._drop_asks(worker)
         self.counts.lost += 1
         self.awaiting.discard(worker)
         return self._after_return(now)
+
+    def _drop_asks(self, worker: str) -> None:
+        """A worker ended or went missing: an ask of its still waiting is not granted (nobody would use it,
+        and the ledger would count it as held there: the run would stop short of the cap)."""
+        self.pending = [ask for ask in self.pending if ask.worker != worker]
 
     def tick(self, now: float) -> list[Out]:
         """Called a few times a second: a reclaim round nobody finished ends after ``ROUND_TIMEOUT_S``."""
@@ -180,7 +192,7 @@ class Ledger:
         out: list[Out] = []
         waiting: list[_Ask] = []
         newly_reached: dict[str, str] = {}
-        for ask in self.pending:
+        for i, ask in enumerate(self.pending):
             done = {k: self.counts.reached[k] for k in ask.needs if k in self.counts.reached}
             if done:
                 self.counts.refused += 1
@@ -188,7 +200,9 @@ class Ledger:
                 continue
             short = self._short(ask)
             if not short:
-                out.append((ask.worker, MSG_ANSWER, {"id": ask.ask_id, "granted": self._grant(ask), "reached": {}}))
+                others = _needs(waiting + self.pending[i + 1:])
+                out.append((ask.worker, MSG_ANSWER, {"id": ask.ask_id, "granted": self._grant(ask, others),
+                                                      "reached": {}}))
                 continue
             if ask.reclaimed:  # a whole round gave back what was spare, and it still does not fit
                 self.counts.refused += 1
@@ -224,9 +238,10 @@ class Ledger:
         self.awaiting, self.round_started = set(holders), now
         return [(w, MSG_RECLAIM, {"round": self.round, "scopes": sorted(keys)}) for w in holders]
 
-    def _grant(self, ask: _Ask) -> dict[str, Amounts]:
+    def _grant(self, ask: _Ask, others: dict[str, Amounts]) -> dict[str, Amounts]:
         """A lease for every scope the ask names: at least what it lacks, about ``LEASE_REQUESTS``
-        requests of its size when plenty is left, never more than a share of what is left."""
+        requests of its size when plenty is left, never more than a share of what is left, nor more
+        than leaves the other waiting asks (``others``: their needs summed) what they lack."""
         self.counts.grants += 1
         live = max(self.workers, len([w for w in self.held if w not in self.gone]))
         held = self.held.setdefault(ask.worker, {})
@@ -237,7 +252,8 @@ class Ledger:
             for name in self.limits.get(key, {}):
                 left = self.available(key, name)
                 need = needs.get(name, 0.0)
-                want = max(need, min(unit.get(name, 0.0) * LEASE_REQUESTS, left / (2 * live)))
+                spare = left - others.get(key, {}).get(name, 0.0)
+                want = max(need, min(unit.get(name, 0.0) * LEASE_REQUESTS, left / (2 * live), spare))
                 amount = min(left, want)
                 if name != "cost_usd":
                     amount = float(int(amount)) if amount >= need else float(-(-need // 1))
@@ -248,6 +264,17 @@ class Ledger:
                 mine[name] = mine.get(name, 0.0) + amount
             granted[key] = lease
         return granted
+
+
+def _needs(asks: list[_Ask]) -> dict[str, Amounts]:
+    """What the asks lack, summed per scope and field."""
+    out: dict[str, Amounts] = {}
+    for ask in asks:
+        for key, needs in ask.needs.items():
+            mine = out.setdefault(key, {})
+            for name, need in needs.items():
+                mine[name] = mine.get(name, 0.0) + need
+    return out
 
 
 def _slack(name: str, need: float) -> float:
