@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
-from itertools import accumulate, islice, repeat, takewhile
-from operator import and_
+from itertools import accumulate, filterfalse, islice, repeat, takewhile
+from operator import and_, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
@@ -15,6 +15,26 @@ class BlockIndex:
 
     def __init__(self) -> None:
         self.holders: dict[bytes, int] = {}
+        self._zeros = 0  # at most this many holders are 0 (no cache holds the block): swept when they add up
+
+    def add(self, blocks: list[bytes], bit: int) -> None:
+        """A cache (``bit``) now holds ``blocks`` (ones it did not hold before)."""
+        holders = self.holders
+        # in C: a prefill inserts a thousand blocks and, once the cache is full, evicts as many
+        holders.update(zip(blocks, map(or_, map(holders.get, blocks, repeat(0)), repeat(bit)), strict=True))
+
+    def drop(self, blocks: list[bytes], bit: int) -> None:
+        """A cache (``bit``) evicted ``blocks`` (ones it held)."""
+        holders = self.holders
+        masks = list(map(xor, map(holders.__getitem__, blocks), repeat(bit)))
+        holders.update(zip(blocks, masks, strict=True))
+        # a 0 reads as a missing block; they are swept once they could be half the dict (amortised O(1))
+        self._zeros += masks.count(0)
+        if self._zeros > len(holders) // 2:
+            live = {b: m for b, m in holders.items() if m}
+            holders.clear()
+            holders.update(live)
+            self._zeros = 0
 
     def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
         """Per replica, the leading blocks its cache holds: ``PrefixCache.match`` of every cache in one walk."""
@@ -96,9 +116,7 @@ class PrefixCache:
         cached = self._blocks
         index = self.index
         if index is not None:
-            holders, bit = index.holders, self.bit
-            for b in [b for b in blocks if b not in cached]:
-                holders[b] = holders.get(b, 0) | bit
+            index.add(list(filterfalse(cached.__contains__, blocks)), self.bit)
         # most recently used last, in the prompt's order: drop the blocks wherever they are, append them all
         deque(map(cached.pop, blocks, repeat(None)), maxlen=0)
         cached.update(zip(blocks, repeat(None)))
@@ -106,14 +124,8 @@ class PrefixCache:
         evict = len(cached) - max(0, cap)
         if evict > 0:
             self._tips.clear()
-            if index is None:
-                for _ in range(evict):
-                    cached.popitem(last=False)
-                return
-            for _ in range(evict):
-                b = cached.popitem(last=False)[0]
-                mask = holders[b] ^ bit
-                if mask:
-                    holders[b] = mask
-                else:
-                    del holders[b]
+            # the least recently used first, as popitem(last=False) one by one would take them (in C)
+            evicted = list(islice(cached, evict))
+            deque(map(cached.pop, evicted), maxlen=0)
+            if index is not None:
+                index.drop(evicted, self.bit)
