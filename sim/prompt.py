@@ -10,12 +10,11 @@ are byte for byte the testbed's (``testbed.tokens.block_hashes`` of the prompt t
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from loadgen import prompts
-from testbed.tokens import BYTES_PER_TOKEN, block_hashes
+from testbed.tokens import BYTES_PER_TOKEN, block_hasher, block_hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ class _Hash:
     __slots__ = ("blocks", "h", "size", "tail")
 
     def __init__(self) -> None:
-        self.h = hashlib.blake2b(digest_size=16)
+        self.h = block_hasher()
         self.tail = b""
         self.blocks: list[bytes] = []
         self.size = 0
