@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import accumulate, filterfalse, islice, repeat, takewhile
-from operator import and_, or_, xor
+from itertools import accumulate, compress, filterfalse, groupby, islice, repeat, takewhile
+from operator import and_, not_, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
@@ -15,7 +15,6 @@ class BlockIndex:
 
     def __init__(self) -> None:
         self.holders: dict[bytes, int] = {}
-        self._zeros = 0  # at most this many holders are 0 (no cache holds the block): swept when they add up
 
     def add(self, blocks: list[bytes], bit: int) -> None:
         """A cache (``bit``) now holds ``blocks`` (ones it did not hold before)."""
@@ -28,26 +27,20 @@ class BlockIndex:
         holders = self.holders
         masks = list(map(xor, map(holders.__getitem__, blocks), repeat(bit)))
         holders.update(zip(blocks, masks, strict=True))
-        # a 0 reads as a missing block; they are swept once they could be half the dict (amortised O(1))
-        self._zeros += masks.count(0)
-        if self._zeros > len(holders) // 2:
-            live = {b: m for b, m in holders.items() if m}
-            holders.clear()
-            holders.update(live)
-            self._zeros = 0
+        deque(map(holders.pop, compress(blocks, map(not_, masks))), maxlen=0)  # blocks no cache holds now
 
     def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
         """Per replica, the leading blocks its cache holds: ``PrefixCache.match`` of every cache in one walk."""
         hits = [0] * replicas
         # the running AND of the holders' masks: after block i, the replicas that hold blocks 0..i. It only
-        # loses bits, so its values form a chain, and a replica's match is how many values still have its bit
-        # (counted in C: a long agent context is a thousand blocks, scored for every placement)
+        # loses bits, so it runs through a few values, and a replica's match is how many blocks the runs with
+        # its bit cover (walked in C: a long agent context is a thousand blocks, scored for every placement)
         masks = accumulate(map(self.holders.get, blocks, repeat(0)), and_, initial=(1 << replicas) - 1)
-        chain = sorted(Counter(takewhile(bool, masks)).items(), key=lambda mc: mc[0].bit_count(), reverse=True)
+        runs = [(mask, len(list(run))) for mask, run in groupby(takewhile(bool, masks))]
         total = -1  # the initial mask is no block
-        for k, (mask, count) in enumerate(chain):
+        for k, (mask, count) in enumerate(runs):
             total += count
-            gone = mask & ~chain[k + 1][0] if k + 1 < len(chain) else mask  # the replicas whose match ends here
+            gone = mask & ~runs[k + 1][0] if k + 1 < len(runs) else mask  # the replicas whose match ends here
             while gone:
                 low = gone & -gone
                 hits[low.bit_length() - 1] = total
