@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import accumulate, compress, filterfalse, groupby, islice, repeat, takewhile
+from itertools import accumulate, compress, groupby, islice, repeat, takewhile
 from operator import and_, not_, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
@@ -108,11 +108,15 @@ class PrefixCache:
         """Add a finished prefill's blocks, then evict down to `limit_blocks` (free KV)."""
         cached = self._blocks
         index = self.index
-        if index is not None:
-            index.add(list(filterfalse(cached.__contains__, blocks)), self.bit)
-        # most recently used last, in the prompt's order: drop the blocks wherever they are, append them all
-        deque(map(cached.pop, blocks, repeat(None)), maxlen=0)
+        # most recently used last, in the prompt's order: the new blocks are appended, then every block moves
+        # to the end in turn (a chained hash never repeats in a prompt, so this is the order of dropping them
+        # all and appending them all, at a sixth of the cost: move_to_end only relinks)
+        before = len(cached)
         cached.update(zip(blocks, repeat(None)))
+        added = len(cached) - before
+        if index is not None and added:
+            index.add(list(islice(reversed(cached), added)), self.bit)  # the new ones, just appended
+        deque(map(cached.move_to_end, blocks), maxlen=0)
         cap = self.capacity_blocks if limit_blocks is None else min(self.capacity_blocks, limit_blocks)
         evict = len(cached) - max(0, cap)
         if evict > 0:
