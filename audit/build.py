@@ -138,6 +138,14 @@ _EVIDENCE_COLUMNS = ("request_id", "unserved", "t_end_ns", "cls", "status", "rea
 _GOOD_COLUMNS = ["served", "ttft_ns", "ttft_intended_ns", "tpot_ns", "e2e_ns"]  # what _good_mask reads
 
 
+def rows_of(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, as a slice (no copy) when the rows are contiguous, as a tier's are (``load.tier_order``)."""
+    idx = np.flatnonzero(mask)
+    if len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+        return frame.iloc[idx[0]:idx[-1] + 1]
+    return frame[mask]
+
+
 def _ms(frame: pd.DataFrame, column: str, mask: np.ndarray) -> np.ndarray:
     """One column's values (ms) where ``mask``: pulls a numpy column, never copies the frame."""
     return frame[column].to_numpy(dtype=np.float64)[mask] / NS_PER_MS
@@ -824,8 +832,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
           with_table: bool = False, table_writer: TableWriter | None = None) -> Audited:
     """Audit a run folder: its Summary, and its attempts table when ``with_table`` (nothing is written).
 
-    ``table_writer``: handed the classified attempts once the tier figures are done, to encode the table
-    on a second thread while the rest of the summary is computed (the caller finishes or aborts it).
+    ``table_writer``: handed the classified attempts as soon as they exist, to encode the table on a second
+    thread while the summary is computed (the caller finishes or aborts it).
     """
     if judge not in (None, "point", "bound"):
         raise AuditError(f"judge must be 'point' or 'bound', not {judge!r}")
@@ -850,14 +858,19 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
     stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
     # Validity and the routes read only the attempts (and health, breakers): they run on the second core (numpy
-    # and arrow let go of the GIL) while the logical requests are folded and the windows found — before the
-    # tiers' slices exist, so the two never add up to the memory peak.
+    # and arrow let go of the GIL) while the logical requests are folded and the tiers computed (each tier's
+    # rows a slice of the frames, not a copy, so the two do not add up to a memory peak); then the table.
     pool = ThreadPoolExecutor(max_workers=1)
     beside = pool.submit(_validity_and_routes, attempts, data, duration_s,
                          max(starts - stops, len(data.lost_workers)))
+    if table_writer is not None:
+        # the table's rows are every attempt as classified: encoded on the second core once validity is done,
+        # while this one folds and computes the tiers (a row group at a time: one group's arrow copy in memory)
+        table_writer.start(every_attempt, after=beside)
     # ids are carried only where read: a million strings are the dearest columns to copy per tier
     ids = [c for c in ("request_id", "twin_of", *(("logical_id",) if twins is None else ())) if c in attempts.columns]
     logical = fold_logical(attempts.drop(columns=ids))
+    memory.trim()  # the fold's sort keys and index arrays: freed, handed back before the windows and tiers grow
     per_tier = attempts.drop(columns=[c for c in _NOT_PER_TIER if c in attempts.columns])
     # the measurement window: requests whose first intended send fell in an excluded phase leave the figures
     measured = phases.measured_mask(logical["first_intended_ns"], sc.phases)
@@ -883,17 +896,11 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         good_all[sel] = _good_mask(logical[_GOOD_COLUMNS][sel], info.slo)
     # floor membership = the saturation slice's: the first intended send falls in a window (and is measured)
     sat_good_total = int((good_all & measured & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
-    try:
-        validity, route_summaries = beside.result()
-    finally:
-        pool.shutdown()
-    memory.trim()
-
     tier_summaries, series, evidence = [], {}, []
     phase_verdicts: list[Verdict] = []
     for info in infos:
         in_tier_att, in_tier_log = eq(attempts["tier"], info.name), eq(logical["tier"], info.name)
-        att, log = per_tier[in_tier_att], logical[in_tier_log]
+        att, log = rows_of(per_tier, in_tier_att), rows_of(logical, in_tier_log)
         lines = data.tasks[eq(data.tasks["tier"], info.name)] if len(data.tasks) else data.tasks
         if measured.all():  # no phase left out: the tier's frames as they are (a copy less of a million rows)
             tier = _tier_summary(info, att, log, lines, ctx, sat_good_total)
@@ -916,12 +923,14 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         del att, log, lines
         memory.trim()
     del per_tier
+    try:  # collected only now: the tiers (slices of the frames, not copies) need not wait for it
+        validity, route_summaries = beside.result()
+    finally:
+        pool.shutdown()
     if twins is not None:
         _priority_effects(tier_summaries, logical[measured], twins, sc)  # the measured requests only
     del logical  # nothing below reads the logical requests: their memory makes room for the table's
     memory.trim()
-    if table_writer is not None:  # the table's rows are every attempt as classified: encoded on the second core
-        table_writer.start(every_attempt)
 
     inversions = fairness.find_inversions(attempts, priorities, spans, grid)
     # the server saw the twins too: in its totals, and per priority under the one it gave them
@@ -995,7 +1004,10 @@ def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: floa
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
                               truncated_shards=data.truncated_shards, workers_lost=workers_lost,
                               duration_s=duration_s, lost_names=data.lost_workers)
-    return validity, _routes(attempts, data.breakers, duration_s * NS_PER_S)
+    memory.trim()  # its temporaries (~90 MB at a million attempts) back to the kernel before the routes' own
+    routes = _routes(attempts, data.breakers, duration_s * NS_PER_S)
+    memory.trim()
+    return validity, routes
 
 
 def _split_twins(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:

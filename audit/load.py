@@ -245,21 +245,42 @@ def _logical_codes(lid: pa.ChunkedArray) -> np.ndarray:
     return codes.astype(np.int64)
 
 
-def _to_frame(tables: list[pa.Table]) -> pd.DataFrame:
+def tier_order(table: pa.Table) -> np.ndarray | None:
+    """The rows' order grouped by tier, stable within a tier (None: already grouped, or no tier column).
+
+    The audit computes each tier on its own rows: grouped, those rows are one slice of every column (a
+    view), not a copy of the tier's share of the run. (Taking the rows in this order costs ~0.2 s at a
+    million; splitting each parsed chunk by tier instead cost 1.2 s more: three times the filters and
+    dictionaries.)
+    """
+    if "tier" not in table.column_names or table.num_rows < 2:
+        return None
+    encoded = pc.dictionary_encode(table.column("tier")).combine_chunks()
+    keys = np.asarray(encoded.indices.fill_null(len(encoded.dictionary)), dtype=np.int64)  # no tier: last
+    if (np.diff(keys) != 0).sum() < len(np.unique(keys)):  # each tier's rows already one run
+        return None
+    return np.argsort(keys.astype(np.int16) if keys.max() < 1 << 15 else keys, kind="stable")
+
+
+def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None) -> pd.DataFrame:
     """The rows of ``tables`` (consumed: the caller's list is emptied) as a DataFrame, one column at a time.
 
     Each arrow column is released as soon as its pandas column exists, so the conversion never holds
     two copies of the whole table. Text of few distinct values becomes categorical; times and counts
     may be absent: float64 + NaN keeps numpy speed (ns fit exactly up to ~104 days); flags absent = False.
+    ``order``: the rows are taken in this order (a column at a time, as they are converted).
     """
     table = pa.concat_tables(tables)
     tables.clear()
     names, types = table.column_names, table.schema.types
     arrays = table.columns
     del table
+    indices = pa.array(order) if order is not None else None
     out: dict[str, Any] = {}
     for name, dtype in zip(names, types, strict=True):
         col = arrays.pop(0)
+        if indices is not None:
+            col = col.take(indices)
         if name in CATEGORICAL and pa.types.is_string(dtype):
             col = pc.dictionary_encode(col)
         elif name in _ARROW_TEXT and pa.types.is_string(dtype):
@@ -367,6 +388,15 @@ def read_shard(path: Path, chunk_bytes: int | None = None, columnar: bool = True
     return parts
 
 
+def _rebased(part: pa.Table, kind: str, offset: int) -> pa.Table:
+    """``part`` with its times moved by ``offset`` ns (a shard's anchor onto the run's)."""
+    if offset:
+        for name in TIME_COLUMNS[kind]:
+            idx = part.schema.get_field_index(name)
+            part = part.set_column(idx, name, pc.add(part.column(name), offset))
+    return part
+
+
 def _read_shards(paths: list[Path], columnar: bool) -> Iterator[tuple[Path, ShardParts]]:
     """Each shard read, in order, the next one read meanwhile (arrow lets go of the GIL: the other core works)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -434,11 +464,7 @@ def load_run(run_dir: Path, columnar: bool = True) -> RunData:
             lost.append(path.stem)
         for kind in KIND_FIELDS:
             for part in parts.per_kind[kind]:
-                if offset:
-                    for name in TIME_COLUMNS[kind]:
-                        idx = part.schema.get_field_index(name)
-                        part = part.set_column(idx, name, pc.add(part.column(name), offset))
-                per_kind[kind].append(part)
+                per_kind[kind].append(_rebased(part, kind, offset))
         del parts
     frames = {}
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -447,13 +473,16 @@ def load_run(run_dir: Path, columnar: bool = True) -> RunData:
             if not tables:
                 tables.append(_empty({name: REQUEST_FIELDS[name] for name in REQUEST_USED}) if kind == KIND_REQUEST
                               else _empty(KIND_FIELDS[kind]))
+            order = None
             if kind == KIND_REQUEST:
                 tables[:] = [_with_logical_id(pa.concat_tables(tables))]
+                order = tier_order(tables[0])  # each tier's attempts one run of rows (see tier_order)
                 # the ids hashed on the second core (arrow lets go of the GIL) while the columns are converted
                 codes = pool.submit(_logical_codes, tables[0].column("logical_id"))
-            frames[kind] = _to_frame(tables)
+            frames[kind] = _to_frame(tables, order)
             if codes is not None:
-                frames[kind]["logical_code"] = codes.result()  # the last column, as it always was
+                ids = codes.result()
+                frames[kind]["logical_code"] = ids if order is None else ids[order]  # the last column, as always
                 codes = None
     pa.default_memory_pool().release_unused()  # the parser's scratch memory: give it back before the audit grows
     trim()

@@ -52,6 +52,32 @@ def bootstrap_quantile_ci(
     return (float(low), float(high))
 
 
+def sorted_quantiles(sorted_values: np.ndarray, qs: list[float] | np.ndarray) -> np.ndarray:
+    """``np.quantile(sorted_values, qs)`` (its default 'linear' method, bit for bit) of an already sorted array.
+
+    numpy partitions its input again even when it is sorted; at a million values per tier figure that
+    second pass was a tenth of the audit's time. Same virtual index, neighbours and lerp as numpy's.
+    """
+    n = len(sorted_values)
+    q = np.asarray(qs, dtype=np.float64)
+    virtual = (n - 1) * q
+    previous = np.floor(virtual)
+    following = previous + 1
+    above = virtual >= n - 1
+    previous[above] = -1
+    following[above] = -1
+    below = virtual < 0
+    previous[below] = 0
+    following[below] = 0
+    lo, hi = previous.astype(np.intp), following.astype(np.intp)
+    a, b = sorted_values[lo], sorted_values[hi]
+    gamma = virtual - lo
+    diff = b - a
+    out = np.add(a, diff * gamma)
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return out
+
+
 def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: bool = True) -> Percentiles:
     """p50/p90/p95/p99/max/mean of the finite values (times ``scale``), with bootstrap intervals."""
     arr = np.asarray(values, dtype=np.float64)
@@ -59,7 +85,7 @@ def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: boo
     if len(arr) == 0:
         return Percentiles(n=0)
     arr = np.sort(arr) * scale
-    qs = np.quantile(arr, list(QUANTILES.values()))
+    qs = sorted_quantiles(arr, list(QUANTILES.values()))
     fields = {name: float(v) for name, v in zip(QUANTILES, qs, strict=True)}
     intervals: dict[str, tuple[float, float]] = {}
     if ci:
@@ -235,13 +261,21 @@ def longest_gap(demand_starts: np.ndarray, demand_ends: np.ndarray, served_at: n
     served = served[np.isfinite(served)]
     which = np.searchsorted(s, served, side="right") - 1
     inside = (which >= 0) & (served <= e[np.clip(which, 0, None)]) if len(served) else np.zeros(0, dtype=bool)
-    points = np.concatenate([s, e, served[inside]])
-    group = np.concatenate([np.arange(len(s)), np.arange(len(s)), which[inside]])
-    order = np.lexsort((points, group))
-    points, group = points[order], group[order]
-    diffs = np.diff(points)
-    same = group[1:] == group[:-1]
-    return float(diffs[same].max()) if same.any() else 0.0
+    points, group = served[inside], which[inside]  # both in order: the intervals are disjoint and sorted
+    # The pieces of interval i: start → its first service, service → next service, last service → end; an
+    # interval without service is one piece. (One pass over sorted arrays: no sort of every boundary.)
+    pieces = [e - s]
+    if len(points):
+        first = np.ones(len(points), dtype=bool)
+        first[1:] = group[1:] != group[:-1]
+        last = np.ones(len(points), dtype=bool)
+        last[:-1] = first[1:]
+        served_any = np.zeros(len(s), dtype=bool)
+        served_any[group] = True
+        pieces = [(e - s)[~served_any], points[first] - s[group[first]], e[group[last]] - points[last],
+                  np.diff(points)[~first[1:]]]
+    longest = max((float(p.max()) for p in pieces if len(p)), default=0.0)
+    return longest
 
 
 def merge_bucket_mask(mask: np.ndarray, max_gap: int = 1) -> list[tuple[int, int]]:

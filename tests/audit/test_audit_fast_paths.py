@@ -1,0 +1,145 @@
+"""The audit's fast paths give the plain ones' answers: sorted quantiles, tier-grouped rows, the table's row groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import MS, RunBuilder
+
+import audit
+from audit import load, table
+from audit.build import audit_run, rows_of
+from audit.stats import longest_gap, sorted_quantiles
+from audit.validity import _answer_times, dark_spans
+
+QS = [0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_quantiles_are_numpys_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 3, 7, 100, 1001, 65_537):
+        for values in (rng.lognormal(5, 2, n), rng.integers(0, 4, n).astype(np.float64), rng.normal(0, 1e9, n)):
+            values.sort()
+            assert np.array_equal(sorted_quantiles(values, QS), np.quantile(values, QS))
+
+
+def test_tier_order_groups_each_tier_keeping_its_order() -> None:
+    tiers = ["b", "a", "b", None, "a", "c", "b"]
+    t = pa.table({"tier": tiers, "seq": list(range(len(tiers)))})
+    order = load.tier_order(t)
+    assert order is not None
+    regrouped = t.take(pa.array(order))
+    seen = regrouped.column("tier").to_pylist()
+    assert seen == ["b", "b", "b", "a", "a", "c", None]  # each tier one run (first seen first), no tier last
+    assert regrouped.column("seq").to_pylist() == [0, 2, 6, 1, 4, 5, 3]  # the rows' own order inside it
+    assert load.tier_order(regrouped) is None  # grouped already: nothing to do
+    assert load.tier_order(pa.table({"seq": [1, 2]})) is None
+
+
+def test_rows_of_is_a_slice_when_contiguous_and_a_copy_otherwise() -> None:
+    frame = pd.DataFrame({"x": np.arange(10, dtype=np.float64), "tier": list("aaabbbbccc")})
+    inside = (frame["tier"] == "b").to_numpy()
+    part = rows_of(frame, inside)
+    assert part.equals(frame[inside])
+    assert np.shares_memory(part["x"].to_numpy(), frame["x"].to_numpy())
+    scattered = np.isin(frame["x"].to_numpy(), [1, 5, 8])
+    assert rows_of(frame, scattered).equals(frame[scattered])
+    assert len(rows_of(frame, np.zeros(10, dtype=bool))) == 0
+
+
+def test_answer_times_are_every_answer_sorted() -> None:
+    frame = pd.DataFrame({"headers_ns": [5.0, np.nan, 1.0, 9.0], "first_token_ns": [6.0, 2.0, np.nan, 10.0],
+                          "done_ns": [7.0, 3.0, 4.0, np.nan]})
+    answered = np.array([True, True, False, True])
+    expected = np.sort(np.concatenate([frame[c].to_numpy()[answered] for c in frame.columns]))
+    assert np.array_equal(_answer_times(frame, answered), expected[np.isfinite(expected)])
+
+
+def test_dark_spans_take_unsorted_or_sorted_answers_alike() -> None:
+    rng = np.random.default_rng(3)
+    sent = np.sort(rng.uniform(0, 1e10, 400))
+    end = sent + rng.uniform(0, 1e8, 400)
+    dark = rng.random(400) < 0.6
+    answers = rng.uniform(0, 1e10, 300)
+    assert dark_spans(sent, end, dark, answers) == dark_spans(sent, end, dark, np.sort(answers))
+    assert dark_spans(sent, end, dark, answers, min_ns=5e8) == dark_spans(sent, end, dark, np.sort(answers), min_ns=5e8)
+
+
+def _mixed_run(root: Path, n: int) -> Path:
+    b = RunBuilder(root, profile="vllm")
+    for i in range(n):
+        tier = ("interactive", "standard", "batch")[i % 3]  # interleaved, over two processes: the audit regroups
+        process = ("p1", "p2")[i % 2]
+        if i % 5 == 4:
+            b.dropped(status=429, tier=tier, persona=f"chat-{tier}", sent_ns=i * MS, process=process)
+        else:
+            b.request(tier=tier, persona=f"chat-{tier}", sent_ns=i * MS, process=process)
+    return b.close()
+
+
+def test_regrouped_rows_give_the_figures_of_the_rows_as_written(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _mixed_run(tmp_path, 60)
+    grouped = audit_run(run)
+    monkeypatch.setattr(load, "tier_order", lambda table: None)  # the rows as written: tiers interleaved
+    written = audit_run(run)
+    assert [t.model_dump() for t in grouped.tiers] == [t.model_dump() for t in written.tiers]
+    assert grouped.validity == written.validity and grouped.timeline == written.timeline
+    assert [t.requests for t in grouped.tiers] == [20, 20, 20]
+    assert [t.unserved for t in grouped.tiers] == [4, 4, 4]
+
+
+def test_the_table_in_row_groups_is_the_table_built_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _mixed_run(tmp_path, 50)
+    monkeypatch.setattr(table, "ROW_GROUP", 7)  # 8 row groups, the last one short
+    audit.run_audit(run)
+    stored = pq.read_table(run / table.ATTEMPTS_FILE)
+    assert pq.ParquetFile(run / table.ATTEMPTS_FILE).metadata.num_row_groups == 8
+    whole = audit.audit(run, with_table=True).table  # the in-memory table, built in one piece
+    assert whole is not None
+    for name in table.COLUMNS:
+        assert stored.column(name).to_pylist() == whole.column(name).to_pylist(), name
+    # each tier's attempts are one run of rows, so the tiers' figures are computed on slices
+    tiers = stored.column("tier").to_pylist()
+    assert sum(1 for i in range(1, len(tiers)) if tiers[i] != tiers[i - 1]) == 2
+
+
+def test_only_columns_of_few_values_get_a_parquet_dictionary(tmp_path: Path) -> None:
+    run = _mixed_run(tmp_path, 12)
+    audit.run_audit(run)
+    meta = pq.ParquetFile(run / table.ATTEMPTS_FILE).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert any("DICTIONARY" in e or "RLE_DICTIONARY" in e for e in encodings["tier"])
+    for unique in ("sent_ns", "seq", "request_id"):
+        assert not any("DICTIONARY" in e for e in encodings[unique]), (unique, encodings[unique])
+
+
+def _longest_gap_by_hand(starts: np.ndarray, ends: np.ndarray, served: np.ndarray) -> float | None:
+    """Reference: merge the intervals one by one, then the longest piece between sorted boundaries and services."""
+    spans: list[list[float]] = []
+    for a, b in sorted(zip(starts.tolist(), np.maximum(ends, starts).tolist(), strict=True)):
+        if spans and a <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([a, b])
+    if not spans:
+        return None
+    finite = [x for x in served.tolist() if np.isfinite(x)]
+    return max(float(np.diff(sorted([a, b, *(x for x in finite if a <= x <= b)])).max()) for a, b in spans)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_longest_gap_is_the_longest_piece_by_hand(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        n, m, grid = int(rng.integers(0, 30)), int(rng.integers(0, 30)), int(rng.integers(1, 6))
+        starts = np.round(rng.uniform(0, 100, n) / grid) * grid  # on a grid: ties between everything
+        ends = starts + np.round(rng.exponential(5, n) / grid) * grid * (rng.random(n) < 0.8)
+        served = np.append(np.round(rng.uniform(-5, 110, m) / grid) * grid, [np.nan] * int(rng.integers(0, 2)))
+        assert longest_gap(starts, ends, served) == _longest_gap_by_hand(starts, ends, served)
