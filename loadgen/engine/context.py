@@ -107,6 +107,11 @@ class WorkerContext:
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
     stop_reason: str | None = None
 
+    def budget_in_flight(self) -> int:
+        """Requests the budget counts in flight: reserved and not settled (a leased grant is reserved for its
+        send when the master's answer is read, before that send resumes: issue #15)."""
+        return int(self.budget.snapshot()["run"]["in_flight"]) if self.budget is not None else 0
+
     @property
     def timeouts(self) -> Timeouts:
         t = self.scenario.resilience.timeouts

@@ -513,7 +513,7 @@ def _end_when_spent(environment: Environment, run: LocustRun, is_worker: bool) -
     while not run.closed:
         # nothing on the wire, and nothing reserved that is not on it yet: a leased grant is reserved for its
         # send when the master's answer is read, and that send may not have resumed yet (issue #15)
-        if ctx.stop_reason == "budget" and ctx.counters.in_flight == 0 and _reserved(ctx) == 0:
+        if ctx.stop_reason == "budget" and ctx.counters.in_flight == 0 and ctx.budget_in_flight() == 0:
             if is_worker:
                 ctx.writer.flush()  # its budget_reached line on disk before the master finalises run.json
                 with contextlib.suppress(Exception):
@@ -522,11 +522,6 @@ def _end_when_spent(environment: Environment, run: LocustRun, is_worker: bool) -
                 _end_test(environment)
             return
         gevent.sleep(SPENT_POLL_S)
-
-
-def _reserved(ctx: WorkerContext) -> int:
-    """Requests the budget counts in flight (reserved and not settled yet)."""
-    return int(ctx.budget.snapshot()["run"]["in_flight"]) if ctx.budget is not None else 0
 
 
 def _budget_usage(run_dir: Path) -> dict[str, Any] | None:

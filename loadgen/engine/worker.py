@@ -45,7 +45,7 @@ class Worker:
             self.drivers.kill(block=True, timeout=2)
             # drain: in-flight work may finish until the hard stop
             while len(self.group) and ctx.now_s() < ctx.hard_stop_s:
-                if ctx.stop_reason == "budget" and ctx.counters.in_flight == 0:
+                if ctx.stop_reason == "budget" and ctx.counters.in_flight == 0 and ctx.budget_in_flight() == 0:
                     break  # the run's budget is spent: nothing will be sent, only idle sessions wait
                 gevent.sleep(0.1)
             if ctx.stop_reason is None:
