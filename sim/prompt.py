@@ -82,7 +82,7 @@ _SYSTEM_STATES_MAX = 256
 class Conversation:
     """An append-only prompt (``loadgen.prompts.Conversation``'s shape) whose pieces are references."""
 
-    __slots__ = ("_hash", "_parent", "_shared", "messages", "system")
+    __slots__ = ("_hash", "_parent", "_shared", "_sizes", "messages", "system")
 
     def __init__(self, system: Content = "", messages: list[tuple[str, Content]] | None = None) -> None:
         self.system = system
@@ -90,11 +90,15 @@ class Conversation:
         self._hash: tuple[str, int, int, _Hash] | None = None  # (dialect, block, messages covered, state)
         self._parent: Conversation | None = None
         self._shared = False  # server_view handed out the state's block list (a job holds it now)
+        # (messages counted, their len, UTF-8 bytes and role characters): sizes are asked per attempt and per
+        # step, and a long task's context is dozens of messages
+        self._sizes = (0, 0, 0, 0)
 
     def with_user(self, content: Content) -> Conversation:
         """A copy with one more user message; it starts its hash from this conversation's."""
         out = Conversation(self.system, [*self.messages, ("user", content)])
         out._parent = self
+        out._sizes = self._sizes  # its counts cover the same first messages
         return out
 
     def append(self, role: str, content: Content) -> None:
@@ -103,9 +107,23 @@ class Conversation:
             self._hash, self._shared = (d, b, covered, state.copy()), False
         self.messages.append((role, content))
 
+    def _sums(self) -> tuple[int, int, int]:
+        """(len, UTF-8 bytes, role characters) summed over the messages, counted once each (append-only)."""
+        counted, chars, nbytes, roles = self._sizes
+        msgs = self.messages
+        if counted != len(msgs):
+            if counted > len(msgs):  # pragma: no cover - not append-only after all: count again
+                counted = chars = nbytes = roles = 0
+            for role, c in msgs[counted:]:
+                chars += len(c)
+                nbytes += _nbytes(c)
+                roles += len(role)
+            self._sizes = (len(msgs), chars, nbytes, roles)
+        return chars, nbytes, roles
+
     @property
     def nbytes(self) -> int:
-        return len(self.system) + sum(len(c) for _, c in self.messages)
+        return len(self.system) + self._sums()[0]
 
     @property
     def tokens(self) -> int:
@@ -178,9 +196,10 @@ class Conversation:
         if dialect == "openai-completions":  # the pieces, newline-separated
             n = _nbytes(self.system) if self.system else 0
             seps = len(self.messages) - (0 if self.system else 1)
-            return n + sum(_nbytes(c) for _, c in self.messages) + max(0, seps)
+            return n + self._sums()[1] + max(0, seps)
         n = _nbytes(self.system) + 9 if self.system else 0  # "system: …\n"
-        return n + sum(len(role) + 3 + _nbytes(c) for role, c in self.messages)  # "role: …\n"
+        _, nbytes, roles = self._sums()
+        return n + roles + 3 * len(self.messages) + nbytes  # "role: …\n" per message
 
     def server_prompt(self, dialect: str) -> bytes:
         """The whole prompt as the testbed's server reads it from the request body (tests, Anthropic)."""
