@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import accumulate, compress, groupby, islice, repeat, takewhile
-from operator import and_, not_, or_, xor
+from operator import and_, itemgetter, not_, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
@@ -121,8 +121,7 @@ class PrefixCache:
         evict = len(cached) - max(0, cap)
         if evict > 0:
             self._tips.clear()
-            # the least recently used first, as popitem(last=False) one by one would take them (in C)
-            evicted = list(islice(cached, evict))
-            deque(map(cached.pop, evicted), maxlen=0)
+            # the least recently used first: popitem(last=False) over and over, in C
+            evicted = list(map(itemgetter(0), map(cached.popitem, repeat(False, evict))))
             if index is not None:
                 index.drop(evicted, self.bit)
