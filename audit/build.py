@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -860,13 +860,13 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     # Validity and the routes read only the attempts (and health, breakers): they run on the second core (numpy
     # and arrow let go of the GIL) while the logical requests are folded and the tiers computed (each tier's
     # rows a slice of the frames, not a copy, so the two do not add up to a memory peak); then the table.
+    # The table first: its rows are every attempt as classified, encoded a row group at a time (one group's
+    # arrow copy in memory) while this core folds; validity's temporaries (~150 MB at a million attempts)
+    # would sit on top of the fold's, so it follows the table, beside the tiers.
+    written = table_writer.start(every_attempt) if table_writer is not None else None
     pool = ThreadPoolExecutor(max_workers=1)
     beside = pool.submit(_validity_and_routes, attempts, data, duration_s,
-                         max(starts - stops, len(data.lost_workers)))
-    if table_writer is not None:
-        # the table's rows are every attempt as classified: encoded on the second core once validity is done,
-        # while this one folds and computes the tiers (a row group at a time: one group's arrow copy in memory)
-        table_writer.start(every_attempt, after=beside)
+                         max(starts - stops, len(data.lost_workers)), written)
     # ids are carried only where read: a million strings are the dearest columns to copy per tier
     ids = [c for c in ("request_id", "twin_of", *(("logical_id",) if twins is None else ())) if c in attempts.columns]
     logical = fold_logical(attempts.drop(columns=ids))
@@ -998,9 +998,14 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     return Audited(summary, build_table(every_attempt) if with_table else None)
 
 
-def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: float, workers_lost: int
-                         ) -> tuple[Validity, list[RouteSummary]]:
-    """The run's validity (before the workers' early quits and shortfalls) and its routes: both only read."""
+def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: float, workers_lost: int,
+                         after: Future[Any] | None = None) -> tuple[Validity, list[RouteSummary]]:
+    """The run's validity (before the workers' early quits and shortfalls) and its routes: both only read.
+
+    ``after``: started once it is done (the table's encode: the two share the second core).
+    """
+    if after is not None:
+        wait([after])  # its failure is the audit's caller's to raise (``TableWriter.finish``)
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
                               truncated_shards=data.truncated_shards, workers_lost=workers_lost,
                               duration_s=duration_s, lost_names=data.lost_workers)

@@ -207,9 +207,11 @@ class TableWriter:
         self._rows: Future[pq.ParquetWriter] | None = None
         self._stop = False
 
-    def start(self, attempts: pd.DataFrame, after: Future[Any] | None = None) -> None:
+    def start(self, attempts: pd.DataFrame, after: Future[Any] | None = None) -> Future[pq.ParquetWriter]:
+        """Build and encode the rows on a thread of its own (after ``after``, when given); the rows' future."""
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._rows = self._pool.submit(self._write_rows, attempts, after)
+        return self._rows
 
     def _write_rows(self, attempts: pd.DataFrame, after: Future[Any] | None) -> pq.ParquetWriter:
         if after is not None:

@@ -143,3 +143,32 @@ def test_longest_gap_is_the_longest_piece_by_hand(seed: int) -> None:
         ends = starts + np.round(rng.exponential(5, n) / grid) * grid * (rng.random(n) < 0.8)
         served = np.append(np.round(rng.uniform(-5, 110, m) / grid) * grid, [np.nan] * int(rng.integers(0, 2)))
         assert longest_gap(starts, ends, served) == _longest_gap_by_hand(starts, ends, served)
+
+
+def _factorized(ids: list[str | None]) -> np.ndarray:
+    codes, uniques = pd.factorize(pd.Series(ids, dtype=object))
+    missing = codes < 0
+    codes[missing] = len(uniques) + np.arange(int(missing.sum()))
+    return codes.astype(np.int64)
+
+
+def test_logical_codes_of_fixed_width_ids_are_the_string_factorize(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    pool = [f"{int(x):032x}" for x in rng.integers(0, 2**62, 300)]
+    ids = [pool[int(i)] for i in rng.integers(0, 300, 2000)]
+    column = pa.chunked_array([pa.array(ids[:700]), pa.array(ids[700:])])
+    assert load._fixed_width_codes(column.combine_chunks()) is not None  # the fast path is taken
+    assert np.array_equal(load._logical_codes(column), _factorized(ids))
+    sliced = column.combine_chunks().slice(13, 500)  # an offset into the buffers
+    assert np.array_equal(load._logical_codes(pa.chunked_array([sliced])), _factorized(ids[13:513]))
+    # every id mixed to one value: the check finds rows that differ, and the strings are hashed instead
+    monkeypatch.setattr(load, "_MIX", np.zeros(4, dtype=np.uint64))
+    assert load._fixed_width_codes(column.combine_chunks()) is None
+    assert np.array_equal(load._logical_codes(column), _factorized(ids))
+
+
+def test_logical_codes_of_other_ids_take_the_string_path() -> None:
+    for ids in (["a", "bb", "a", "ccc"], ["x" * 32, None, "x" * 32], ["abc", "abd", "abc"], []):
+        column = pa.chunked_array([pa.array(ids, type=pa.string())])
+        assert load._fixed_width_codes(column.combine_chunks()) is None
+        assert np.array_equal(load._logical_codes(column), _factorized(ids))
