@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 import pytest
@@ -11,15 +10,7 @@ from sim.cluster import SimEngine, SimReplica
 from testbed.clock import MonotonicClock
 from testbed.engine import Engine, EngineParams
 from testbed.job import RUNNING, WAITING, Job
-
-
-def _blocks(parts: list[int]) -> list[bytes]:
-    h = hashlib.blake2b(digest_size=8)
-    out = []
-    for p in parts:
-        h.update(p.to_bytes(4, "little"))
-        out.append(h.digest())
-    return out
+from tests.testbed.testbed_helpers import chained_blocks
 
 
 @pytest.mark.parametrize(("prefix_aware", "headroom"), [(True, None), (False, None), (True, (0.1, 0.5))])
@@ -41,9 +32,9 @@ def test_placement_and_saturation_are_the_engines(prefix_aware: bool, headroom: 
                                            replica=r.index)) for i in range(rng.randrange(3))]
             r.n_waiting = len(r.waiting)
             if rng.random() < 0.3:
-                r.cache.insert(_blocks([*shared[: rng.randrange(40)], rng.randrange(1 << 30)]))
+                r.cache.insert(chained_blocks([*shared[: rng.randrange(40)], rng.randrange(1 << 30)]))
         job = Job("x", 0, 100, 10, tier=rng.randrange(3),
-                  blocks=_blocks(shared[: rng.randrange(41)] + [rng.randrange(1 << 30) for _ in range(3)]))
+                  blocks=chained_blocks(shared[: rng.randrange(41)] + [rng.randrange(1 << 30) for _ in range(3)]))
         want = Engine.place(eng, job)
         sat = Engine.saturation(eng)
         eng.__class__ = SimEngine

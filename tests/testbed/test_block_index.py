@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 
+from testbed_helpers import chained_blocks
+
 from testbed.prefix_cache import TIP_STEP, BlockIndex, PrefixCache
-
-
-def _chain(parts: list[int]) -> list[bytes]:
-    h = hashlib.blake2b(digest_size=8)
-    out = []
-    for p in parts:
-        h.update(p.to_bytes(4, "little"))
-        out.append(h.digest())
-    return out
 
 
 def _holders(caches: list[PrefixCache]) -> dict[bytes, int]:
@@ -31,7 +23,7 @@ def test_leading_is_each_caches_match() -> None:
     chains = []
     for _ in range(300):
         own = [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 3 * TIP_STEP))]
-        chains.append(_chain(shared[: rng.choice([0, 5, TIP_STEP, len(shared)])] + own))
+        chains.append(chained_blocks(shared[: rng.choice([0, 5, TIP_STEP, len(shared)])] + own))
     caches = [PrefixCache(capacity_blocks=rng.randrange(2, 8) * TIP_STEP) for _ in range(11)]
     index = BlockIndex()
     caches[0].insert(chains[0])  # a cache with blocks before it is attached
@@ -57,5 +49,5 @@ def test_leading_is_each_caches_match() -> None:
 def test_leading_of_nothing() -> None:
     index = BlockIndex()
     assert index.leading([], 3) == [0, 0, 0]
-    assert index.leading(_chain([1, 2]), 2) == [0, 0]
-    assert index.leading(_chain([1]), 0) == []
+    assert index.leading(chained_blocks([1, 2]), 2) == [0, 0]
+    assert index.leading(chained_blocks([1]), 0) == []

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
+
+from testbed_helpers import chained_blocks
 
 from testbed.clock import MonotonicClock
 from testbed.engine import Engine, EngineParams
 from testbed.policies import pool_saturation
 from testbed.prefix_cache import TIP_STEP, PrefixCache
-
-
-def _chain(parts: list[int]) -> list[bytes]:
-    h = hashlib.blake2b(digest_size=8)
-    out = []
-    for p in parts:
-        h.update(p.to_bytes(4, "little"))
-        out.append(h.digest())
-    return out
 
 
 def _naive(cache: PrefixCache, blocks: list[bytes]) -> int:
@@ -37,7 +29,7 @@ def test_tips_give_the_same_matches_as_a_full_scan() -> None:
     for _ in range(400):
         own = [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 4 * TIP_STEP))]
         cut = rng.choice([0, TIP_STEP, len(shared)])
-        chains.append(_chain(shared[:cut] + own))
+        chains.append(chained_blocks(shared[:cut] + own))
     skipped = hinted = 0
     for step in range(3000):
         chain = rng.choice(chains)

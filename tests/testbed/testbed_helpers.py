@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -100,3 +101,13 @@ async def post(r: Running, path: str, body: Any, headers: dict[str, str] | None 
             broken = True
         text = buf.decode("utf-8", errors="replace")
         return Result(resp.status, {k.lower(): v for k, v in resp.headers.items()}, text, broken)
+
+
+def chained_blocks(parts: list[int]) -> list[bytes]:
+    """Block hashes chained as a prompt's are: each block's hash covers every part before it."""
+    h = hashlib.blake2b(digest_size=8)
+    out = []
+    for p in parts:
+        h.update(p.to_bytes(4, "little"))
+        out.append(h.digest())
+    return out
