@@ -264,10 +264,8 @@ def _fixed_width_codes(column: pa.StringArray) -> np.ndarray | None:
         return None
     offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + n + 1]
     width = int(offsets[1] - offsets[0])
-    if width == 0 or width % 8 or width // 8 > len(_MIX) or int(offsets[-1] - offsets[0]) != width * n:
-        return None  # not one width (the lengths sum to n × width only when each is width: checked below)
-    if not (np.diff(offsets) == width).all():
-        return None
+    if width == 0 or width % 8 or width // 8 > len(_MIX) or not (np.diff(offsets) == width).all():
+        return None  # not every id one width of whole words
     data = np.frombuffer(column.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
     words = data.view(np.uint64).reshape(n, width // 8)
     with np.errstate(over="ignore"):

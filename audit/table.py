@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +192,9 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
 class TableWriter:
     """``attempts.parquet`` built and encoded on a second thread while the audit computes its summary.
 
-    ``start`` hands over the classified frame (only read from then on) and, optionally, a future to wait
-    for first (the second core's other job); ``finish`` waits for the rows, adds the inputs' fingerprint
-    (which names the summary written meanwhile) to the file's metadata and puts the file in place
-    atomically; ``abort`` leaves no file. (The fingerprint is file metadata added at close, so
+    ``start`` hands over the classified frame (only read from then on); ``finish`` waits for the rows,
+    adds the inputs' fingerprint (which names the summary written meanwhile) to the file's metadata and
+    puts the file in place atomically; ``abort`` leaves no file. (The fingerprint is file metadata added at close, so
     ``stored_inputs`` reads the file's metadata, not the arrow schema's.) The rows are built and written
     ``ROW_GROUP`` at a time, so the arrow copy in memory is one row group's, not the whole table's.
     """
@@ -207,15 +206,13 @@ class TableWriter:
         self._rows: Future[pq.ParquetWriter] | None = None
         self._stop = False
 
-    def start(self, attempts: pd.DataFrame, after: Future[Any] | None = None) -> Future[pq.ParquetWriter]:
-        """Build and encode the rows on a thread of its own (after ``after``, when given); the rows' future."""
+    def start(self, attempts: pd.DataFrame) -> Future[pq.ParquetWriter]:
+        """Build and encode the rows on a thread of its own; the rows' future."""
         self._pool = ThreadPoolExecutor(max_workers=1)
-        self._rows = self._pool.submit(self._write_rows, attempts, after)
+        self._rows = self._pool.submit(self._write_rows, attempts)
         return self._rows
 
-    def _write_rows(self, attempts: pd.DataFrame, after: Future[Any] | None) -> pq.ParquetWriter:
-        if after is not None:
-            wait([after])  # its failure is the audit's to raise: the rows are written either way
+    def _write_rows(self, attempts: pd.DataFrame) -> pq.ParquetWriter:
         writer: pq.ParquetWriter | None = None
         try:
             for lo in range(0, max(1, len(attempts)), ROW_GROUP):
