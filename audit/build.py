@@ -857,21 +857,17 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     duration_s = _duration_s(data, attempts, sc)
     starts = sum(1 for e in data.events if e.get("name") == "worker_start")
     stops = sum(1 for e in data.events if e.get("name") == "worker_stop")
-    # Validity and the routes read only the attempts (and health, breakers): they run on the second core (numpy
-    # and arrow let go of the GIL) beside the tiers (each tier's rows a slice of the frames, not a copy). The
-    # table's encode goes first there, a row group at a time (one group's arrow copy in memory), beside the
-    # fold; validity's temporaries (~150 MB at a million attempts) would sit on top of the fold's. Without a
-    # table, validity starts once the fold is done, for the same reason.
+    # The second core (numpy and arrow let go of the GIL) first encodes the table, a row group at a time (one
+    # group's arrow copy in memory), beside the fold; then validity and the routes, which only read the
+    # attempts (and health, breakers), beside the tiers (each tier's rows a slice of the frames, not a copy).
+    # Validity's temporaries (~150 MB at a million attempts) would sit on top of the fold's: it starts after it.
     written = table_writer.start(every_attempt) if table_writer is not None else None
-    pool = ThreadPoolExecutor(max_workers=1)
-    workers_lost = max(starts - stops, len(data.lost_workers))
-    beside = (pool.submit(_validity_and_routes, attempts, data, duration_s, workers_lost, written)
-              if written is not None else None)
     # ids are carried only where read: a million strings are the dearest columns to copy per tier
     ids = [c for c in ("request_id", "twin_of", *(("logical_id",) if twins is None else ())) if c in attempts.columns]
     logical = fold_logical(attempts.drop(columns=ids))
-    if beside is None:
-        beside = pool.submit(_validity_and_routes, attempts, data, duration_s, workers_lost)
+    pool = ThreadPoolExecutor(max_workers=1)
+    beside = pool.submit(_validity_and_routes, attempts, data, duration_s, max(starts - stops, len(data.lost_workers)),
+                         written)
     memory.trim()  # the fold's sort keys and index arrays: freed, handed back before the windows and tiers grow
     per_tier = attempts.drop(columns=[c for c in _NOT_PER_TIER if c in attempts.columns])
     # the measurement window: requests whose first intended send fell in an excluded phase leave the figures
