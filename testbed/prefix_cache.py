@@ -59,6 +59,9 @@ class PrefixCache:
         # insert never removes a block, so the tips hold until the next eviction, which forgets them all.
         self._tips: dict[int, bytes] = {}
         self._hint = 0  # the tip the last match started from (a swarm's shared context: the next one's too)
+        # the newest entries, oldest first, when the last reordering left a prompt's leading blocks there in
+        # order (a match's touch, an insert): an insert of a prompt that starts with them leaves them in place
+        self._run: list[bytes] | None = None
         self.index: BlockIndex | None = None  # the pool's index this cache reports its blocks to (``attach``)
         self.bit = 0
 
@@ -101,26 +104,40 @@ class PrefixCache:
         for k in range(start + TIP_STEP, n + 1, TIP_STEP):
             tips[k] = blocks[k - 1]
         if touch and n:
-            deque(map(cached.move_to_end, blocks[:n]), maxlen=0)
+            touched = list(blocks[:n])
+            deque(map(cached.move_to_end, touched), maxlen=0)
+            self._run = touched
         return n
 
     def insert(self, blocks: Sequence[bytes], limit_blocks: int | None = None) -> None:
         """Add a finished prefill's blocks, then evict down to `limit_blocks` (free KV)."""
         cached = self._blocks
         index = self.index
-        # most recently used last, in the prompt's order: the new blocks are appended, then every block moves
-        # to the end in turn (a chained hash never repeats in a prompt, so this is the order of dropping them
-        # all and appending them all, at a sixth of the cost: move_to_end only relinks)
+        # most recently used last, in the prompt's order: the new blocks are appended, and every block ends
+        # at the end in the prompt's order, as dropping them all and appending them all would leave them.
+        # Blocks already there stay put (the admission's match just moved the leading cached ones there);
+        # the leading cached ones after them are moved; the rest, new as a rule, are appended
+        run = self._run
+        n = len(run) if run is not None and len(run) <= len(blocks) and run == blocks[: len(run)] else 0
+        rest = list(blocks[n:])
+        lead = len(list(takewhile(cached.__contains__, rest)))
+        if lead:
+            deque(map(cached.move_to_end, rest[:lead]), maxlen=0)
+            rest = rest[lead:]
         before = len(cached)
-        cached.update(zip(blocks, repeat(None)))
+        cached.update(zip(rest, repeat(None)))
         added = len(cached) - before
         if index is not None and added:
             index.add(list(islice(reversed(cached), added)), self.bit)  # the new ones, just appended
-        deque(map(cached.move_to_end, blocks), maxlen=0)
+        if added != len(rest):  # some after the first new one were cached: every one of them to the end in turn
+            deque(map(cached.move_to_end, rest), maxlen=0)
+        self._run = list(blocks)
         cap = self.capacity_blocks if limit_blocks is None else min(self.capacity_blocks, limit_blocks)
         evict = len(cached) - max(0, cap)
         if evict > 0:
             self._tips.clear()
+            if len(cached) - evict < len(blocks):
+                self._run = None  # the eviction reaches into the prompt's own blocks
             # the least recently used first: popitem(last=False) over and over, in C
             evicted = list(map(itemgetter(0), map(cached.popitem, repeat(False, evict))))
             if index is not None:

@@ -1,0 +1,70 @@
+"""An insert leaves the newest run of blocks in place: the same cache, LRU order and block index as the plain loops."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+from testbed_helpers import chained_blocks
+
+from testbed.prefix_cache import TIP_STEP, BlockIndex, PrefixCache
+
+
+class Plain:
+    """The LRU cache as plain loops: a match moves its hits to the end, an insert drops and re-appends every block."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
+
+    def match(self, blocks: list[bytes], touch: bool) -> int:
+        n = 0
+        for h in blocks:
+            if h not in self.blocks:
+                break
+            if touch:
+                self.blocks.move_to_end(h)
+            n += 1
+        return n
+
+    def insert(self, blocks: list[bytes], limit: int) -> None:
+        for h in blocks:
+            self.blocks.pop(h, None)
+            self.blocks[h] = None
+        while len(self.blocks) > max(0, min(self.capacity, limit)):
+            self.blocks.popitem(last=False)
+
+
+def test_insert_after_its_match_is_the_plain_loops() -> None:
+    """Admission then prefill (a match that touches, then the insert of the same prompt), other prompts' matches
+    and inserts in between, evictions of every size: the cache and the index are the plain loops' at every step."""
+    rng = random.Random(8)
+    shared = [rng.randrange(1 << 30) for _ in range(TIP_STEP + 9)]
+    parts = []
+    for _ in range(120):
+        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(0, 2 * TIP_STEP))]
+        parts.append(shared[: rng.choice([0, 3, len(shared)])] + own)
+    parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 9))] for p in parts[::3]]  # next steps
+    chains = [chained_blocks(p) for p in parts]
+    capacity = 4 * TIP_STEP
+    plain, fast, index = Plain(capacity), PrefixCache(capacity), BlockIndex()
+    fast.attach(index, 1)
+    kept = cut = 0
+    for step in range(6000):
+        chain = rng.choice(chains)
+        op = rng.random()
+        if op < 0.5:
+            touch = op < 0.35
+            assert fast.match(chain, touch) == plain.match(chain, touch), step
+            if touch and rng.random() < 0.6:  # its prefill, at once
+                op = 0.9
+        if op >= 0.5:
+            run = fast._run
+            kept += run is not None and 0 < len(run) <= len(chain) and run == chain[: len(run)]
+            limit = rng.choice([capacity, rng.randrange(len(chain), capacity + 1), rng.randrange(0, capacity)])
+            cut += limit < len(chain)
+            fast.insert(chain, limit)
+            plain.insert(chain, limit)
+        assert list(fast._blocks) == list(plain.blocks), step
+        assert index.holders == dict.fromkeys(plain.blocks, 1), step
+    assert kept > 400  # the run was there to keep
+    assert cut > 100  # evictions into the prompt's own blocks
