@@ -69,6 +69,9 @@ PARSE_SCHEMA = _parse_schema()
 _CHUNK_LINES = 50_000  # bisection unit after a failed parse: a bad line costs little re-parsing
 _BLOCK_BYTES = 4 << 20  # pyarrow block: the unit of parallel parsing
 CHUNK_BYTES = 64 << 20
+# Sidecar batches split by kind together: 16 of 4,096 rows per call halve the calls' cost (each split is ~14
+# arrow calls per kind whatever its size; 64 at once was slower again: bigger filters' scratch).
+SIDECAR_GROUP = 16
 _PARSING = threading.Lock()  # a shard is parsed this much at a time: memory follows the rows kept, not the file
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
 _BLANK = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)  # what bytes.strip() removes
@@ -303,43 +306,67 @@ def tier_order(table: pa.Table) -> np.ndarray | None:
     return np.argsort(keys.astype(np.int16) if keys.max() < 1 << 15 else keys, kind="stable")
 
 
-def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None) -> pd.DataFrame:
+def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None,
+              beside: ThreadPoolExecutor | None = None) -> pd.DataFrame:
     """The rows of ``tables`` (consumed: the caller's list is emptied) as a DataFrame, one column at a time.
 
     Each arrow column is released as soon as its pandas column exists, so the conversion never holds
     two copies of the whole table. Text of few distinct values becomes categorical; times and counts
     may be absent: float64 + NaN keeps numpy speed (ns fit exactly up to ~104 days); flags absent = False.
-    ``order``: the rows are taken in this order (a column at a time, as they are converted). (Two
-    threads converting were no faster beside the ids' hashing, and held ~40 MB more.)
+    ``order``: the rows are taken in this order (a column at a time, as they are converted).
+    ``beside``: the text columns dearest to convert (ids, task ids: ~40 % of the conversion) are converted
+    there (arrow lets go of the GIL) while this thread converts the rest.
     """
     table = pa.concat_tables(tables)
     tables.clear()
     names, types = table.column_names, table.schema.types
     arrays = table.columns
     del table
-    indices = pa.array(order) if order is not None else None
     out: dict[str, Any] = {}
     for i, (name, dtype) in enumerate(zip(names, types, strict=True)):
         if i % TRIM_EVERY == TRIM_EVERY - 1:
             trim()  # the arrow columns freed so far back to the kernel, not kept beside the frame's new ones
-        out[name] = _column(arrays.pop(0), name, dtype, indices)  # popped: dropped once converted
+        col = arrays.pop(0)  # popped: dropped once converted
+        if beside is not None and name in _BESIDE:
+            out[name] = beside.submit(_column, col, name, dtype, order)
+        else:
+            out[name] = _column(col, name, dtype, order)
+        del col
+    for name, value in out.items():
+        if isinstance(value, Future):
+            out[name] = value.result()
     return pd.DataFrame(out, copy=False)
 
 
-def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, indices: pa.Array | None) -> Any:
-    """One arrow column as the frame holds it (see ``_to_frame``), its rows taken in ``indices``' order."""
-    if indices is not None:
-        col = col.take(indices)
-    if name in CATEGORICAL and pa.types.is_string(dtype):
-        col = pc.dictionary_encode(col)
-    elif name in _ARROW_TEXT and pa.types.is_string(dtype):
+# Text columns converted beside the others: each costs as much as ten numeric columns (a take of a million
+# strings, or a dictionary of ~100k task ids unified over every chunk).
+_BESIDE = frozenset({"request_id", "logical_id", "twin_of", "task_id", "parent_id"})
+
+
+def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarray | None) -> Any:
+    """One arrow column as the frame holds it (see ``_to_frame``), its rows taken in ``order``.
+
+    Only the ids are reordered in arrow; every other column is converted first and reordered in numpy
+    (one fewer arrow temporary a column: numpy's column-sized arrays come on huge pages, arrow's on
+    4 KiB ones, and the page faults were a third of the conversion's time).
+    """
+    if name in _ARROW_TEXT and pa.types.is_string(dtype):
+        if order is not None:
+            col = col.combine_chunks().take(pa.array(order))  # one array taken: a chunked take costs ~40 % more
         # ids stay arrow strings (zero-copy, ~36 B a row), not a million Python str objects (~80 B each)
         return pd.Series(col, dtype=pd.ArrowDtype(pa.string()), copy=False)
-    elif pa.types.is_integer(dtype):
-        col = pc.cast(col, pa.float64())
+    if name in CATEGORICAL and pa.types.is_string(dtype):
+        col = pc.dictionary_encode(col)
     elif pa.types.is_boolean(dtype):
         col = pc.fill_null(col, False)
-    return col.to_pandas()
+    series = col.to_pandas()  # integers: float64 + NaN where any is absent, else int64 (made float64 below)
+    if pa.types.is_integer(dtype) and series.dtype != np.float64:
+        series = series.astype(np.float64)
+    if order is None:
+        return series
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return pd.Series(pd.Categorical.from_codes(series.cat.codes.to_numpy()[order], dtype=series.dtype))
+    return pd.Series(series.to_numpy()[order])
 
 
 @dataclass
@@ -404,10 +431,17 @@ def read_shard(path: Path, chunk_bytes: int | None = None, columnar: bool = True
         parts.skipped += int(parts.cut)
         pos = 0
         if columnar:
+            group: list[pa.RecordBatch] = []
             for batch, end in sidecar.verified_batches(path, mapped, body, PARSE_SCHEMA):
-                _add_chunk(parts, pa.Table.from_batches([batch]))
+                group.append(batch)
                 del batch
                 pos = end
+                if len(group) == SIDECAR_GROUP:
+                    _add_chunk(parts, pa.Table.from_batches(group))
+                    group.clear()
+            if group:
+                _add_chunk(parts, pa.Table.from_batches(group))
+            del group
             parts.columnar_bytes = pos
             if pos:
                 mapped.madvise(mmap.MADV_DONTNEED, 0, pos - pos % mmap.PAGESIZE)  # checked: need not stay resident
@@ -524,7 +558,7 @@ def load_run(run_dir: Path, columnar: bool = True) -> RunData:
                 order = tier_order(tables[0])  # each tier's attempts one run of rows (see tier_order)
                 # the ids hashed on the second core (arrow lets go of the GIL) while the columns are converted
                 codes = pool.submit(_logical_codes, tables[0].column("logical_id"))
-            frames[kind] = _to_frame(tables, order)
+            frames[kind] = _to_frame(tables, order, pool)
             if codes is not None:
                 ids = codes.result()
                 frames[kind]["logical_code"] = ids if order is None else ids[order]  # the last column, as always

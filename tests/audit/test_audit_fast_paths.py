@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -172,3 +173,95 @@ def test_logical_codes_of_other_ids_take_the_string_path() -> None:
         column = pa.chunked_array([pa.array(ids, type=pa.string())])
         assert load._fixed_width_codes(column.combine_chunks()) is None
         assert np.array_equal(load._logical_codes(column), _factorized(ids))
+
+
+def _plain_column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarray | None) -> pd.Series:
+    """The conversion as first written: every column taken in arrow, then converted."""
+    if order is not None:
+        col = col.take(pa.array(order))
+    if name in load.CATEGORICAL and pa.types.is_string(dtype):
+        col = pa.compute.dictionary_encode(col)
+    elif name in load._ARROW_TEXT and pa.types.is_string(dtype):
+        return pd.Series(col, dtype=pd.ArrowDtype(pa.string()))
+    elif pa.types.is_integer(dtype):
+        col = pa.compute.cast(col, pa.float64())
+    elif pa.types.is_boolean(dtype):
+        col = pa.compute.fill_null(col, False)
+    return col.to_pandas()
+
+
+def _chunked_request_table() -> pa.Table:
+    """Request columns of every kind the frame holds, over three chunks with different dictionaries and nulls."""
+    chunks = []
+    for k, tiers in enumerate((["b", "a", "b"], ["c", None, "a", "b"], ["a", "a"])):
+        n = len(tiers)
+        chunks.append(pa.table({
+            "request_id": [f"{k}{i:031x}" for i in range(n)],
+            "tier": pa.array(tiers).dictionary_encode(),
+            "task_id": pa.array([f"t{k}-{i % 2}" if i else None for i in range(n)]).dictionary_encode(),
+            "status": pa.array([200 if i % 2 else None for i in range(n)], type=pa.int64()),
+            "seq": pa.array(list(range(n)), type=pa.int64()),  # no nulls: int64 from arrow, float64 in the frame
+            "complete": pa.array([True if i % 3 else None for i in range(n)]),
+            "retry_after_s": pa.array([1.5 if i == 1 else None for i in range(n)], type=pa.float64()),
+            "reason": pa.array(["x" if i else None for i in range(n)]),  # plain text of few values: categorical
+        }))
+    return pa.concat_tables(chunks)
+
+
+@pytest.mark.parametrize("regroup", [False, True])
+def test_each_column_converts_as_the_plain_conversion_does(regroup: bool) -> None:
+    t = _chunked_request_table()
+    order = load.tier_order(t) if regroup else None
+    assert (order is not None) == regroup
+    for name, dtype in zip(t.column_names, t.schema.types, strict=True):
+        fast = load._column(t.column(name), name, dtype, order)
+        plain = _plain_column(t.column(name), name, dtype, order)
+        assert fast.dtype == plain.dtype, name
+        assert fast.reset_index(drop=True).equals(plain.reset_index(drop=True)), name
+        if isinstance(plain.dtype, pd.CategoricalDtype):
+            assert list(fast.cat.categories) == list(plain.cat.categories), name  # first-seen order kept
+
+
+def test_columns_converted_beside_give_the_frame_converted_alone() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = _chunked_request_table()
+    order = load.tier_order(t)
+    alone = load._to_frame([t], order)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        beside = load._to_frame([t], order, pool)
+    assert list(beside.columns) == list(alone.columns) == t.column_names  # the columns' order kept
+    assert beside.equals(alone)
+
+
+def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadgen import columns, record
+
+    writer_init, sidecar_init = record.ShardWriter.__init__, columns.SidecarWriter.__init__
+
+    def few_lines(self: record.ShardWriter, *args: Any, **kwargs: Any) -> None:
+        writer_init(self, *args, **{**kwargs, "flush_lines": 3})
+
+    def four_rows(self: columns.SidecarWriter, shard: Path, *, batch_rows: int = 4) -> None:
+        sidecar_init(self, shard, batch_rows=4)
+
+    # many small sidecar batches: a flush every 3 lines, a batch every 4 rows
+    monkeypatch.setattr(record.ShardWriter, "__init__", few_lines)
+    monkeypatch.setattr(columns.SidecarWriter, "__init__", four_rows)
+    run = _mixed_run(tmp_path, 90)
+    grouped = audit_run(run)
+    shards = sorted((run / "records").glob("*.jsonl"))
+    assert all(columns.sidecar_path(p).exists() for p in shards)
+    parts = load.read_shard(shards[0])
+    assert parts.columnar_bytes == parts.body_bytes  # read from the sidecar, not parsed
+    assert len(parts.per_kind["request"]) == 1  # 16 batches a group: one piece (the sidecar holds ~8 batches)
+    monkeypatch.setattr(load, "SIDECAR_GROUP", 1)
+    one_by_one = audit_run(run)
+    assert [t.model_dump() for t in grouped.tiers] == [t.model_dump() for t in one_by_one.tiers]
+    assert grouped.validity == one_by_one.validity and grouped.timeline == one_by_one.timeline
+    alone = load.read_shard(shards[0])
+    assert len(alone.per_kind["request"]) > 5  # a piece per sidecar batch
+    for kind, pieces in parts.per_kind.items():  # each kind's rows, as read a batch at a time
+        assert sum(map(len, pieces)) == sum(map(len, alone.per_kind[kind])), kind
+        if pieces:
+            assert pa.concat_tables(pieces).to_pylist() == pa.concat_tables(alone.per_kind[kind]).to_pylist(), kind
