@@ -15,6 +15,9 @@ class BlockIndex:
 
     def __init__(self) -> None:
         self.holders: dict[bytes, int] = {}
+        self.caches: list[PrefixCache | None] = []  # by bit position (their chain tips shortcut a shared prefix)
+        self._attached = 0
+        self._k = 0  # a prefix length (a multiple of TIP_STEP) most caches held whole at the last full walk
 
     def add(self, blocks: list[bytes], bit: int) -> None:
         """A cache (``bit``) now holds ``blocks`` (ones it did not hold before)."""
@@ -31,21 +34,55 @@ class BlockIndex:
 
     def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
         """Per replica, the leading blocks its cache holds: ``PrefixCache.match`` of every cache in one walk."""
+        caches = self.caches
+        k = self._k
+        if k and k <= len(blocks) and len(caches) == replicas == self._attached:
+            # a swarm's shared context: the caches whose chain tips hold its first k blocks whole (most of
+            # them) are known to match that far, so the walk starts there; the others match on their own
+            tip = blocks[k - 1]
+            known = 0
+            for c in caches:
+                if c is not None and c._tips.get(k) == tip:
+                    known |= c.bit
+            if 2 * known.bit_count() >= replicas:
+                hits = [0 if c is None or known & c.bit else c.match(blocks, touch=False) for c in caches]
+                self._walk(blocks, k, known, hits)
+                return hits
         hits = [0] * replicas
+        runs = self._walk(blocks, 0, (1 << replicas) - 1, hits)
+        # the longest prefix most caches hold: the next walk of a prompt with that prefix starts at its last
+        # whole tip, known from their tips (set here for those that do not have it yet: they hold it whole)
+        total = k = 0
+        for mask, count in runs:
+            total += count
+            if 2 * mask.bit_count() < replicas:
+                break
+            k = (total - 1) // TIP_STEP * TIP_STEP
+        if k >= TIP_STEP and k <= len(blocks) and len(caches) == replicas == self._attached:
+            self._k = k
+            tip = blocks[k - 1]
+            for c in caches:
+                if c is not None and hits[c.bit.bit_length() - 1] >= k:
+                    c._tips[k] = tip
+        return hits
+
+    def _walk(self, blocks: Sequence[bytes], start: int, mask: int, hits: list[int]) -> list[tuple[int, int]]:
+        """The leading blocks of the caches in ``mask``, each known to hold ``blocks[:start]``, into ``hits``;
+        the runs of equal masks walked (the first one counts the start as a block)."""
         # the running AND of the holders' masks: after block i, the replicas that hold blocks 0..i. It only
         # loses bits, so it runs through a few values, and a replica's match is how many blocks the runs with
         # its bit cover (walked in C: a long agent context is a thousand blocks, scored for every placement)
-        masks = accumulate(map(self.holders.get, blocks, repeat(0)), and_, initial=(1 << replicas) - 1)
-        runs = [(mask, len(list(run))) for mask, run in groupby(takewhile(bool, masks))]
-        total = -1  # the initial mask is no block
-        for k, (mask, count) in enumerate(runs):
+        masks = accumulate(map(self.holders.get, islice(blocks, start, None), repeat(0)), and_, initial=mask)
+        runs = [(m, len(list(run))) for m, run in groupby(takewhile(bool, masks))]
+        total = start - 1  # the initial mask is no block
+        for k, (m, count) in enumerate(runs):
             total += count
-            gone = mask & ~runs[k + 1][0] if k + 1 < len(runs) else mask  # the replicas whose match ends here
+            gone = m & ~runs[k + 1][0] if k + 1 < len(runs) else m  # the replicas whose match ends here
             while gone:
                 low = gone & -gone
                 hits[low.bit_length() - 1] = total
                 gone ^= low
-        return hits
+        return runs
 
 
 class PrefixCache:
@@ -68,6 +105,10 @@ class PrefixCache:
     def attach(self, index: BlockIndex, bit: int) -> None:
         """Report this cache's blocks, now and from now on, to ``index`` as ``bit``."""
         self.index, self.bit = index, bit
+        at = bit.bit_length() - 1
+        index.caches += [None] * (at + 1 - len(index.caches))
+        index._attached += index.caches[at] is None
+        index.caches[at] = self
         holders = index.holders
         for b in self._blocks:
             holders[b] = holders.get(b, 0) | bit

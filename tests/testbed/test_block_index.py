@@ -51,3 +51,40 @@ def test_leading_of_nothing() -> None:
     assert index.leading([], 3) == [0, 0, 0]
     assert index.leading(chained_blocks([1, 2]), 2) == [0, 0]
     assert index.leading(chained_blocks([1]), 0) == []
+
+
+def _naive(cache: PrefixCache, blocks: list[bytes]) -> int:
+    return next((i for i, b in enumerate(blocks) if b not in cache._blocks), len(blocks))
+
+
+def test_a_shared_prefix_known_from_the_tips_gives_the_full_walks_matches() -> None:
+    """Most caches hold a swarm's shared context: the walk starts after the part their chain tips know whole, the
+    others match on their own; the same matches as every cache's plain scan and as the walk from block 0."""
+    rng = random.Random(9)
+    shared = [rng.randrange(1 << 30) for _ in range(3 * TIP_STEP + 10)]
+    chains = []
+    for _ in range(200):
+        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 2 * TIP_STEP))]
+        cut = rng.choice([0, TIP_STEP - 1, TIP_STEP, TIP_STEP + 3, 2 * TIP_STEP - 1, 2 * TIP_STEP, *[len(shared)] * 6])
+        chains.append(chained_blocks(shared[:cut] + own))  # some end at a tip, or a block before one
+    caches = [PrefixCache(capacity_blocks=rng.randrange(5, 9) * TIP_STEP) for _ in range(16)]
+    index = BlockIndex()
+    for i, c in enumerate(caches):
+        c.attach(index, 1 << i)
+    shortcuts = 0
+    for step in range(5000):
+        chain = rng.choice(chains)
+        if rng.random() < 0.25:
+            c = rng.choice(caches)
+            c.insert(chain, rng.randrange(2 * TIP_STEP, c.capacity_blocks + 50))
+            continue
+        k = index._k
+        known = sum(c.bit for c in caches if k and c._tips.get(k) == chain[k - 1]) if k <= len(chain) else 0
+        shortcuts += 2 * known.bit_count() >= len(caches)
+        full = [0] * len(caches)
+        index._walk(chain, 0, (1 << len(caches)) - 1, full)
+        got = index.leading(chain, len(caches))
+        assert got == [_naive(c, chain) for c in caches] == full, step
+        if rng.random() < 0.5:
+            rng.choice(caches).match(chain)  # an admission: its touch
+    assert shortcuts > 1000
