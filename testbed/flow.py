@@ -133,6 +133,8 @@ class FlowController:
 
     def cancel(self, job: Job) -> bool:
         """Remove a queued job whose client went away."""
+        if job.state != QUEUED:  # only a queued job is in a band (its state changes as it leaves one)
+            return False
         b = self.bands.get(job.priority)
         if b is None or not b.discard(job):
             return False

@@ -108,3 +108,38 @@ def test_cancel_removes_queued_job() -> None:
     assert f.cancel(j)
     assert not f.cancel(j)
     assert f.count == 0 and f.bytes == 0
+
+
+def test_cancel_answers_as_the_bands_scan_would() -> None:
+    """A cancel looks in the bands only for a queued job: through admissions, dispatches, TTL expiries and
+    cancels, its answer is whether a band's scan finds the job, and the bands hold what they would."""
+    import random
+
+    from testbed.job import RUNNING, WAITING
+
+    rng = random.Random(4)
+    f = fc(band_max_requests=40, ttl_s=5.0)
+    jobs: list[Job] = []
+    now = found = 0
+    for step in range(4000):
+        op = rng.random()
+        if op < 0.4:
+            j = job(f"j{step}", prio=rng.choice([-1, 0, 100]), tenant=rng.choice("abc"))
+            f.enqueue(j, now, 1)
+            jobs.append(j)
+        elif op < 0.6:
+            out: list[Job] = []
+            f.dispatch_cycle(lambda: rng.choice([0.0, 0.0, 1.0]), 1, out.append)  # gated now and then
+            for j in out:  # the engine's states after dispatch: waiting, then running, then done
+                j.state = rng.choice([WAITING, RUNNING, "done"])
+        elif op < 0.65:
+            now += rng.randrange(2_000_000_000)
+            f.expire(now, 1)
+        elif jobs:
+            j = rng.choice(jobs[-80:])
+            queued = any(j in q for b in f.bands.values() for q in b.flows.values())
+            found += queued
+            assert f.cancel(j) == queued, step
+            assert not any(j in q for b in f.bands.values() for q in b.flows.values())
+        assert f.count == sum(len(q) for b in f.bands.values() for q in b.flows.values())
+    assert found > 100
