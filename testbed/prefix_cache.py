@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import accumulate, compress, groupby, islice, repeat, takewhile
-from operator import and_, itemgetter, not_, or_, xor
+from operator import and_, eq, itemgetter, not_, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
@@ -28,9 +28,12 @@ class BlockIndex:
     def drop(self, blocks: list[bytes], bit: int) -> None:
         """A cache (``bit``) evicted ``blocks`` (ones it held)."""
         holders = self.holders
-        masks = list(map(xor, map(holders.__getitem__, blocks), repeat(bit)))
-        holders.update(zip(blocks, masks, strict=True))
-        deque(map(holders.pop, compress(blocks, map(not_, masks))), maxlen=0)  # blocks no cache holds now
+        masks = list(map(holders.__getitem__, blocks))
+        only = list(map(eq, masks, repeat(bit)))  # blocks no other cache holds (most of them): gone at once
+        deque(map(holders.__delitem__, compress(blocks, only)), maxlen=0)
+        if not all(only):
+            kept = list(map(not_, only))
+            holders.update(zip(compress(blocks, kept), map(xor, compress(masks, kept), repeat(bit)), strict=True))
 
     def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
         """Per replica, the leading blocks its cache holds: ``PrefixCache.match`` of every cache in one walk."""
