@@ -13,6 +13,7 @@ from audit import table as _table
 from audit.build import SUMMARY_FILE, audit, write_summary
 from audit.errors import AuditError
 from audit.summary import Summary
+from loadgen.columns import file_print
 
 __all__ = ["AuditError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
 
@@ -36,7 +37,7 @@ def _inputs(run_dir: Path) -> dict[str, Any]:
     """Everything an audit of ``run_dir`` depends on: the table's fingerprint, metrics.jsonl and the code."""
     inputs = _table.fingerprint(run_dir)
     metrics = run_dir / "metrics.jsonl"
-    inputs["metrics"] = _table.file_print(metrics) if metrics.exists() else None
+    inputs["metrics"] = file_print(metrics) if metrics.exists() else None
     inputs["code"] = code_version()
     return inputs
 

@@ -27,12 +27,20 @@ class Baseline:
         size = np.asarray(prompt_size, dtype=np.float64)
         if len(self.bins) == 0:
             return np.full(len(size), np.nan)
-        b = _bin(size)
+        # every bin a float64 can fall in, looked up: the nearest-bin rule once per bin, not per attempt
+        return self._nearest_idle(_BIN_RANGE)[_bin(size) - _BIN_RANGE[0]]
+
+    def _nearest_idle(self, b: np.ndarray) -> np.ndarray:
+        """The idle TTFT of the calibrated bin nearest each bin of ``b`` (a tie: the larger one)."""
         # nearest calibrated bin: prompt-size effects are smooth, so a neighbour is a fair stand-in
         pos = np.clip(np.searchsorted(self.bins, b), 0, len(self.bins) - 1)
         left = np.clip(pos - 1, 0, len(self.bins) - 1)
         use_left = np.abs(self.bins[left] - b) < np.abs(self.bins[pos] - b)
         return np.where(use_left, self.idle_ns[left], self.idle_ns[pos])
+
+
+# floor(log2(x)) of any positive finite float64: from the smallest subnormal (-1074) to the largest (1023)
+_BIN_RANGE = np.arange(-1074, 1024, dtype=np.int64)
 
 
 def _bin(size: np.ndarray) -> np.ndarray:

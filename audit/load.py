@@ -365,8 +365,8 @@ def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarr
     if order is None:
         return series
     if isinstance(series.dtype, pd.CategoricalDtype):
-        return pd.Series(pd.Categorical.from_codes(series.cat.codes.to_numpy()[order], dtype=series.dtype))
-    return pd.Series(series.to_numpy()[order])
+        return pd.Series(pd.Categorical.from_codes(series.cat.codes.to_numpy()[order], dtype=series.dtype), copy=False)
+    return pd.Series(series.to_numpy()[order], copy=False)  # a fresh array: pandas would copy it again
 
 
 @dataclass

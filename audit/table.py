@@ -28,13 +28,13 @@ import pyarrow.parquet as pq
 
 from audit.classify import rules_table
 from audit.fold import CALIBRATION_PERSONA, eq
+from loadgen.columns import file_print
 from loadgen.manifest import RUN_MANIFEST
 from loadgen.record import RECORDS_DIR
 
 ATTEMPTS_FILE = "attempts.parquet"
 TABLE_SCHEMA = "rushhour.attempts/1"
 ERROR_CUT = 200  # characters of the server's error text kept per attempt
-TAIL_BYTES = 64 << 10  # the tail of a shard that its fingerprint hashes
 META_KEY = b"rushhour"
 ROW_GROUP = 1 << 17  # rows built and encoded at a time: ~20 MB of arrow per group
 
@@ -71,16 +71,6 @@ def classifier_version() -> str:
     """A hash of every stack profile's rule table and status defaults: a new rule makes old tables stale."""
     text = json.dumps(rules_table(), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def file_print(path: Path) -> dict[str, Any]:
-    st = path.stat()
-    with path.open("rb") as handle:
-        if st.st_size > TAIL_BYTES:
-            handle.seek(st.st_size - TAIL_BYTES)
-        tail = handle.read(TAIL_BYTES)
-    return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "tail_sha256": hashlib.sha256(tail).hexdigest()}
 
 
 def fingerprint(run_dir: Path) -> dict[str, Any]:

@@ -265,3 +265,15 @@ def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkey
         assert sum(map(len, pieces)) == sum(map(len, alone.per_kind[kind])), kind
         if pieces:
             assert pa.concat_tables(pieces).to_pylist() == pa.concat_tables(alone.per_kind[kind]).to_pylist(), kind
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_idle_ttft_by_lookup_is_the_nearest_bin_rule_per_attempt(seed: int) -> None:
+    from audit.calibration import Baseline, _bin
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        bins = np.unique(rng.integers(-5, 40, rng.integers(1, 8)))
+        base = Baseline(bins, rng.uniform(1, 100, len(bins)), "calibration")
+        size = np.concatenate([rng.lognormal(5, 4, 500), [0, -1, np.nan, np.inf, 5e-324, 1.7e308, 0.5, 1, 2, 3]])
+        assert np.array_equal(base.idle_for(size), base._nearest_idle(_bin(size)), equal_nan=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -120,15 +121,101 @@ def test_a_grown_shard_parses_only_its_new_lines(tmp_path: Path) -> None:
     assert fast.columnar_bytes == size and fast.truncated_shards == 1 and fast.events[-1]["name"] == "late"
 
 
+def _message_ends(side: Path) -> list[int]:
+    """Where each message of a sidecar ends (its batches, then the seal)."""
+    source = pa.BufferReader(side.read_bytes())
+    reader = pa.ipc.open_stream(source)
+    ends = []
+    with contextlib.suppress(StopIteration):
+        while True:
+            reader.read_next_batch_with_custom_metadata()
+            ends.append(source.tell())
+    return ends
+
+
 @pytest.mark.parametrize("cut", [1, 100, 5000, -1])
 def test_a_cut_sidecar_gives_its_whole_batches_only(tmp_path: Path, cut: int) -> None:
     """A killed writer leaves a batch half written: the batches before it are used, the rest parsed."""
     run = _run(tmp_path)
     side = columns.sidecar_path(_shard(run))
     data = side.read_bytes()
-    side.write_bytes(data[: cut if cut > 0 else len(data) - 10])
+    last_batch_end = _message_ends(side)[-2]  # the seal follows the last batch
+    side.write_bytes(data[: cut if cut > 0 else last_batch_end - 10])
     fast, _ = _both(run)
     assert fast.columnar_bytes < fast.shard_bytes
+
+
+def test_a_cut_seal_leaves_every_batch_checked_and_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    side = columns.sidecar_path(_shard(run))
+    side.write_bytes(side.read_bytes()[: _message_ends(side)[-2] + 7])  # the seal cut after its first bytes
+    checked = _count_checks(monkeypatch)
+    fast, _ = _both(run)
+    assert fast.columnar_bytes == fast.shard_bytes and checked[0] == 6  # 3,000 + 26 lines: six batches of 500
+
+
+def _count_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the batches checked byte by byte against the shard."""
+    checked = [0]
+    real = columns._matches
+
+    def counting(*args: object) -> bool:
+        checked[0] += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(columns, "_matches", counting)
+    return checked
+
+
+def test_a_sealed_shard_as_written_is_read_without_its_jsonl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    ends = _message_ends(columns.sidecar_path(_shard(run)))
+    assert len(ends) == 7  # six batches and the seal
+    checked = _count_checks(monkeypatch)
+    fast, _ = _both(run)
+    assert fast.columnar_bytes == fast.shard_bytes and checked[0] == 0
+
+
+def test_the_seal_is_written_once_the_file_clock_has_moved_on(tmp_path: Path) -> None:
+    """A write after the close gets a later mtime than the sealed one, even in the close's clock tick."""
+    run = _run(tmp_path, n=20)
+    source = pa.BufferReader(columns.sidecar_path(_shard(run)).read_bytes())
+    reader = pa.ipc.open_stream(source)
+    metas = []
+    with contextlib.suppress(StopIteration):
+        while True:
+            metas.append(reader.read_next_batch_with_custom_metadata()[1])
+    seal = json.loads(metas[-1][b"seal"])
+    assert seal == columns.file_print(_shard(run))
+    assert columns._file_clock_ns() > seal["mtime_ns"]
+    with _shard(run).open("r+b") as fh:  # rewrite one byte with itself: same bytes, a new mtime
+        fh.write(fh.read(1))
+        fh.seek(0)
+    assert _shard(run).stat().st_mtime_ns > seal["mtime_ns"]
+
+
+def test_a_shard_written_after_its_seal_is_checked_batch_by_batch(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run(tmp_path)
+    shard = _shard(run)
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 1))  # touched: same bytes
+    checked = _count_checks(monkeypatch)
+    fast, _ = _both(run)
+    assert fast.columnar_bytes == fast.shard_bytes and checked[0] == 6
+
+
+def test_a_tail_edit_with_its_mtime_set_back_is_still_caught(tmp_path: Path) -> None:
+    """The seal hashes the shard's last 64 KiB: an edit there is seen even with the old mtime restored."""
+    run = _run(tmp_path)
+    shard = _shard(run)
+    st = shard.stat()
+    data = shard.read_bytes()
+    at = data.rindex(b'"status":200')
+    assert at > len(data) - columns.TAIL_BYTES
+    shard.write_bytes(data[:at] + b'"status":201' + data[at + 12:])
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    fast, _ = _both(run)
+    assert fast.columnar_bytes < at and (fast.requests["status"] == 201).sum() == 1
 
 
 def test_a_sidecar_of_another_shard_is_not_used(tmp_path: Path) -> None:
@@ -251,6 +338,9 @@ def _drop_column(side: Path, name: str, not_kept: bool) -> None:
     with side.open("wb") as fh, pa.ipc.new_stream(fh, schema) as out:
         for batch, meta in batches:
             kept = {k.decode(): v.decode() for k, v in meta.items()}
+            if "seal" in kept:  # the writer's seal: the shard is as it was
+                out.write_batch(batch.drop_columns([name]), custom_metadata=kept)
+                continue
             others = [n for n in json.loads(kept["not_kept"]) if n != name] + ([name] if not_kept else [])
             kept["not_kept"] = json.dumps(others)
             out.write_batch(batch.drop_columns([name]), custom_metadata=kept)
