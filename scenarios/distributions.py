@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # distribution id -> (the distribution, its sampler); see _Dist.sampler
 _SAMPLERS: dict[int, tuple[Any, Callable[[random.Random], float]]] = {}
+_NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)  # random.NV_MAGICCONST, as the stdlib computes it
 
 
 class _Dist(BaseModel):
@@ -37,33 +38,46 @@ class _Dist(BaseModel):
         """``_raw`` with the parameters bound (a closure: no model attribute reads per draw)."""
         return self._raw
 
+    def _fused(self, low: float, high: float, lowest: int | None) -> Callable[[random.Random], Any] | None:
+        """The sampler as one function, the clip to [low, high] (and ``max(lowest, round(·))`` when ``lowest`` is
+        given) built in, or None where the layers below do it: a storm's task plans draw millions of values,
+        and each layer is a call."""
+        return None
+
     def sampler(self) -> Callable[[random.Random], float]:
         """``sample`` as a plain function of the rng, built once per distribution: the same draws from the same
         stream (an agent's task plan draws about fifty values; the simulator plans thousands of tasks a second)."""
         got = _SAMPLERS.get(id(self))
         if got is not None:
             return got[1]
-        raw, lo, hi = self._raw_fn(), self.min, self.max
-        fn: Callable[[random.Random], float]
-        if lo is None and hi is None:
-            fn = raw
-        else:
-            low = -math.inf if lo is None else lo
-            high = math.inf if hi is None else hi
+        lo, hi = self.min, self.max
+        low = -math.inf if lo is None else lo
+        high = math.inf if hi is None else hi
+        fn: Callable[[random.Random], float] | None = self._fused(low, high, None)
+        if fn is None:
+            raw = self._raw_fn()
+            if lo is None and hi is None:
+                fn = raw
+            else:
 
-            def fn(rng: random.Random) -> float:
-                value = raw(rng)
-                if value < low:
-                    value = low
-                if value > high:
-                    value = high
-                return value
+                def fn(rng: random.Random) -> float:
+                    value = raw(rng)
+                    if value < low:
+                        value = low
+                    if value > high:
+                        value = high
+                    return value
 
         _SAMPLERS[id(self)] = (self, fn)  # the model is kept alive: its id is never reused for another
         return fn
 
     def int_sampler(self, lowest: int = 0) -> Callable[[random.Random], int]:
         """``sample_int`` as a plain function of the rng."""
+        low = -math.inf if self.min is None else self.min
+        high = math.inf if self.max is None else self.max
+        fused = self._fused(low, high, lowest)
+        if fused is not None:
+            return fused
         fn = self.sampler()
         return lambda rng: max(lowest, round(fn(rng)))
 
@@ -90,6 +104,15 @@ class Constant(_Dist):
     def _raw_fn(self) -> Callable[[random.Random], float]:
         value = self.value
         return lambda rng: value
+
+    def _fused(self, low: float, high: float, lowest: int | None) -> Callable[[random.Random], Any] | None:
+        value: float = self.value
+        if value < low:
+            value = low
+        if value > high:
+            value = high
+        out = value if lowest is None else max(lowest, round(value))  # draws nothing: the same every time
+        return lambda rng: out
 
     def mean_estimate(self) -> float:
         return self.value
@@ -150,6 +173,30 @@ class LogNormal(_Dist):
     def _raw_fn(self) -> Callable[[random.Random], float]:
         mu, sigma = self.location, self.sigma
         return lambda rng: rng.lognormvariate(mu, sigma)
+
+    def _fused(self, low: float, high: float, lowest: int | None) -> Callable[[random.Random], Any] | None:
+        mu, sigma = self.location, self.sigma
+        exp, log, magic = math.exp, math.log, _NV_MAGICCONST
+
+        def draw(rng: random.Random) -> Any:
+            # rng.lognormvariate(mu, sigma) inlined: the stdlib's normalvariate (Kinderman and Monahan), the
+            # same operations in the same order on the same stream
+            rand = rng.random
+            while True:
+                u1 = rand()
+                u2 = 1.0 - rand()
+                z = magic * (u1 - 0.5) / u2
+                zz = z * z / 4.0
+                if zz <= -log(u2):
+                    break
+            value = exp(mu + z * sigma)
+            if value < low:
+                value = low
+            if value > high:
+                value = high
+            return value if lowest is None else max(lowest, round(value))
+
+        return draw
 
 
 class Gamma(_Dist):
@@ -268,6 +315,28 @@ class Mixture(_Dist):
                 if pick <= 0:
                     return fn(rng)
             return last(rng)
+
+        return draw
+
+    def _fused(self, low: float, high: float, lowest: int | None) -> Callable[[random.Random], Any] | None:
+        total = sum(p.weight for p in self.parts)
+        parts = [(p.weight, p.dist.sampler()) for p in self.parts]
+        last = parts[-1][1]
+
+        def draw(rng: random.Random) -> Any:
+            pick = rng.random() * total
+            for weight, fn in parts:
+                pick -= weight
+                if pick <= 0:
+                    value = fn(rng)
+                    break
+            else:
+                value = last(rng)
+            if value < low:
+                value = low
+            if value > high:
+                value = high
+            return value if lowest is None else max(lowest, round(value))
 
         return draw
 

@@ -62,6 +62,11 @@ def test_sampler_draws_the_models_values(spec: Any) -> None:
         assert [dist.sampler()(b) for _ in range(40)] == draws
         assert [dist.sample_int(c, lowest=1) for _ in range(40)] == [max(1, round(x)) for x in draws]
         assert a.random() == b.random() == c.random()  # the stream is left where it was
+        for lowest in (0, 1, 20):  # the int samplers (one function for some kinds): the rounded draws
+            d, e = random.Random(seed), random.Random(seed)
+            want = [max(lowest, round(reference(dist, d))) for _ in range(40)]
+            assert [dist.int_sampler(lowest)(e) for _ in range(40)] == want
+            assert d.random() == e.random()
 
 
 def test_a_swarms_default_plan_draws_the_same() -> None:
