@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -315,26 +316,42 @@ def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None,
     may be absent: float64 + NaN keeps numpy speed (ns fit exactly up to ~104 days); flags absent = False.
     ``order``: the rows are taken in this order (a column at a time, as they are converted).
     ``beside``: the text columns dearest to convert (ids, task ids: ~40 % of the conversion) are converted
-    there (arrow lets go of the GIL) while this thread converts the rest.
+    there (arrow lets go of the GIL) while this thread converts the rest, and here too once it is done.
     """
     table = pa.concat_tables(tables)
     tables.clear()
     names, types = table.column_names, table.schema.types
     arrays = table.columns
     del table
-    out: dict[str, Any] = {}
-    for i, (name, dtype) in enumerate(zip(names, types, strict=True)):
+    # The dear text columns go to a queue that the other thread drains once it is free (it hashes the ids'
+    # codes first) and this one drains too once the rest is converted: whichever is free converts the next.
+    dear: deque[tuple[str, pa.ChunkedArray, pa.DataType]] = deque()
+    if beside is not None:
+        for i in reversed(range(len(names))):
+            if names[i] in _BESIDE:
+                dear.appendleft((names[i], arrays.pop(i), types[i]))
+    queued = {name for name, _, _ in dear}
+    rest = [(n, t) for n, t in zip(names, types, strict=True) if n not in queued]
+    converted: dict[str, Any] = {}
+
+    def drain() -> None:
+        while True:
+            try:
+                name, col, dtype = dear.popleft()  # atomic: each column is taken by one thread
+            except IndexError:
+                return
+            converted[name] = _column(col, name, dtype, order)
+            del col
+
+    other = beside.submit(drain) if beside is not None and dear else None
+    for i, (name, dtype) in enumerate(rest):
         if i % TRIM_EVERY == TRIM_EVERY - 1:
             trim()  # the arrow columns freed so far back to the kernel, not kept beside the frame's new ones
-        col = arrays.pop(0)  # popped: dropped once converted
-        if beside is not None and name in _BESIDE:
-            out[name] = beside.submit(_column, col, name, dtype, order)
-        else:
-            out[name] = _column(col, name, dtype, order)
-        del col
-    for name, value in out.items():
-        if isinstance(value, Future):
-            out[name] = value.result()
+        converted[name] = _column(arrays.pop(0), name, dtype, order)  # popped: dropped once converted
+    drain()
+    if other is not None:
+        other.result()
+    out = {name: converted[name] for name in names}
     return pd.DataFrame(out, copy=False)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,16 +223,31 @@ def test_each_column_converts_as_the_plain_conversion_does(regroup: bool) -> Non
             assert list(fast.cat.categories) == list(plain.cat.categories), name  # first-seen order kept
 
 
-def test_columns_converted_beside_give_the_frame_converted_alone() -> None:
+def test_columns_converted_beside_give_the_frame_converted_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     t = _chunked_request_table()
     order = load.tier_order(t)
     alone = load._to_frame([t], order)
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    where: dict[str, str] = {}
+    convert = load._column
+
+    def noting(col: pa.ChunkedArray, name: str, *args: Any) -> Any:
+        where[name] = threading.current_thread().name
+        return convert(col, name, *args)
+
+    monkeypatch.setattr(load, "_column", noting)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="beside") as pool:
+        pool.submit(time.sleep, 0.3)  # the other thread still busy (hashing the ids): this one converts all
+        stolen = load._to_frame([t], order, pool)
+        assert where["request_id"] == where["seq"] == threading.current_thread().name
+        where.clear()
+        pool.submit(time.sleep, 0).result()
         beside = load._to_frame([t], order, pool)
     assert list(beside.columns) == list(alone.columns) == t.column_names  # the columns' order kept
-    assert beside.equals(alone)
+    assert beside.equals(alone) and stolen.equals(alone)
+    assert set(where) == set(t.column_names)
 
 
 def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
