@@ -6,7 +6,6 @@ process (``--processes 1``): the personas' seeded streams are the same as that r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import stacks
 from loadgen import control
 from loadgen.flow.protocol import Logical
+from loadgen.ids import new_id
 from loadgen.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
 from loadgen.schedule import seeded_rng
 from loadgen.tiers import TierWire, map_tier, pins_output
@@ -30,28 +30,6 @@ from testbed.tokens import BYTES_PER_TOKEN
 # capacities see it, and they are far from binding on these sizes.
 BODY_OVERHEAD_BYTES = 120
 MESSAGE_OVERHEAD_BYTES = 32
-
-
-class _Ids:
-    """Random uuid4s in hex, as ``uuid.uuid4().hex`` (version 4, RFC 4122 variant), cut from a buffer of
-    ``os.urandom`` bytes: an id per attempt, thousands of attempts per simulated second."""
-
-    SIZE = 16 * 4096
-    CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-    SET = (4 << 76) | (0x8000 << 48)
-
-    def __init__(self) -> None:
-        self.buf, self.at = b"", self.SIZE
-
-    def __call__(self) -> str:
-        at = self.at
-        if at >= self.SIZE:
-            self.buf, at = os.urandom(self.SIZE), 0
-        self.at = at + 16
-        return f"{(int.from_bytes(self.buf[at : at + 16], 'big') & self.CLEAR) | self.SET:032x}"
-
-
-new_id = _Ids()
 
 
 @dataclass(slots=True)

@@ -18,11 +18,11 @@ the same sessions, tasks, sizes, retries and fallbacks.
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from loadgen.ids import new_id
 from loadgen.prompts import ToolCall
 from loadgen.record import RequestRecord, TaskRecord
 from scenarios.model import Scenario
@@ -50,7 +50,7 @@ class Logical:
     parent_id: str = ""  # a sub-agent's request: the logical id of the call that spawned it
     # the tool calls of the last attempt's answer (filled when ``tools`` were offered)
     reply_calls: list[ToolCall] = field(default_factory=list)
-    logical_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    logical_id: str = field(default_factory=new_id)  # a uuid4's hex
     # dialect -> (intended prompt tokens, exact): one tokenization per logical request, not per attempt
     counted: dict[str, tuple[int, bool]] = field(default_factory=dict)
     twin_of: str = ""  # a control twin (loadgen/control.py): the logical request it copies

@@ -10,12 +10,12 @@ breaker exactly as a real one does.
 from __future__ import annotations
 
 import random
-import uuid
 from dataclasses import replace
 from typing import Any, cast
 
 from loadgen import control, resilience
 from loadgen.flow.protocol import NS, Flow, Host, Logical, Send, Spawn, Wait, hard_stop_ns
+from loadgen.ids import new_id
 from loadgen.record import RequestRecord
 
 
@@ -80,7 +80,7 @@ def _maybe_twin(host: Host, req: Logical) -> Flow:
     spec = control.control_of(scenario, req.tier)
     if spec is None or not control.sampled(req.logical_id, spec.share, scenario.seed):
         return
-    twin = replace(req, twin_of=req.logical_id, logical_id=uuid.uuid4().hex)
+    twin = replace(req, twin_of=req.logical_id, logical_id=new_id())
     first = control.twin_first(req.logical_id, scenario.seed)
     yield Spawn(_twin(host, twin, first))
     if first:
