@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import accumulate, compress, groupby, islice, repeat, takewhile
-from operator import and_, eq, itemgetter, not_, or_, xor
+from operator import and_, itemgetter, ne, or_, xor
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
 
@@ -22,17 +22,19 @@ class BlockIndex:
     def add(self, blocks: list[bytes], bit: int) -> None:
         """A cache (``bit``) now holds ``blocks`` (ones it did not hold before)."""
         holders = self.holders
-        # in C: a prefill inserts a thousand blocks and, once the cache is full, evicts as many
-        holders.update(zip(blocks, map(or_, map(holders.get, blocks, repeat(0)), repeat(bit)), strict=True))
+        # in C, one lookup for a block no cache held (most of them: a task's own context); a block other
+        # caches hold gets its mask or'ed. A prefill inserts a thousand blocks, and evicts as many once full
+        masks = list(map(holders.setdefault, blocks, repeat(bit)))
+        held = list(map(ne, masks, repeat(bit)))  # held elsewhere already (this cache never held them)
+        if any(held):
+            holders.update(zip(compress(blocks, held), map(or_, compress(masks, held), repeat(bit)), strict=True))
 
     def drop(self, blocks: list[bytes], bit: int) -> None:
         """A cache (``bit``) evicted ``blocks`` (ones it held)."""
         holders = self.holders
-        masks = list(map(holders.__getitem__, blocks))
-        only = list(map(eq, masks, repeat(bit)))  # blocks no other cache holds (most of them): gone at once
-        deque(map(holders.__delitem__, compress(blocks, only)), maxlen=0)
-        if not all(only):
-            kept = list(map(not_, only))
+        masks = list(map(holders.pop, blocks))  # one lookup each: most were this cache's alone
+        kept = list(map(ne, masks, repeat(bit)))  # other caches hold these too: back with their masks
+        if any(kept):
             holders.update(zip(compress(blocks, kept), map(xor, compress(masks, kept), repeat(bit)), strict=True))
 
     def leading(self, blocks: Sequence[bytes], replicas: int) -> list[int]:
