@@ -103,9 +103,22 @@ def count(content: str) -> int:
     return max(1, -(-len(content.encode()) // BYTES_PER_TOKEN))
 
 
+def text_bytes(key: str, tokens: int) -> bytes:
+    """``text(key, tokens).encode()``: without a tokenizer, the bytes without a str between (the simulator
+    hashes every piece of a prompt's text once)."""
+    if _tokenizer is not None:
+        return _exact_text(key, max(1, tokens)).encode()
+    return _sized_bytes(key, max(1, tokens) * BYTES_PER_TOKEN)
+
+
 def _sized_text(key: str, size: int) -> str:
     """Exactly ``size`` ASCII bytes, starting with a tag unique to ``key``."""
-    tag = "[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest() + "] "
+    return _sized_bytes(key, size).decode("ascii")
+
+
+def _sized_bytes(key: str, size: int) -> bytes:
+    """``_sized_text`` as bytes."""
+    tag = b"[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest().encode() + b"] "
     if size <= len(tag):
         return tag[:size]
     base = _base()
@@ -116,7 +129,7 @@ def _sized_text(key: str, size: int) -> str:
     else:
         reps = need // _BASE_BYTES + 1
         body = (base[start : start + _BASE_BYTES] * reps)[:need]
-    return tag + body.decode("ascii")
+    return tag + body
 
 
 @dataclass(frozen=True, slots=True)

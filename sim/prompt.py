@@ -30,6 +30,10 @@ class Piece:
     def text(self) -> str:
         return prompts.text(self.key, self.tokens)
 
+    def data(self) -> bytes:
+        """``text().encode()``."""
+        return prompts.text_bytes(self.key, self.tokens)
+
 
 Content = Piece | str
 
@@ -41,6 +45,10 @@ def piece(key: str, tokens: int) -> Piece:
 
 def _text(c: Content) -> str:
     return c if isinstance(c, str) else c.text()
+
+
+def _data(c: Content) -> bytes:
+    return c.encode() if isinstance(c, str) else c.data()
 
 
 def _nbytes(c: Content) -> int:
@@ -132,18 +140,20 @@ class Conversation:
     # ---- what the testbed reads -------------------------------------------------------------
     def _parts(self, dialect: str, start: int, with_system: bool) -> list[bytes]:
         """The server-side prompt bytes of messages[start:], after the system part if ``with_system``."""
+        # the UTF-8 of each part's text, put together as bytes (a piece's bytes are made as bytes: a task's
+        # context is tens of kilobytes, and a str between them was three more copies)
         out: list[bytes] = []
         if dialect == "openai-completions":  # prompt.flat(): the pieces, newline-separated
             first = start == 0 and not self.system
             if with_system and self.system:
-                out.append(_text(self.system).encode())
+                out.append(_data(self.system))
             for i, (_, c) in enumerate(self.messages[start:]):
                 sep = b"" if first and i == 0 else b"\n"
-                out.append(sep + _text(c).encode())
+                out.append(sep + _data(c))
             return out
         if with_system and self.system:
-            out.append(f"system: {_text(self.system)}\n".encode())
-        out += [f"{role}: {_text(c)}\n".encode() for role, c in self.messages[start:]]
+            out.append(b"system: " + _data(self.system) + b"\n")
+        out += [role.encode() + b": " + _data(c) + b"\n" for role, c in self.messages[start:]]
         return out
 
     def _state(self, dialect: str, block: int) -> _Hash:
