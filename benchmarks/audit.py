@@ -14,8 +14,9 @@ the re-audit of the unchanged run (``audit.current_summary``: the inputs' finger
 the attempts table. ``--before DIR`` audits the same runs with the code checked out in DIR first
 (the figures before a change, measured beside the new ones); the load average is printed with each
 row because other work on the machine inflates wall times (CPU time is steadier). The shards are
-written through ``ShardWriter``, so each has its columnar sidecar: "after" reads them, "jsonl" is the
-same code told to ignore them (every line parsed, as for a shard shipped without one).
+written through ``ShardWriter``, so each has its columnar sidecar, sealed at close: "after" reads them (a
+sealed shard's JSONL is not read at all), "jsonl" is the same code told to ignore them (every line parsed,
+as for a shard shipped without one). Runs kept from before the seal (``--keep``) are read with the checksums.
 Goal (#13): 1M records in < 4 s and < 800 MB, a re-audit < 1 s, linear growth.
 """
 
