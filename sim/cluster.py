@@ -20,7 +20,6 @@ from testbed.config import FaultSpec, TestbedConfig, from_dict
 from testbed.engine import Engine, Replica
 from testbed.job import RUNNING, Job
 from testbed.policies import freeness
-from testbed.prefix_cache import BlockIndex
 from testbed.stack import TICK_S, Stack
 
 LEAD_NS = 3 * NS  # the testbed is up this long before t = 0 (the runner's start-up lead)
@@ -117,7 +116,6 @@ class SimEngine(Engine):
     _jumping: set[int]
     _until: dict[int, int]  # a jumping replica's score holds until its next lazy step is due
     _up: list[SimReplica]
-    _index: BlockIndex | None = None  # block -> the replicas whose caches hold it (prefix-aware placement)
 
     def track(self, jumping: set[int]) -> None:
         """Keep per-replica scores from now on; every change must come through ``SimReplica``'s operations,
@@ -129,10 +127,6 @@ class SimEngine(Engine):
         self._up = [r for r in self.replicas if r.up]
         for r in self.replicas:
             r.dirty = self._dirty
-        if self.prefix_aware:  # placement scores every replica's cache: one walk of a shared index instead
-            self._index = BlockIndex()
-            for r in self.replicas:
-                r.cache.attach(self._index, 1 << r.index)
 
     def touched(self, index: int) -> None:
         """Replica ``index``'s KV or jump changed outside its own operations."""
@@ -211,16 +205,22 @@ class SimEngine(Engine):
         headroom = self.headroom
         best: Replica | None = None
         best_key: tuple[float, int] | None = None
-        hits = self._index.leading(blocks, len(self.replicas)) if prefix and self._index is not None else None
         for r in self.replicas:
             if not r.up:
                 continue
             if not prefix:
                 hit = 0.0
-            elif hits is not None:
-                hit = hits[r.index] / n
             else:
-                hit = r.cache.match(blocks, touch=False) / n
+                # the cache's last match (a swarm's shared context, as a rule) is whole there until its next
+                # eviction: when this prompt has the same block at its end and not the next one, that is the
+                # match, without a call (every replica is scored for every placement)
+                cache = r.cache
+                last = cache._last
+                if last is not None and (k := last[0]) <= n and blocks[k - 1] == last[1] and (
+                        k == n or blocks[k] not in cache._blocks):
+                    hit = k / n
+                else:
+                    hit = cache.match(blocks, touch=False) / n
             load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
             if headroom is not None:
                 h_max, lam = headroom

@@ -38,11 +38,37 @@ def test_tips_give_the_same_matches_as_a_full_scan() -> None:
             cache.insert(chain, free)
         else:
             want = _naive(cache, chain)
+            cache._last = None  # the tips alone (the last long match is tested below)
             skipped += bool(cache._tips)
             hinted += bool(cache._tips) and cache._hint > 0  # the search starts from the last match's tip
             assert cache.match(chain, touch=rng.random() < 0.5) == want, step
     assert skipped > 500  # the tips were there to use
     assert hinted > 300
+
+
+def test_the_last_long_match_gives_the_same_matches_as_a_full_scan() -> None:
+    """A match starts after the last long match's prefix when the prompt has that prefix's last block (a swarm's
+    shared context on every placement); through inserts, evictions and other prompts, the count of a scan."""
+    rng = random.Random(6)
+    shared = [rng.randrange(1 << 30) for _ in range(2 * TIP_STEP + 11)]
+    parts = []
+    for _ in range(300):
+        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 3 * TIP_STEP))]
+        parts.append(shared[: rng.choice([0, TIP_STEP - 1, TIP_STEP, TIP_STEP + 5, *[len(shared)] * 4])] + own)
+    parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 40))] for p in parts[::4]]  # next steps
+    chains = [chained_blocks(p) for p in parts]
+    cache = PrefixCache(capacity_blocks=10 * TIP_STEP)
+    remembered = 0
+    for step in range(5000):
+        chain = rng.choice(chains)
+        if rng.random() < 0.2:
+            cache.insert(chain, rng.randrange(3 * TIP_STEP, 11 * TIP_STEP))  # evictions, some into the prompt
+        else:
+            want = _naive(cache, chain)
+            last = cache._last
+            remembered += last is not None and last[0] <= len(chain) and chain[last[0] - 1] == last[1]
+            assert cache.match(chain, touch=rng.random() < 0.5) == want, step
+    assert remembered > 1000
 
 
 def test_inlined_saturation_is_the_policy_functions() -> None:

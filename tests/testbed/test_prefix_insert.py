@@ -1,4 +1,4 @@
-"""An insert leaves the newest run of blocks in place: the same cache, LRU order and block index as the plain loops."""
+"""An insert leaves the newest run of blocks in place: the same cache and LRU order as the plain loops."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 from testbed_helpers import chained_blocks
 
-from testbed.prefix_cache import TIP_STEP, BlockIndex, PrefixCache
+from testbed.prefix_cache import TIP_STEP, PrefixCache
 
 
 class Plain:
@@ -36,7 +36,7 @@ class Plain:
 
 def test_insert_after_its_match_is_the_plain_loops() -> None:
     """Admission then prefill (a match that touches, then the insert of the same prompt), other prompts' matches
-    and inserts in between, evictions of every size: the cache and the index are the plain loops' at every step."""
+    and inserts in between, evictions of every size: the cache is the plain loops' at every step."""
     rng = random.Random(8)
     shared = [rng.randrange(1 << 30) for _ in range(TIP_STEP + 9)]
     parts = []
@@ -46,8 +46,7 @@ def test_insert_after_its_match_is_the_plain_loops() -> None:
     parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 9))] for p in parts[::3]]  # next steps
     chains = [chained_blocks(p) for p in parts]
     capacity = 4 * TIP_STEP
-    plain, fast, index = Plain(capacity), PrefixCache(capacity), BlockIndex()
-    fast.attach(index, 1)
+    plain, fast = Plain(capacity), PrefixCache(capacity)
     kept = cut = 0
     for step in range(6000):
         chain = rng.choice(chains)
@@ -65,6 +64,5 @@ def test_insert_after_its_match_is_the_plain_loops() -> None:
             fast.insert(chain, limit)
             plain.insert(chain, limit)
         assert list(fast._blocks) == list(plain.blocks), step
-        assert index.holders == dict.fromkeys(plain.blocks, 1), step
     assert kept > 400  # the run was there to keep
     assert cut > 100  # evictions into the prompt's own blocks
