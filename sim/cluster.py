@@ -199,12 +199,13 @@ class SimEngine(Engine):
 
     def place(self, job: Job) -> Replica | None:
         """``Engine.place`` without a ``ReplicaView`` per replica: the same scores, the same pick (``pick_replica``:
-        the key's index term makes every key distinct, so the first best in index order is its answer)."""
+        the key's index term makes every key distinct, so the first best in index order is its answer: a score
+        strictly above the best so far, no key tuple per replica)."""
         prefix = self.prefix_aware and bool(job.blocks)
         blocks, n = job.blocks, len(job.blocks)
         headroom = self.headroom
         best: Replica | None = None
-        best_key: tuple[float, int] | None = None
+        best_score = 0.0
         for r in self.replicas:
             if not r.up:
                 continue
@@ -224,14 +225,14 @@ class SimEngine(Engine):
             load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
             if headroom is not None:
                 h_max, lam = headroom
-                key = (freeness(r.p.kv_capacity_tokens, r.kv_used(), r.tiers_present() | {job.tier},
-                                len(r.running) + r.n_waiting, h_max, lam), -r.index)
+                score = freeness(r.p.kv_capacity_tokens, r.kv_used(), r.tiers_present() | {job.tier},
+                                 len(r.running) + r.n_waiting, h_max, lam)
             elif self.prefix_aware:
-                key = (2.0 * hit - load, -r.index)
+                score = 2.0 * hit - load
             else:
-                key = (-load, -r.index)  # min by (load, index)
-            if best_key is None or key > best_key:
-                best, best_key = r, key
+                score = -load  # min by (load, index)
+            if best is None or score > best_score:
+                best, best_score = r, score
         return best
 
 
