@@ -18,8 +18,25 @@ def doctor(url: str, profile: str, out: Path) -> subprocess.CompletedProcess[str
     )
 
 
+NO_QUEUE = "a trial saw no queueing"
+
+
+def doctor_queued(url: str, profile: str, out: Path, tries: int = 3) -> subprocess.CompletedProcess[str]:
+    """The doctor, run again while a polarity trial saw no queue (then it rightly says only "info").
+
+    On a quiet machine the 8 fillers (the tiny model decodes ~3 ms a token and may stop early at EOS) now and
+    then all but end within the pair's head start: a seat is free and the pair does not wait. More fillers
+    do not fit this server's queue limits (12 refused the pair with a 503), so the trial is repeated instead.
+    """
+    for attempt in range(tries):
+        done = doctor(url, profile, out / f"try-{attempt}")
+        if NO_QUEUE not in done.stdout:
+            break
+    return done
+
+
 def test_doctor_on_real_vllm(vllm_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    done = doctor(vllm_server.url, "vllm", tmp_path)
+    done = doctor_queued(vllm_server.url, "vllm", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     for line in (
         "PASS   model",
@@ -31,6 +48,6 @@ def test_doctor_on_real_vllm(vllm_server, tmp_path: Path) -> None:  # type: igno
     ):
         assert line in done.stdout, done.stdout
     # the sglang profile sends priority as is: on vLLM (lower = earlier) the tiers run backwards
-    wrong = doctor(vllm_server.url, "sglang", tmp_path)
+    wrong = doctor_queued(vllm_server.url, "sglang", tmp_path / "sglang")
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     assert "FAIL   priority polarity" in wrong.stdout
