@@ -3,35 +3,10 @@
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 
-from testbed_helpers import chained_blocks
+from testbed_helpers import PlainLru, chained_blocks
 
 from testbed.prefix_cache import TIP_STEP, PrefixCache
-
-
-class Plain:
-    """The LRU cache as plain loops: a match moves its hits to the end, an insert drops and re-appends every block."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
-
-    def match(self, blocks: list[bytes], touch: bool) -> int:
-        n = 0
-        for h in blocks:
-            if h not in self.blocks:
-                break
-            if touch:
-                self.blocks.move_to_end(h)
-            n += 1
-        return n
-
-    def insert(self, blocks: list[bytes], limit: int) -> None:
-        for h in blocks:
-            self.blocks.pop(h, None)
-            self.blocks[h] = None
-        while len(self.blocks) > max(0, min(self.capacity, limit)):
-            self.blocks.popitem(last=False)
 
 
 def test_insert_after_its_match_is_the_plain_loops() -> None:
@@ -46,7 +21,7 @@ def test_insert_after_its_match_is_the_plain_loops() -> None:
     parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 9))] for p in parts[::3]]  # next steps
     chains = [chained_blocks(p) for p in parts]
     capacity = 4 * TIP_STEP
-    plain, fast = Plain(capacity), PrefixCache(capacity)
+    plain, fast = PlainLru(capacity), PrefixCache(capacity)
     kept = cut = 0
     for step in range(6000):
         chain = rng.choice(chains)

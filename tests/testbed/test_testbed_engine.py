@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from testbed_helpers import PlainLru
+
 from testbed.clock import FakeClock
 from testbed.engine import EngineParams, Replica
 from testbed.job import DONE, WAITING, Job
@@ -201,32 +203,9 @@ def test_a_waker_takes_the_steps_off_asyncio() -> None:
 def test_prefix_cache_keeps_the_lru_semantics_of_the_plain_loops() -> None:
     """match/insert run their loops in C; the cached blocks and their LRU order are the plain loops' ones."""
     import random
-    from collections import OrderedDict
-
-    class Plain:
-        def __init__(self, capacity: int) -> None:
-            self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
-
-        def match(self, blocks: list[bytes], touch: bool = True) -> int:
-            n = 0
-            for h in blocks:
-                if h not in self.blocks:
-                    break
-                if touch:
-                    self.blocks.move_to_end(h)
-                n += 1
-            return n
-
-        def insert(self, blocks: list[bytes], limit: int | None = None) -> None:
-            for h in blocks:
-                self.blocks[h] = None
-                self.blocks.move_to_end(h)
-            cap = self.capacity if limit is None else min(self.capacity, limit)
-            while len(self.blocks) > max(0, cap):
-                self.blocks.popitem(last=False)
 
     rng = random.Random(3)
-    plain, fast = Plain(50), PrefixCache(50)
+    plain, fast = PlainLru(50), PrefixCache(50)
     for _ in range(5000):
         blocks = [bytes([rng.randrange(8), j]) for j in range(rng.randrange(30))]
         op = rng.random()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -111,3 +112,29 @@ def chained_blocks(parts: list[int]) -> list[bytes]:
         h.update(p.to_bytes(4, "little"))
         out.append(h.digest())
     return out
+
+
+class PlainLru:
+    """The prefix cache as plain loops (the reference its fast paths are held to): a match moves its hits to the
+    end, an insert drops and re-appends every block, then the oldest go past the capacity (or ``limit``)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
+
+    def match(self, blocks: list[bytes], touch: bool = True) -> int:
+        n = 0
+        for h in blocks:
+            if h not in self.blocks:
+                break
+            if touch:
+                self.blocks.move_to_end(h)
+            n += 1
+        return n
+
+    def insert(self, blocks: list[bytes], limit: int | None = None) -> None:
+        for h in blocks:
+            self.blocks.pop(h, None)
+            self.blocks[h] = None
+        cap = self.capacity if limit is None else min(self.capacity, limit)
+        while len(self.blocks) > max(0, cap):
+            self.blocks.popitem(last=False)
