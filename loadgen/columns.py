@@ -33,6 +33,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -303,14 +304,14 @@ class SidecarWriter:
 # --------------------------------------------------------------------------- reader
 
 
+@dataclass
 class _Chain:
     """The batches that chain from byte 0 of a shard, as a sidecar holds them."""
 
-    def __init__(self) -> None:
-        self.batches: list[pa.RecordBatch] = []  # their columns: zero-copy views of the sidecar
-        self.spans: list[tuple[int, int, int]] = []  # (start, end, CRC-32) in the shard
-        self.ends: list[int] = []  # where each ends in the sidecar
-        self.seal: dict[str, Any] | None = None  # the shard's print at the writer's close, after the last batch
+    batches: list[pa.RecordBatch] = field(default_factory=list)  # their columns: zero-copy views of the sidecar
+    spans: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, CRC-32) in the shard
+    ends: list[int] = field(default_factory=list)  # where each ends in the sidecar
+    seal: dict[str, Any] | None = None  # the shard's print at the writer's close, after the last batch
 
 
 def _batches(source: Any, names: list[str], types: list[pa.DataType], limit: int) -> _Chain:
