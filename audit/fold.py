@@ -129,7 +129,10 @@ def fold_logical(attempts: pd.DataFrame) -> pd.DataFrame:
         sorted_codes = codes[order]
         last_of_group = np.ones(len(order), dtype=bool)
         last_of_group[:-1] = sorted_codes[1:] != sorted_codes[:-1]
-        chosen = np.sort(np.concatenate([single, order[last_of_group]]))
+        pick = np.zeros(len(codes), dtype=bool)  # in row order without a sort (~1 s of a 10M-row sort)
+        pick[single] = True
+        pick[order[last_of_group]] = True
+        chosen = np.flatnonzero(pick)
     else:
         chosen = single
     columns = [c for c in LOGICAL_COLUMNS if c in attempts.columns]

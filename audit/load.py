@@ -277,14 +277,61 @@ def _fixed_width_codes(column: pa.StringArray) -> np.ndarray | None:
         for i in range(width // 8):
             mixed ^= words[:, i] * _MIX[i]
             mixed = (mixed << np.uint64(29)) | (mixed >> np.uint64(35))
-    codes, uniques = pd.factorize(mixed)
-    first = np.empty(len(uniques), dtype=np.int64)
-    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # each code's first row
+    codes, first = first_seen_codes(mixed)
     representative = first[codes]
     for i in range(width // 8):
         if not np.array_equal(words[:, i], words[representative, i]):
             return None  # two ids share a mix: hash the strings instead
     return codes.astype(np.int64)
+
+
+PART_ROWS = 1 << 14  # keys a part of ``first_seen_codes`` holds on average: its hash table stays in cache
+
+
+def first_seen_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(keys)``'s codes (first-seen order) and each code's first row, hashed a part at a time.
+
+    One hash table of ten million keys misses the cache on nearly every probe: factorizing 10M keys took
+    20x as long as 1M. The keys (well mixed: their top bits are uniform) are split by their top bits into
+    parts of ~``PART_ROWS``, each factorized on its own in cache; a key's global code is then the number of
+    distinct keys first seen before it, which a running count over the first sightings gives.
+    """
+    n = len(keys)
+    bits = int(np.ceil(np.log2(n / PART_ROWS))) if n > PART_ROWS else 0
+    if bits == 0:
+        codes, uniques = pd.factorize(keys)
+        first = np.empty(len(uniques), dtype=np.int64)
+        first[codes[::-1]] = np.arange(n - 1, -1, -1)
+        return codes.astype(np.int64), first
+    bits = min(bits, 16)
+    part = (keys >> np.uint64(64 - bits)).astype(np.uint16)
+    order = np.argsort(part, kind="stable")  # a radix sort: within a part, rows keep their order
+    bounds = np.zeros((1 << bits) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(part, minlength=1 << bits), out=bounds[1:])
+    del part
+    grouped = keys[order]
+    seen_first = np.zeros(n, dtype=bool)
+    pieces = []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if lo == hi:
+            continue
+        local, uniques = pd.factorize(grouped[lo:hi])
+        at = np.empty(len(uniques), dtype=np.int64)
+        at[local[::-1]] = np.arange(hi - lo - 1, -1, -1)  # each local key's first place in the part
+        rows = order[lo + at]  # ... and its row: rows keep their order within a part, so it is the first sighting
+        seen_first[rows] = True
+        pieces.append((lo, hi, local, rows))
+    del grouped
+    rank = np.cumsum(seen_first, dtype=np.int64) - 1  # distinct keys first seen up to each row, less one
+    first = np.empty(int(rank[-1]) + 1, dtype=np.int64)
+    grouped_codes = np.empty(n, dtype=np.int64)
+    for lo, hi, local, rows in pieces:
+        global_codes = rank[rows]
+        first[global_codes] = rows
+        grouped_codes[lo:hi] = global_codes[local]
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = grouped_codes
+    return codes, first
 
 
 TRIM_EVERY = 8  # columns converted between two trims: at a million rows, ~40 MB fewer at the load's peak
@@ -333,6 +380,7 @@ def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None,
     queued = {name for name, _, _ in dear}
     rest = [(n, t) for n, t in zip(names, types, strict=True) if n not in queued]
     converted: dict[str, Any] = {}
+    where = places(order) if order is not None else None  # once for every numeric column
 
     def drain() -> None:
         while True:
@@ -340,14 +388,14 @@ def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None,
                 name, col, dtype = dear.popleft()  # atomic: each column is taken by one thread
             except IndexError:
                 return
-            converted[name] = _column(col, name, dtype, order)
+            converted[name] = _column(col, name, dtype, order, where)
             del col
 
     other = beside.submit(drain) if beside is not None and dear else None
     for i, (name, dtype) in enumerate(rest):
         if i % TRIM_EVERY == TRIM_EVERY - 1:
             trim()  # the arrow columns freed so far back to the kernel, not kept beside the frame's new ones
-        converted[name] = _column(arrays.pop(0), name, dtype, order)  # popped: dropped once converted
+        converted[name] = _column(arrays.pop(0), name, dtype, order, where)  # popped: dropped once converted
     drain()
     if other is not None:
         other.result()
@@ -360,10 +408,19 @@ def _to_frame(tables: list[pa.Table], order: np.ndarray | None = None,
 _BESIDE = frozenset({"request_id", "logical_id", "twin_of", "task_id", "parent_id"})
 
 
-def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarray | None) -> Any:
+def places(order: np.ndarray) -> np.ndarray:
+    """Where each row goes when rows are taken in ``order`` (its inverse permutation)."""
+    where = np.empty_like(order)
+    where[order] = np.arange(len(order), dtype=order.dtype)
+    return where
+
+
+def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarray | None,
+            where: np.ndarray | None = None) -> Any:
     """One arrow column as the frame holds it (see ``_to_frame``), its rows taken in ``order``.
 
-    Only the ids are reordered in arrow; every other column is converted first and reordered in numpy
+    ``where``: ``places(order)``, when the caller converts many columns. Numbers are written once, in place
+    (``_numbers``); only the ids are reordered in arrow; the rest is converted first and reordered in numpy
     (one fewer arrow temporary a column: numpy's column-sized arrays come on huge pages, arrow's on
     4 KiB ones, and the page faults were a third of the conversion's time).
     """
@@ -372,18 +429,89 @@ def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarr
             col = col.combine_chunks().take(pa.array(order))  # one array taken: a chunked take costs ~40 % more
         # ids stay arrow strings (zero-copy, ~36 B a row), not a million Python str objects (~80 B each)
         return pd.Series(col, dtype=pd.ArrowDtype(pa.string()), copy=False)
+    if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
+        return pd.Series(_numbers(col, places(order) if where is None and order is not None else where), copy=False)
+    if pa.types.is_dictionary(dtype) and pa.types.is_string(dtype.value_type) and col.num_chunks:
+        where = places(order) if where is None and order is not None else where
+        return pd.Series(_categorical(col, where), copy=False)
     if name in CATEGORICAL and pa.types.is_string(dtype):
         col = pc.dictionary_encode(col)
     elif pa.types.is_boolean(dtype):
         col = pc.fill_null(col, False)
-    series = col.to_pandas()  # integers: float64 + NaN where any is absent, else int64 (made float64 below)
-    if pa.types.is_integer(dtype) and series.dtype != np.float64:
-        series = series.astype(np.float64)
+    series = col.to_pandas()
     if order is None:
         return series
     if isinstance(series.dtype, pd.CategoricalDtype):
         return pd.Series(pd.Categorical.from_codes(series.cat.codes.to_numpy()[order], dtype=series.dtype), copy=False)
     return pd.Series(series.to_numpy()[order], copy=False)  # a fresh array: pandas would copy it again
+
+
+def _categorical(col: pa.ChunkedArray, where: np.ndarray | None) -> pd.Categorical:
+    """A dictionary column (each chunk its own dictionary) as one Categorical, categories in first-seen order.
+
+    arrow's ``to_pandas`` unifies the chunks' dictionaries in a way that grew ~20x from 1M to 10M rows for
+    a column of a million distinct task ids (18 s). Here the chunks' dictionaries are factorized as one
+    array: each chunk's dictionary is in its own first-seen order and the chunks are in row order, so the
+    first sightings in that array come in the column's first-seen order (a dictionary shared by several
+    chunks grows with them: its order is still the order of first sightings). Each chunk's indices then map
+    through it (null: -1), written to the rows' places (``where``).
+    """
+    # the chunks of one ``dictionary_encode`` call share its whole dictionary (one memory): joined once
+    dictionaries: list[pa.Array] = []
+    start_of: dict[tuple[int, int, int], int] = {}
+    starts = []
+    total = 0
+    for chunk in col.chunks:
+        dictionary = chunk.dictionary
+        offsets = dictionary.buffers()[1]
+        key = (offsets.address if offsets is not None else 0, dictionary.offset, len(dictionary))
+        if key not in start_of:
+            start_of[key] = total
+            dictionaries.append(dictionary)
+            total += len(dictionary)
+        starts.append(start_of[key])
+    joined = pa.chunked_array(dictionaries, type=col.type.value_type).combine_chunks()
+    entry_codes, uniques = pd.factorize(pd.Series(joined, dtype=pd.ArrowDtype(pa.string()), copy=False))
+    categories = pd.Index(uniques, dtype="str")
+    codes: np.ndarray[tuple[int], np.dtype[np.signedinteger[Any]]] = np.empty(
+        len(col), dtype=np.int32 if len(categories) >= 1 << 15 else np.int16)
+    row = 0
+    for chunk, start in zip(col.chunks, starts, strict=True):
+        indices = chunk.indices
+        if not len(chunk.dictionary):  # every row null
+            mapped: np.ndarray = np.full(len(chunk), -1, dtype=codes.dtype)
+        elif indices.null_count:
+            local = indices.fill_null(-1).to_numpy()
+            mapped = np.where(local < 0, -1, entry_codes[start + np.maximum(local, 0)])
+        else:
+            mapped = entry_codes[start + indices.to_numpy()]
+        if where is None:
+            codes[row:row + len(chunk)] = mapped
+        else:
+            codes[where[row:row + len(chunk)]] = mapped
+        row += len(chunk)
+    return pd.Categorical.from_codes(codes, categories=categories)
+
+
+def _numbers(col: pa.ChunkedArray, where: np.ndarray | None) -> np.ndarray:
+    """A numeric column as float64 (NaN where absent), its rows in ``order``: written once, straight from arrow.
+
+    Each chunk is read in place (a view of arrow's buffer when it has no nulls) and cast as it is copied
+    into the one array the frame keeps, row i to ``where[i]`` (``places``). The conversion through
+    pandas made two or three column-sized temporaries first (int64, float64, the reordered copy): fresh
+    memory, which a VM that hands free pages back to its host pays for again on every touch.
+    """
+    out = np.empty(len(col), dtype=np.float64)
+    start = 0
+    for chunk in col.chunks:
+        end = start + len(chunk)
+        values = chunk.to_numpy(zero_copy_only=False)  # nulls: float64 + NaN (a chunk-sized copy)
+        if where is None:
+            out[start:end] = values
+        else:
+            out[where[start:end]] = values
+        start = end
+    return out
 
 
 @dataclass

@@ -164,12 +164,56 @@ print(json.dumps(out))
 """
 
 
-def measure(run_dir: Path, table: bool = True, code: Path = ROOT, jsonl: bool = False) -> dict[str, float]:
+REPORTED_KIB = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
+def settle(quiet_s: float = 2.0, limit_s: float = 180.0) -> float | None:
+    """Wait until the host has taken back the guest's free memory (free page reporting has gone quiet).
+
+    Every audit then starts from the same state, whatever the one before it freed: the memory it touches
+    is fresh to the host, as after any idle moment. Without this, an audit that fits in what the previous
+    process just freed (≈ 1 GB here) finds it still backed and pays a fifth of the first-touch cost,
+    and one that does not pays it in full, which made a 10M audit look more than ten times a 1M one.
+    Returns the seconds waited, or None where the kernel does not report free pages (nothing to wait for).
+    """
+    if not REPORTED_KIB.exists():
+        return None
+    t0 = time.perf_counter()
+    last, since = REPORTED_KIB.read_text(), time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(0.25)
+        now = REPORTED_KIB.read_text()
+        if now != last:
+            last, since = now, time.perf_counter()
+        elif time.perf_counter() - since >= quiet_s:
+            break
+    return time.perf_counter() - t0
+
+
+TOUCH = """
+import resource, sys, numpy as np
+a = np.ones(int(float(sys.argv[1]) * 2**30) // 8)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_stime)
+"""
+
+
+def first_touch_s_per_gib(gib: float = 1.0) -> float:
+    """System time to touch ``gib`` GiB of fresh memory in a new process (after ``settle``): the VM's price per GiB."""
+    settle()
+    out = subprocess.run([sys.executable, "-c", TOUCH, str(gib)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip()) / gib
+
+
+def measure(run_dir: Path, table: bool = True, code: Path = ROOT, jsonl: bool = False,
+            settled: bool = True) -> dict[str, float]:
     """Audit in a fresh interpreter with the code in ``code``; report its wall and CPU time (audit only) and peak RSS.
 
     ``table``: the audit as ``rushhour audit`` runs it (summary.json and attempts.parquet written), then
     the re-audit of the unchanged run and a read of the table; else the audit in memory (no table built).
+    ``settled``: wait for free page reporting to go quiet first (``settle``), so each audit starts cold.
     """
+    if settled:
+        settle()
     env = {**os.environ, "PYTHONPATH": str(code)}
     out = subprocess.run([sys.executable, "-c", CHILD, str(run_dir), "table" if table else "memory",
                           "jsonl" if jsonl else "columns"], cwd=code,
@@ -195,7 +239,15 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a checkout of the old code: audit each run with it first")
     parser.add_argument("--before-max", type=int, default=1_000_000,
                         help="largest size the old code audits (its memory grew ~1.5 GB per million)")
+    parser.add_argument("--jsonl-max", type=int, default=1_000_000,
+                        help="largest size audited with the sidecars ignored (every line parsed: ~4 min at 10M)")
+    parser.add_argument("--as-found", action="store_true",
+                        help="do not wait for the host to take back free memory before each audit (see settle)")
     args = parser.parse_args()
+    settled = not args.as_found
+    if settled and REPORTED_KIB.exists():
+        print(f"free page reporting: each audit starts after it goes quiet; fresh memory costs "
+              f"{first_touch_s_per_gib():.2f} s of system time per GiB on this machine now")
     base = args.keep or Path(tempfile.mkdtemp(prefix="rushhour-bench-"))
     rows = []
     print(f"{'code':>6} {'records':>10} {'shards MB':>9} {'gen s':>6} {'no-table s':>10} {'no-tbl MB':>10} "
@@ -213,15 +265,16 @@ def main() -> int:
         gen_s = time.perf_counter() - t0
         size_mb = sum(p.stat().st_size for p in (run_dir / "records").glob("*.jsonl")) / 2**20
         codes = [("before", args.before, False)] if args.before and n <= args.before_max else []
-        for label, code, jsonl in [*codes, ("after", ROOT, False), ("jsonl", ROOT, True)]:
-            bare = measure(run_dir, table=False, code=code, jsonl=jsonl)
-            r = measure(run_dir, code=code, jsonl=jsonl)
+        jsonl_case = [("jsonl", ROOT, True)] if n <= args.jsonl_max else []
+        for label, code, jsonl in [*codes, ("after", ROOT, False), *jsonl_case]:
+            bare = measure(run_dir, table=False, code=code, jsonl=jsonl, settled=settled)
+            r = measure(run_dir, code=code, jsonl=jsonl, settled=settled)
             rows.append({"code": label, "records": n, "shards_mb": size_mb, "no_table_audit_s": bare["audit_s"],
                          "no_table_cpu_s": bare["cpu_s"], "no_table_rss_mb": bare["rss_mb"], **r})
             print(_row(label, n, size_mb, gen_s, bare, r), flush=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
-    print(json.dumps({"cpus": os.cpu_count(), "results": rows}, indent=1))
+    print(json.dumps({"cpus": os.cpu_count(), "settled": settled, "results": rows}, indent=1))
     return 0
 
 

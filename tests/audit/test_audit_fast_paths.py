@@ -202,6 +202,8 @@ def _chunked_request_table() -> pa.Table:
             "task_id": pa.array([f"t{k}-{i % 2}" if i else None for i in range(n)]).dictionary_encode(),
             "status": pa.array([200 if i % 2 else None for i in range(n)], type=pa.int64()),
             "seq": pa.array(list(range(n)), type=pa.int64()),  # no nulls: int64 from arrow, float64 in the frame
+            # nulls in one chunk only: that chunk is copied as float64 + NaN, the others read in place
+            "tokens": pa.array([None if k == 1 and i == 2 else 10**15 + 7 * i for i in range(n)], type=pa.int64()),
             "complete": pa.array([True if i % 3 else None for i in range(n)]),
             "retry_after_s": pa.array([1.5 if i == 1 else None for i in range(n)], type=pa.float64()),
             "reason": pa.array(["x" if i else None for i in range(n)]),  # plain text of few values: categorical
@@ -293,3 +295,40 @@ def test_idle_ttft_by_lookup_is_the_nearest_bin_rule_per_attempt(seed: int) -> N
         base = Baseline(bins, rng.uniform(1, 100, len(bins)), "calibration")
         size = np.concatenate([rng.lognormal(5, 4, 500), [0, -1, np.nan, np.inf, 5e-324, 1.7e308, 0.5, 1, 2, 3]])
         assert np.array_equal(base.idle_for(size), base._nearest_idle(_bin(size)), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 64, 1000, 5000])
+def test_first_seen_codes_in_parts_are_pandas_factorize(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load, "PART_ROWS", 16)  # many parts of a few keys each: the part path, not the small one
+    rng = np.random.default_rng(n)
+    keys = rng.integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64) << np.uint64(1)
+    if n > 1:
+        again = rng.random(n) < 0.4
+        keys[again] = keys[rng.integers(0, n, size=n)][again]  # repeats, some before their first sighting's row
+    codes, first = load.first_seen_codes(keys)
+    expected, uniques = pd.factorize(keys)
+    assert np.array_equal(codes, expected)
+    assert len(first) == len(uniques)
+    assert all(int(np.flatnonzero(expected == k)[0]) == first[k] for k in range(len(uniques)))
+
+
+def test_first_seen_codes_of_keys_in_one_part_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load, "PART_ROWS", 4)
+    keys = np.array([5, 3, 5, 9, 3, 1, 1, 9, 2], dtype=np.uint64)  # top bits all zero: every key in part 0
+    assert np.array_equal(load.first_seen_codes(keys)[0], pd.factorize(keys)[0])
+
+
+def test_a_dictionary_column_converts_as_arrow_unifies_it() -> None:
+    # three encode calls (each shares its growing dictionary over its chunks), nulls, an all-null chunk
+    encoded = [pa.compute.dictionary_encode(pa.chunked_array([pa.array(a, type=pa.string()) for a in group]))
+               for group in ([["t1", None, "t2"], ["t3", "t1"]], [["t9", "t2", None]], [[None, None]],
+                             [["", "t4"], ["t9", "t5"], ["t1"]])]
+    col = pa.chunked_array([c for e in encoded for c in e.chunks])
+    expected = col.to_pandas()
+    for order in (None, np.argsort(np.arange(len(col))[::-1] % 3, kind="stable")):
+        got = pd.Series(load._categorical(col, None if order is None else load.places(order)))
+        want = expected if order is None else pd.Series(pd.Categorical.from_codes(
+            expected.cat.codes.to_numpy()[order], dtype=expected.dtype))
+        assert got.dtype == want.dtype
+        assert got.equals(want)
+        assert list(got.cat.categories) == list(want.cat.categories)
