@@ -419,10 +419,11 @@ def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarr
             where: np.ndarray | None = None) -> Any:
     """One arrow column as the frame holds it (see ``_to_frame``), its rows taken in ``order``.
 
-    ``where``: ``places(order)``, when the caller converts many columns. Numbers are written once, in place
-    (``_numbers``); only the ids are reordered in arrow; the rest is converted first and reordered in numpy
-    (one fewer arrow temporary a column: numpy's column-sized arrays come on huge pages, arrow's on
-    4 KiB ones, and the page faults were a third of the conversion's time).
+    ``where``: ``places(order)``, when the caller converts many columns. Numbers and dictionary columns are
+    written once, each row at its place (``_numbers``, ``_categorical``); the ids are reordered in arrow;
+    flags and plain text are converted first and reordered in numpy (one fewer arrow temporary a column:
+    numpy's column-sized arrays come on huge pages, arrow's on 4 KiB ones, and the page faults were a third
+    of the conversion's time).
     """
     if name in _ARROW_TEXT and pa.types.is_string(dtype):
         if order is not None:
@@ -447,24 +448,23 @@ def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarr
 
 
 def _categorical(col: pa.ChunkedArray, where: np.ndarray | None) -> pd.Categorical:
-    """A dictionary column (each chunk its own dictionary) as one Categorical, categories in first-seen order.
+    """A dictionary column (each chunk its own dictionary) as one Categorical, with arrow's categories.
 
     arrow's ``to_pandas`` unifies the chunks' dictionaries in a way that grew ~20x from 1M to 10M rows for
-    a column of a million distinct task ids (18 s). Here the chunks' dictionaries are factorized as one
-    array: each chunk's dictionary is in its own first-seen order and the chunks are in row order, so the
-    first sightings in that array come in the column's first-seen order (a dictionary shared by several
-    chunks grows with them: its order is still the order of first sightings). Each chunk's indices then map
-    through it (null: -1), written to the rows' places (``where``).
+    a column of a million distinct task ids (18 s). Here the chunks' distinct dictionaries are factorized as
+    one array, in chunk order: the categories come out as arrow's unification makes them (each chunk's
+    dictionary in turn, its values not seen before appended). Each chunk's indices then map through it
+    (null: -1), written to the rows' places (``where``).
     """
     # the chunks of one ``dictionary_encode`` call share its whole dictionary (one memory): joined once
     dictionaries: list[pa.Array] = []
-    start_of: dict[tuple[int, int, int], int] = {}
+    start_of: dict[tuple[int, ...], int] = {}
     starts = []
     total = 0
     for chunk in col.chunks:
         dictionary = chunk.dictionary
-        offsets = dictionary.buffers()[1]
-        key = (offsets.address if offsets is not None else 0, dictionary.offset, len(dictionary))
+        key = (*(b.address if b is not None else 0 for b in dictionary.buffers()[1:3]), dictionary.offset,
+               len(dictionary))
         if key not in start_of:
             start_of[key] = total
             dictionaries.append(dictionary)
@@ -494,12 +494,12 @@ def _categorical(col: pa.ChunkedArray, where: np.ndarray | None) -> pd.Categoric
 
 
 def _numbers(col: pa.ChunkedArray, where: np.ndarray | None) -> np.ndarray:
-    """A numeric column as float64 (NaN where absent), its rows in ``order``: written once, straight from arrow.
+    """A numeric column as float64 (NaN where absent), row i at ``where[i]``: written once, straight from arrow.
 
     Each chunk is read in place (a view of arrow's buffer when it has no nulls) and cast as it is copied
-    into the one array the frame keeps, row i to ``where[i]`` (``places``). The conversion through
-    pandas made two or three column-sized temporaries first (int64, float64, the reordered copy): fresh
-    memory, which a VM that hands free pages back to its host pays for again on every touch.
+    into the one array the frame keeps (``where``: ``places(order)``, None to keep the rows' order). The
+    conversion through pandas made two or three column-sized temporaries first (int64, float64, the
+    reordered copy): fresh memory, which a VM that hands free pages back to its host pays for on every touch.
     """
     out = np.empty(len(col), dtype=np.float64)
     start = 0

@@ -315,6 +315,11 @@ JUDGED = (SCENARIO
 assert JUDGED.count("slo:") == 2
 
 
+def _valid(run_dir: Path) -> bool:
+    """Whether the run's audit found it valid for latency claims (summary.json, written by ``_form``'s report)."""
+    return bool(json.loads((run_dir / "summary.json").read_text())["validity"]["valid"])
+
+
 def _form(run_dir: Path) -> dict[str, list[str]]:
     """What a reader sees of a run's reports, without its numbers: sections, charts, headings, gate checks."""
     subprocess.run([*RUSHHOUR, "report", str(run_dir)], check=True, capture_output=True, env=child_env())
@@ -326,7 +331,7 @@ def _form(run_dir: Path) -> dict[str, list[str]]:
         "charts": re.findall(r'data-chart="([^"]+)"', html),
         "tables": re.findall(r"<table[^>]*\bid=\"([^\"]+)\"", html),
         # the title names the verdict: the form is the same whatever the verdict
-        "markdown": [re.sub(r"\S* ?(PASS|FAIL|INCONCLUSIVE|INVALID|NOT JUDGED)$", "<verdict>", line)
+        "markdown": [re.sub(r"\S* ?(PASS|FAIL|INCONCLUSIVE|INVALID RUN|INVALID|NOT JUDGED)$", "<verdict>", line)
                      for line in markdown.splitlines() if line.startswith("#")],
         "junit": sorted(re.findall(r'<(testsuite|testcase)\b[^>]*\bname="([^"]+)"', junit)),
         "drops.csv": (run_dir / "drops.csv").read_text().splitlines()[:1],
@@ -343,17 +348,24 @@ def test_a_three_host_report_has_the_form_of_a_local_one(hosts: Hosts, tmp_path:
     remote = _run_dir(work)
     assert len(list((remote / "records").glob("*.jsonl"))) == 2  # both workers' shards, shipped
 
-    local_work = tmp_path / "local"
-    local_work.mkdir()
-    scenario = local_work / "s.yaml"
-    scenario.write_text(JUDGED.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
-    local_proc = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(local_work / "runs"),
-                                   "--no-report", "--processes", "2"], local_work, local_work / "local.log")
-    assert _wait(local_proc, 180, local_work / "local.log") == 0, (local_work / "local.log").read_text()[-3000:]
-    local = _run_dir(local_work)
-
-    remote_form, local_form = _form(remote), _form(local)
+    remote_form = _form(remote)
     assert remote_form["sections"] and remote_form["junit"] and remote_form["markdown"]
+    # An invalid run's reports add its reasons (a findings table, a validity check): forms compare like with
+    # like. On a machine this busy the local run's generator can starve where the distributed one's did not
+    # (seen: 3 test workers on 2 cores), so the local run is repeated, at most twice, until its validity matches.
+    for attempt in range(3):
+        local_work = tmp_path / f"local-{attempt}"
+        local_work.mkdir()
+        scenario = local_work / "s.yaml"
+        scenario.write_text(JUDGED.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
+        local_proc = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(local_work / "runs"),
+                                       "--no-report", "--processes", "2"], local_work, local_work / "local.log")
+        assert _wait(local_proc, 180, local_work / "local.log") == 0, (local_work / "local.log").read_text()[-3000:]
+        local = _run_dir(local_work)
+        local_form = _form(local)
+        if _valid(local) == _valid(remote):
+            break
+    assert _valid(local) == _valid(remote), "the local run's validity never matched the distributed run's"
     assert remote_form == local_form
     print(f"\nreport form, three hosts = local: {remote_form}")
 

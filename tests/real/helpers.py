@@ -55,16 +55,26 @@ def total(samples: list[Sample], name: str, **labels: str | tuple[str, ...]) -> 
 
 def settle(read: Callable[[], list[Sample]], idle: Callable[[list[Sample]], bool], timeout_s: float = 90.0
            ) -> list[Sample]:
-    """Scrape until the server is idle and two scrapes agree (its counters are written after the answer)."""
+    """Scrape until the server is idle and two scrapes hold the same samples (its counters are written after
+    the answer)."""
     end = time.monotonic() + timeout_s
     last = read()
     while time.monotonic() < end:
         time.sleep(1.0)
         now = read()
-        if idle(now) and now == last:
+        # the same samples, in any order: vLLM's page lists its processes' samples in no fixed order
+        if idle(now) and sorted(map(_key, now)) == sorted(map(_key, last)):
             return now
         last = now
-    raise AssertionError("the server's counters did not settle within the deadline")
+    changed = sorted({f"{name}{labels}" for name, labels, _ in set(map(_key, now)) ^ set(map(_key, last))})[:8]
+    raise AssertionError(f"the server's counters did not settle within {timeout_s:.0f} s (idle: {idle(now)}; "
+                         f"changing between the last two scrapes: {changed or 'nothing'})")
+
+
+def _key(sample: Sample) -> tuple[str, str, float]:
+    """A sample as a hashable triple (its labels sorted), to name what changed between two scrapes."""
+    name, labels, value = sample
+    return name, str(sorted(labels.items())), value
 
 
 def run_rushhour(scenario: Path, target: str, out: Path, env: Mapping[str, str] | None = None,
