@@ -56,19 +56,26 @@ def total(samples: list[Sample], name: str, **labels: str | tuple[str, ...]) -> 
 def settle(read: Callable[[], list[Sample]], idle: Callable[[list[Sample]], bool], timeout_s: float = 90.0
            ) -> list[Sample]:
     """Scrape until the server is idle and two scrapes hold the same samples (its counters are written after
-    the answer)."""
+    the answer). The process's own runtime samples (``process_*``, ``python_*``: CPU seconds, memory, GC) are
+    left out: they move while the server idles, and no test reads them."""
     end = time.monotonic() + timeout_s
     last = read()
+    previous = last
     while time.monotonic() < end:
         time.sleep(1.0)
         now = read()
-        # the same samples, in any order: vLLM's page lists its processes' samples in no fixed order
-        if idle(now) and sorted(map(_key, now)) == sorted(map(_key, last)):
+        # the same samples, in any order and however often each is listed
+        if idle(now) and _served(now) == _served(last):
             return now
-        last = now
-    changed = sorted({f"{name}{labels}" for name, labels, _ in set(map(_key, now)) ^ set(map(_key, last))})[:8]
-    raise AssertionError(f"the server's counters did not settle within {timeout_s:.0f} s (idle: {idle(now)}; "
+        previous, last = last, now
+    changed = sorted({f"{name}{labels}" for name, labels, _ in _served(last) ^ _served(previous)})[:8]
+    raise AssertionError(f"the server's counters did not settle within {timeout_s:.0f} s (idle: {idle(last)}; "
                          f"changing between the last two scrapes: {changed or 'nothing'})")
+
+
+def _served(samples: list[Sample]) -> set[tuple[str, str, float]]:
+    """The server's own samples of a scrape as a set (runtime ones left out; see ``settle``)."""
+    return {_key(s) for s in samples if not s[0].startswith(("process_", "python_"))}
 
 
 def _key(sample: Sample) -> tuple[str, str, float]:
