@@ -282,7 +282,7 @@ def _fixed_width_codes(column: pa.StringArray) -> np.ndarray | None:
     for i in range(width // 8):
         if not np.array_equal(words[:, i], words[representative, i]):
             return None  # two ids share a mix: hash the strings instead
-    return codes.astype(np.int64)
+    return codes  # int64 already: no copy of a column of codes
 
 
 PART_ROWS = 1 << 14  # keys a part of ``first_seen_codes`` holds on average: its hash table stays in cache
@@ -300,9 +300,7 @@ def first_seen_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bits = int(np.ceil(np.log2(n / PART_ROWS))) if n > PART_ROWS else 0
     if bits == 0:
         codes, uniques = pd.factorize(keys)
-        first = np.empty(len(uniques), dtype=np.int64)
-        first[codes[::-1]] = np.arange(n - 1, -1, -1)
-        return codes.astype(np.int64), first
+        return codes.astype(np.int64), _first_places(codes, len(uniques))
     bits = min(bits, 16)
     part = (keys >> np.uint64(64 - bits)).astype(np.uint16)
     order = np.argsort(part, kind="stable")  # a radix sort: within a part, rows keep their order
@@ -316,9 +314,7 @@ def first_seen_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if lo == hi:
             continue
         local, uniques = pd.factorize(grouped[lo:hi])
-        at = np.empty(len(uniques), dtype=np.int64)
-        at[local[::-1]] = np.arange(hi - lo - 1, -1, -1)  # each local key's first place in the part
-        rows = order[lo + at]  # ... and its row: rows keep their order within a part, so it is the first sighting
+        rows = order[lo + _first_places(local, len(uniques))]  # first sightings: a part keeps its rows in order
         seen_first[rows] = True
         pieces.append((lo, hi, local, rows))
     del grouped
@@ -332,6 +328,13 @@ def first_seen_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     codes = np.empty(n, dtype=np.int64)
     codes[order] = grouped_codes
     return codes, first
+
+
+def _first_places(codes: np.ndarray, count: int) -> np.ndarray:
+    """Where each of ``count`` codes first occurs in ``codes`` (later writes of a reversed scatter win)."""
+    first = np.empty(count, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
+    return first
 
 
 TRIM_EVERY = 8  # columns converted between two trims: at a million rows, ~40 MB fewer at the load's peak
@@ -430,10 +433,11 @@ def _column(col: pa.ChunkedArray, name: str, dtype: pa.DataType, order: np.ndarr
             col = col.combine_chunks().take(pa.array(order))  # one array taken: a chunked take costs ~40 % more
         # ids stay arrow strings (zero-copy, ~36 B a row), not a million Python str objects (~80 B each)
         return pd.Series(col, dtype=pd.ArrowDtype(pa.string()), copy=False)
+    if where is None and order is not None:
+        where = places(order)
     if pa.types.is_integer(dtype) or pa.types.is_floating(dtype):
-        return pd.Series(_numbers(col, places(order) if where is None and order is not None else where), copy=False)
+        return pd.Series(_numbers(col, where), copy=False)
     if pa.types.is_dictionary(dtype) and pa.types.is_string(dtype.value_type) and col.num_chunks:
-        where = places(order) if where is None and order is not None else where
         return pd.Series(_categorical(col, where), copy=False)
     if name in CATEGORICAL and pa.types.is_string(dtype):
         col = pc.dictionary_encode(col)
