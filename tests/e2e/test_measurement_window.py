@@ -54,7 +54,11 @@ def test_warm_up_failing_the_slo_is_left_out(tmp_path: Path) -> None:
     result = run_scenario(str(path), RunOptions(out_dir=tmp_path / "runs", processes=1))
     assert result.run_dir is not None
     summary = audit_run(result.run_dir)
-    assert summary.exit_code == 0, [v.message for v in summary.verdicts]
+    # every check passes; the exit code is 0 unless the generator itself fell behind (a busy test machine), when
+    # the run is invalid (2) whatever its checks say: judged by the verdicts, the exit code must follow them
+    assert all(v.passed for v in summary.verdicts), [v.message for v in summary.verdicts]
+    valid = summary.validity.valid
+    assert summary.exit_code == (0 if valid else 2), (summary.exit_code, summary.validity.reasons)
     assert summary.measurement.excluded_phases == ["warm-up"]
     tier = summary.tiers[0]
     warm, peak = tier.phases
@@ -73,7 +77,7 @@ def test_warm_up_failing_the_slo_is_left_out(tmp_path: Path) -> None:
     manifest.scenario["phases"][0]["measure"] = True
     write_manifest(result.run_dir, manifest)
     whole = audit_run(result.run_dir)
-    assert whole.measurement.excluded_phases == [] and whole.exit_code == 1
+    assert whole.measurement.excluded_phases == [] and whole.exit_code == (1 if whole.validity.valid else 2)
     verdict = next(v for v in whole.verdicts if v.check == "ttft_ms.p90")
     assert not verdict.passed and verdict.observed is not None and verdict.observed > 1000
     print(f"whole-run p90 {verdict.observed:.0f} ms")

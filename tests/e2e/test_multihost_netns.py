@@ -338,6 +338,9 @@ def _form(run_dir: Path) -> dict[str, list[str]]:
     }
 
 
+# serial: the forms compare like with like only when both runs' validity matches, and beside parallel test
+# workers the local run's generator starved three times in a row (CI, 2 Dec 2026)
+@pytest.mark.serial
 def test_a_three_host_report_has_the_form_of_a_local_one(hosts: Hosts, tmp_path: Path) -> None:
     """Issue #15's "identical in form": the master's run folder reports as a local run of the scenario does."""
     _testbed(hosts, tmp_path)

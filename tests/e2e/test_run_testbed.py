@@ -68,6 +68,9 @@ def _ledger(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "testbed-ledger.jsonl").read_text().splitlines() if line]
 
 
+# serial: a run starved of CPU (4 such runs at once on 2 cores, 2 Dec 2026) sends its first requests near the
+# schedule's end and the stop cuts them before the testbed reads them: fewer than 80 requests, some unseen
+@pytest.mark.serial
 def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(MATCH_SCENARIO)
@@ -102,7 +105,14 @@ def test_two_processes_match_the_ledger(tmp_path: Path) -> None:
     ledger = {row["request_id"]: row for row in _ledger(run_dir)}
     ids = [r["request_id"] for r in records]
     assert len(ids) == len(set(ids)), "a request id was recorded twice"
-    assert set(ids) == set(ledger), "shards and ledger disagree on which requests exist"
+    # Every request the testbed saw was recorded. The converse holds for all but requests the run's stop cut
+    # off before the testbed's loop read them (seen in CI: 3 of ~150 beside 3 parallel test workers on 2
+    # cores): sent into the kernel's accept queue, cancelled by the client, never answered, never a ledger row.
+    assert set(ledger) <= set(ids), f"the ledger holds requests no shard recorded: {sorted(set(ledger) - set(ids))}"
+    unseen = [r for r in records if r["request_id"] not in ledger]
+    assert all(r["cancelled"] and r["status"] == 0 and r["headers_ns"] is None for r in unseen), unseen
+    assert len(unseen) <= max(3, len(records) // 20), f"{len(unseen)} of {len(records)} requests never reached it"
+    records = [r for r in records if r["request_id"] in ledger]
     assert len(records) > 80
     for r in records:
         row = ledger[r["request_id"]]
