@@ -31,7 +31,7 @@ from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
-from loadgen.ship import WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
+from loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
 from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
@@ -46,7 +46,8 @@ LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk 
 # can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
 RESERVE_FILE = ".reserve"
 RESERVE_BYTES = 512 * 1024
-STARTUP_LEAD_S = 3.0  # the schedule starts this long after the anchor is taken: Locust needs to start
+STARTUP_LEAD_S = ANCHOR_LEAD_S  # the schedule starts this long after Locust took the anchor at its test start
+LOCAL_START_S = 120.0  # a local Locust that has not started its test (every process connected) by then never will
 STOP_GRACE_S = 15.0
 # Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
 # end, it has overrun (a stuck process): it gets SIGTERM, then SIGKILL after STOP_GRACE_S.
@@ -462,17 +463,9 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         _calibrate(ctx, target_url)
         ctx.stage = "start-up"
     manifest.resolved_target_url = target_url
-    anchor: Anchor | None = None  # a master with remote workers takes it once they have all joined
-    if not ctx.options.expect_workers:
-        now = Anchor.now()
-        lead = int(STARTUP_LEAD_S * 1e9)
-        anchor = Anchor(now.mono_ns + lead, now.wall_ns + lead)
-        failed = _set_anchor(ctx, anchor)
-        if failed is not None:
-            return ctx.fail_startup(failed)
     ctx.stage = "the load"
     try:
-        return _drive(ctx, anchor, route_urls)
+        return _drive(ctx, route_urls)
     finally:
         ctx.sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
 
@@ -665,7 +658,11 @@ def locust_command(
     total_s: float,
     route_urls: dict[str, str] | None = None,
 ) -> list[str]:
-    """The Locust command line: one driver user per process, a run-time cap with margin."""
+    """The Locust command line: one driver user per process, a run-time cap with margin.
+
+    ``anchor`` None: Locust's master takes it when its test starts (every process connected) and writes it
+    to the run folder (``loadgen/ship.write_anchor``), as ``rushhour run`` wants.
+    """
     n = options.expect_workers or options.processes
     cmd = [
         sys.executable,
@@ -697,6 +694,8 @@ def locust_command(
         socket.gethostname(),
         "--rh-workers",
         str(n),
+        "--rh-anchor-at-start",
+        "0" if anchor else "1",
     ]
     if route_urls:
         cmd += ["--rh-route-urls", json.dumps(route_urls, sort_keys=True)]
@@ -763,16 +762,23 @@ class _Signals:
 WORKERS_GAVE_UP = "Gave up waiting for workers to connect"  # Locust's own log line
 
 
-def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals) -> Anchor | None:
-    """Wait until the master has all its workers and took the anchor (None: it exited or we were stopped)."""
-    deadline = time.monotonic() + ctx.options.workers_wait_s + 30
-    said = False
+def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals) -> Anchor | str | None:
+    """Wait until Locust's master has all its workers and took the anchor.
+
+    None: it exited, or we were stopped, or it never started; an error text: the testbeds' faults could not be
+    put on the anchor's clock.
+    """
+    remote = bool(ctx.options.expect_workers)
+    deadline = time.monotonic() + (ctx.options.workers_wait_s + 30 if remote else LOCAL_START_S)
+    said = not remote  # a local run starts in seconds: nothing to say
     while proc.poll() is None and not sigs.count and time.monotonic() < deadline:
         got = read_anchor(ctx.run_dir)
         if got is not None:
             anchor = Anchor(*got)
             failed = _set_anchor(ctx, anchor)
             if failed is not None:
+                if not remote:  # as before the load: the scenario's faults are part of what it measures
+                    return failed
                 ctx.say(f"[yellow]warning:[/] {escape(failed)}")
             return anchor
         if not said:
@@ -784,13 +790,13 @@ def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals
     return None
 
 
-def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -> RunResult:
+def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     """Run Locust to the end (or a stop), watch it live, and finish ``run.json`` with how it ended."""
     scenario, options, run_dir, run_id, manifest, console = (
         ctx.scenario, ctx.options, ctx.run_dir, ctx.run_id, ctx.manifest, ctx.console)
     total_s = scenario.duration_s + scenario.drain_s
     target_url = route_urls["primary"]
-    cmd = locust_command(options, run_dir, run_id, anchor, target_url, total_s, route_urls)
+    cmd = locust_command(options, run_dir, run_id, None, target_url, total_s, route_urls)
     manifest.locust_command = cmd
     ctx.save()
     if options.web:
@@ -812,10 +818,12 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
         )
         manifest.locust_pid = proc.pid
         ctx.save()
+        anchor = _await_anchor(ctx, proc, sigs)
+        if isinstance(anchor, str):
+            stop_pid(proc, STOP_GRACE_S)
+            return ctx.fail_startup(anchor)
         if anchor is None:
-            anchor = _await_anchor(ctx, proc, sigs)
-            if anchor is None:
-                return _workers_missing(ctx, proc, sigs, log_path)
+            return _workers_missing(ctx, proc, sigs, log_path)
         scraper = _start_scraper(scenario, target_url, run_dir, anchor)
         live = _live(console, options)
         if live is None:  # a CI log or a pipe: one line instead of the live table
@@ -920,15 +928,22 @@ def _drive(ctx: RunContext, anchor: Anchor | None, route_urls: dict[str, str]) -
 
 def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals, log_path: Path) -> RunResult:
     """The master ended (or was stopped) before its workers had all joined: one line, no load ran."""
+    running = proc.poll() is None
     stop_pid(proc, STOP_GRACE_S)
-    if sigs.count:
-        ctx.manifest.stop_reason, ctx.manifest.ended_at, ctx.manifest.interrupted_during = (
-            "interrupted", _iso(), "waiting for workers")
-        ctx.save()
-        ctx.say(f"interrupted while waiting for workers; partial run in {ctx.run_dir}")
-        return RunResult(ctx.run_dir, EXIT_INTERRUPTED, "interrupted")
-    joined = _joined(ctx.run_dir)
     opts = ctx.options
+    if sigs.count:
+        waiting = "waiting for workers" if opts.expect_workers else "start-up"
+        ctx.manifest.stop_reason, ctx.manifest.ended_at, ctx.manifest.interrupted_during = (
+            "interrupted", _iso(), waiting)
+        ctx.save()
+        ctx.say(f"interrupted {'while' if opts.expect_workers else 'during'} {waiting}; partial run in {ctx.run_dir}")
+        return RunResult(ctx.run_dir, EXIT_INTERRUPTED, "interrupted")
+    if not opts.expect_workers:
+        ctx.manifest.locust_exit_code = proc.returncode
+        return ctx.fail_startup(_start_failure(log_path) or (
+            f"the load processes did not start within {LOCAL_START_S:.0f} s (no load was sent); see {log_path}"
+            if running else f"Locust exited ({proc.returncode}) before the load started; see {log_path}"))
+    joined = _joined(ctx.run_dir)
     host = socket.gethostname() if opts.master_bind in ("0.0.0.0", "::", "") else opts.master_bind
     error = (f"{joined} of {opts.expect_workers} worker(s) joined within {opts.workers_wait_s:g} s; start each with "
              f"`rushhour worker --master {host}:{opts.master_port}` (no load was sent)")

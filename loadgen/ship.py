@@ -56,18 +56,21 @@ def complete_lines(data: bytes) -> bytes:
     return data[: cut + 1] if cut >= 0 else b""
 
 
-ANCHOR_FILE = "anchor.json"  # the shipping master's anchor, for the runner that started it
+ANCHOR_FILE = "anchor.json"  # the anchor the Locust master took at its test start, for the runner that started it
+# The schedule starts this long after the anchor is taken: the spawn message reaches the workers, they build
+# their context (scenario, routes, prompt base, shard) and, on other hosts, measure their clocks.
+ANCHOR_LEAD_S = 3.0
 
 
 def write_anchor(run_dir: Path, mono_ns: int, wall_ns: int) -> None:
-    """Write the anchor a shipping master took (temp file + rename: the runner never reads half)."""
+    """Write the anchor the Locust master took (temp file + rename: the runner never reads half)."""
     tmp = Path(run_dir) / (ANCHOR_FILE + ".tmp")
     tmp.write_text(json.dumps({"mono_anchor_ns": mono_ns, "wall_anchor_ns": wall_ns}))
     tmp.replace(Path(run_dir) / ANCHOR_FILE)
 
 
 def read_anchor(run_dir: Path) -> tuple[int, int] | None:
-    """The anchor a shipping master wrote, or None while its workers are still joining."""
+    """The anchor the Locust master wrote, or None while it is still starting (or its workers joining)."""
     try:
         data = json.loads((Path(run_dir) / ANCHOR_FILE).read_text())
         return int(data["mono_anchor_ns"]), int(data["wall_anchor_ns"])

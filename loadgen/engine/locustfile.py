@@ -78,6 +78,10 @@ def _options(parser: Any) -> None:
         "--rh-ship", env_var="RUSHHOUR_SHIP", default="0", help="1: workers ship their shards to the master"
     )
     group.add_argument(
+        "--rh-anchor-at-start", env_var="RUSHHOUR_ANCHOR_AT_START", default="0",
+        help="1: take the anchor when the test starts (every worker connected) and write it to the run folder",
+    )
+    group.add_argument(
         "--rh-scenario-json",
         env_var="RUSHHOUR_SCENARIO_JSON",
         default="",
@@ -94,9 +98,12 @@ def _on_init(environment: Environment, **_: Any) -> None:
         # a master (or a standalone Locust) without a run id makes one; workers get it from the master
         opts.rh_run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
     shipping = getattr(opts, "master", False) and opts.rh_ship == "1"
-    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not shipping:
+    # `rushhour run` asks for the anchor at the test's start: taken here, before Locust has its workers (forked
+    # and connected: over 4 s on a busy 2-core machine), the schedule's first second went out late
+    at_start = not getattr(opts, "worker", False) and (shipping or opts.rh_anchor_at_start == "1")
+    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not at_start:
         anchor = Anchor.now()
-        lead = 3_000_000_000  # let the workers connect before the schedule starts
+        lead = int(ship.ANCHOR_LEAD_S * 1e9)  # let the workers connect before the schedule starts
         opts.rh_mono_anchor_ns = str(anchor.mono_ns + lead)
         opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
         opts.rh_anchor_host = socket.gethostname()
@@ -113,6 +120,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
         expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
         _RECEIVERS.append(ship.Receiver(environment.runner, run_dir, expected).install())
+    if at_start:
         environment.events.test_start.add_listener(_anchor_at_start)
 
 
@@ -141,12 +149,13 @@ def _install_master_parts(environment: Environment) -> None:
 
 
 def _anchor_at_start(environment: Environment, **_: Any) -> None:
-    """A shipping master takes the run's anchor once its workers are all there (the spawn carries it)."""
+    """The master (or the only process) takes the run's anchor once its workers are all there (the spawn
+    message carries it to them) and writes it for the runner."""
     opts = environment.parsed_options
     if opts is None or int(opts.rh_wall_anchor_ns or 0):
         return
     now = Anchor.now()
-    lead = 3_000_000_000  # the spawn message reaches the workers, they measure their clocks
+    lead = int(ship.ANCHOR_LEAD_S * 1e9)
     opts.rh_mono_anchor_ns, opts.rh_wall_anchor_ns = str(now.mono_ns + lead), str(now.wall_ns + lead)
     opts.rh_anchor_host = socket.gethostname()
     ship.write_anchor(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}"), now.mono_ns + lead, now.wall_ns + lead)

@@ -46,8 +46,14 @@ class _Console:
         self.lines.append(str(text))
 
 
+# the stand-in takes the anchor at its start, as Locust's master does when its test starts (loadgen/ship.py)
+ANCHOR = ("import sys, time; from loadgen.ship import write_anchor; "
+          "write_anchor(sys.argv[1], time.monotonic_ns(), time.time_ns()); ")
+
+
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> tuple[runner.RunResult, _Console]:
-    monkeypatch.setattr(runner, "locust_command", lambda *a, **k: [sys.executable, "-c", code])
+    monkeypatch.setattr(runner, "locust_command",
+                        lambda options, run_dir, *a, **k: [sys.executable, "-c", ANCHOR + code, str(run_dir)])
     monkeypatch.setattr(runner, "OVERRUN_MARGIN_S", 1.0)
     monkeypatch.setattr(runner, "STOP_GRACE_S", 1.0)
     scenario = tmp_path / "s.yaml"
