@@ -202,7 +202,8 @@ def _get_once(url: str, deadline: float, timeout_s: float, max_bytes: int,
 class MetricsScraper:
     """Polls a ``/metrics`` endpoint every ``interval_s`` in a daemon thread and appends JSONL lines.
 
-    ``start()`` returns at once; ``stop()`` ends the loop within about ``timeout_s`` and closes the file.
+    ``start()`` returns at once; ``stop()`` takes one last scrape (the counters at the end) and ends the
+    loop within about ``timeout_s``, and closes the file.
     It never raises into the caller: every failure becomes an ``error`` line. ``keep`` (a stack
     profile's ``Metrics.keeps``) replaces ``prefixes`` when given; ``token`` is the credential's value
     (sent by the default fetcher only), ``credential_name`` how messages name it.
@@ -315,6 +316,11 @@ class MetricsScraper:
                 if self.max_scrapes is not None and self.scrapes >= self.max_scrapes:
                     break
                 self._stop.wait(max(0.0, self.next_delay() - (time.monotonic() - began)))
+            else:
+                # One more at the stop, the load over: a target too busy to answer during it (LiteLLM under
+                # saturation on 2 cores, backed off to one try in 16 s) still gives the run's final counters.
+                line = self.scrape_once()
+                out.write(json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n")
 
     def start(self) -> MetricsScraper:
         if self._thread is not None:

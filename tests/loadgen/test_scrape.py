@@ -179,6 +179,21 @@ def test_stop_is_prompt_while_backing_off(server: tuple[str, type[Handler]], tmp
     assert not scraper.running and time.monotonic() - t0 < 0.5 * 5.0
 
 
+
+def test_stop_takes_the_final_counters_while_backing_off(server: tuple[str, type[Handler]], tmp_path: Path) -> None:
+    """A target too busy to answer during the load (seen: LiteLLM, backed off to one try in 16 s) is scraped
+    once more at the stop, so the run's cross-check has counters from after the load."""
+    url, handler = server
+    handler.mode = "404"
+    out = tmp_path / "m.jsonl"
+    scraper = MetricsScraper(url, 5.0, 0.2, out, Anchor.now()).start()
+    time.sleep(0.1)
+    handler.mode = "valid"  # the load is over: it answers again, but the next try is 10 s away
+    scraper.stop()
+    written = lines(out)
+    assert "error" in written[0] and len(written) == 2
+    assert written[-1]["samples"], written[-1]
+
 def test_metrics_url() -> None:
     assert metrics_url("http://h:8000/", "auto") == "http://h:8000/metrics"
     assert metrics_url("http://h", None) is None
