@@ -46,7 +46,6 @@ LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk 
 # can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
 RESERVE_FILE = ".reserve"
 RESERVE_BYTES = 512 * 1024
-STARTUP_LEAD_S = ANCHOR_LEAD_S  # the schedule starts this long after Locust took the anchor at its test start
 LOCAL_START_S = 120.0  # a local Locust that has not started its test (every process connected) by then never will
 STOP_GRACE_S = 15.0
 # Locust's own --run-time cap is 20 s past the run's end; if it is still running this long after the
@@ -675,7 +674,7 @@ def locust_command(
         "-r",
         str(n),
         "-t",
-        f"{int(total_s + STARTUP_LEAD_S + 20)}s",
+        f"{int(total_s + ANCHOR_LEAD_S + 20)}s",
         "--loglevel",
         "WARNING",
         "--rh-run-dir",
@@ -829,7 +828,7 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
                           f"+ up to {scenario.drain_s:.0f} s drain …")
-        hard_deadline = time.monotonic() + STARTUP_LEAD_S + total_s + OVERRUN_MARGIN_S
+        hard_deadline = time.monotonic() + ANCHOR_LEAD_S + total_s + OVERRUN_MARGIN_S
         overran = False  # we had to stop Locust because it ran past its own end
         said_at = time.monotonic()
         killed_late_s: float | None = None  # seconds after the run's end at which we SIGKILLed it

@@ -41,7 +41,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -310,17 +310,19 @@ class MetricsScraper:
         with self.out_path.open("a", encoding="utf-8") as out:
             while not self._stop.is_set():
                 began = time.monotonic()
-                line = self.scrape_once()
-                out.write(json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n")
-                out.flush()
+                self._write(out)
                 if self.max_scrapes is not None and self.scrapes >= self.max_scrapes:
                     break
                 self._stop.wait(max(0.0, self.next_delay() - (time.monotonic() - began)))
             else:
                 # One more at the stop, the load over: a target too busy to answer during it (LiteLLM under
                 # saturation on 2 cores, backed off to one try in 16 s) still gives the run's final counters.
-                line = self.scrape_once()
-                out.write(json.dumps(line, separators=(",", ":"), allow_nan=False) + "\n")
+                self._write(out)
+
+    def _write(self, out: IO[str]) -> None:
+        """One scrape, appended to ``metrics.jsonl`` as its line."""
+        out.write(json.dumps(self.scrape_once(), separators=(",", ":"), allow_nan=False) + "\n")
+        out.flush()
 
     def start(self) -> MetricsScraper:
         if self._thread is not None:
