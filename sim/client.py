@@ -235,5 +235,10 @@ class Exchange:
         self._end()
 
     def _end(self) -> None:
+        # The job keeps this exchange as its sink: without the edge back the pair is no cycle, and reference
+        # counting frees both (and the job's prompt blocks) when the attempt is over. The run sweeps only the
+        # youngest generation (``sim.run.young_collections_only``), so a cycle that outlived one sweep stayed
+        # for good: ≈ 700 objects and ≈ 1.8 MB per simulated second of the realistic benchmark case.
+        self.job = None
         self.record.done_ns = self.loop.clock.t
         self.done.resolve(self.record)

@@ -29,6 +29,28 @@ class Sleep:
     until_ns: int
 
 
+class Timer:
+    """A cancellable event's callback: cancelling drops what it holds (the heap keeps only this empty cell)."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+    def cancel(self) -> None:
+        """The event will run as a no-op; its callback and arguments are released now."""
+        self.fn, self.args = None, ()
+
+    def fire(self) -> None:
+        """The loop's callback: run the event unless it was cancelled."""
+        fn = self.fn
+        if fn is not None:
+            self.fn = None
+            fn(*self.args)
+            self.args = ()
+
+
 class Future:
     """A value that arrives later; tasks waiting on it resume (at the same virtual instant) when it does."""
 
@@ -71,6 +93,13 @@ class Loop:
     def at(self, t_ns: int, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` at ``t_ns`` (never in the past: a late time runs now)."""
         heapq.heappush(self._heap, (max(t_ns, self.clock.t), next(self._seq), fn, args))
+
+    def timer(self, t_ns: int, fn: Callable[..., Any], *args: Any) -> Timer:
+        """``at`` for an event that is usually cancelled (a client deadline): cancelling it frees ``args`` at
+        once, where a plain event would keep them alive in the heap until its time."""
+        timer = Timer(fn, args)
+        self.at(t_ns, timer.fire)
+        return timer
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` at the current instant, after what is already due now."""
