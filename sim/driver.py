@@ -276,9 +276,9 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
         timers = (env.loop.timer(deadlines.first_token_ns or 0, _first_token_deadline, ex, deadlines),
                   env.loop.timer(deadlines.total_ns or 0, ex.timeout, deadlines))
     result: RequestRecord = yield ex.done
-    # An ended attempt's deadlines are void: cancelled, they stop holding the exchange (its record and the
-    # request's prompt) in the heap until the total deadline, 600 s by default (≈ 50k ended attempts at a time
-    # in the realistic benchmark case).
+    # An ended attempt's deadlines are void: cancelled, they stop holding the exchange and its record in the
+    # heap until the total deadline, 600 s by default (≈ 50k ended attempts at a time in the realistic
+    # benchmark case).
     for timer in timers:
         timer.cancel()
     env.live.discard(ex)

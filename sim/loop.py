@@ -34,8 +34,8 @@ class Timer:
 
     __slots__ = ("args", "fn")
 
-    def __init__(self, fn: Callable[..., Any] | None, args: tuple[Any, ...]) -> None:
-        self.fn = fn
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn: Callable[..., Any] | None = fn  # None once cancelled or run
         self.args = args
 
     def cancel(self) -> None:
