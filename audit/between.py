@@ -14,7 +14,8 @@ only when three things hold:
    exactly 0) stays on its own scale, clipped to [0, 1];
 2. **within the run**: compare's own test of that figure is significant (``audit/compare.py``);
 3. **practically**: the change against the window's centre exceeds a minimum the user sets
-   (``--min-change``, +10 % for latencies; ``--min-drop-change``, +1 point for not served).
+   (``--min-change``, +10 %, and ``--min-latency-ms``, +25 ms, for latencies: a few ms at p99 is a busy
+   host's jitter however large in percent; ``--min-drop-change``, +1 point for not served).
 
 Why a t prediction interval and not median ± MAD: with the 3–10 runs of a CI window the MAD is
 coarse (with three runs it is the distance of one run to the median, often near 0) and has no

@@ -196,6 +196,7 @@ class FigureJudgement(BaseModel):
     interval_note: str = ""
     change: float | None = Field(description="newest against the centre: ratio − 1 (latencies), points (not served)")
     min_change: float = Field(description="the practical minimum of `change`")
+    min_change_ms: float = Field(default=0.0, description="latencies: the practical minimum of the rise in ms too")
     between: bool | None = Field(description="above the interval's upper end (None: no interval or no value)")
     within: bool | None = Field(description="the within-run test is significant (None: not testable)")
     within_p: float | None = None
@@ -222,8 +223,8 @@ class HistoryResult(BaseModel):
     window_asked: int = 0
     method: Mode | None = Field(default=None, description="between-run when the window holds ≥ 3 runs, else "
                                 "within-run (compare's test alone, named in the notes)")
-    rule: dict[str, float] = Field(default_factory=dict, description="level, alpha, min_change, min_drop_change, "
-                                   "min_runs")
+    rule: dict[str, float] = Field(default_factory=dict, description="level, alpha, min_change, min_latency_ms, "
+                                   "min_drop_change, min_runs")
     judgements: list[FigureJudgement] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     comparison: Comparison | None = None
@@ -281,7 +282,13 @@ def _why(j: FigureJudgement, fig: Figure, test: Test | None) -> str:
     p = "" if j.within_p is None else f" ({text.p_clause(j.within_p)})"
     spread = (f"the window's 95 % prediction interval {value_text(fig, j.low)} … {value_text(fig, j.high)} "
               f"({j.n} runs, centre {value_text(fig, j.center)})")
-    delta = f"{change_text(fig, j.change)} against the window (minimum {change_text(fig, j.min_change)})"
+    floor, rise = "", ""
+    if fig.latency and j.min_change_ms:
+        floor = f" and +{text.plain(j.min_change_ms)} ms"
+        if j.newest is not None and j.center is not None:
+            diff = j.newest - j.center
+            rise = f" ({'+' if diff >= 0 else '−'}{text.ms(abs(diff))})"
+    delta = f"{change_text(fig, j.change)}{rise} against the window (minimum {change_text(fig, j.min_change)}{floor})"
     if j.newest is None:
         return f"{head}: no value in the newest run, not judged"
     if j.regression:
@@ -319,7 +326,8 @@ def judge_figure(tier: str, fig: Figure, window: list[Summary], newest: Summary,
         tier=tier, figure=fig.key, label=fig.label, window_values=values, newest=value, n=interval.n,
         center=interval.center, low=interval.low, high=interval.high, scale=interval.scale,
         interval_note=interval.note, change=None if delta is None or not math.isfinite(delta) else delta,
-        min_change=minimum, between=between, within=within, within_p=p, within_test=test_name,
+        min_change=minimum, min_change_ms=rule.latency_abs_ms if fig.latency else 0.0,
+        between=between, within=within, within_p=p, within_test=test_name,
         practical=is_practical, mode=mode, regression=regression, flagged_by=flagged, why="",
     )
     j.why = _why(j, fig, test)

@@ -335,6 +335,9 @@ def compare(
     fail_on_regression: Annotated[bool, typer.Option(help="exit 1 when a candidate regresses")] = False,
     alpha: Annotated[float, typer.Option(help="significance level (Holm-corrected over all gated tests)")] = 0.05,
     latency_threshold: Annotated[float, typer.Option(help="practical threshold: p99 relative increase")] = 0.10,
+    min_latency_ms: Annotated[float | None, typer.Option(
+        min=0, max=3_600_000, show_default=False, help="practical threshold: p99 increase in ms too (a smaller "
+        "rise is a busy host's jitter); default 25")] = None,
     drop_threshold: Annotated[float, typer.Option(help="practical threshold: drop-rate increase (0.01 = 1 pt)")] = 0.01,
     correction: Annotated[str, typer.Option(help="holm or none")] = "holm",
     allow_invalid: Annotated[bool, typer.Option(help="judge runs the audit marked invalid (warn, not exit 2)")] = False,
@@ -344,7 +347,7 @@ def compare(
     json_out: Annotated[Path | None, typer.Option("--json", help="write compare.json here")] = None,
 ) -> None:
     """Compare runs side by side per tier with significance tests: exit 0 ok, 1 regression, 2 invalid."""
-    from audit.compare import RegressionRule, compare_runs
+    from audit.compare import MIN_LATENCY_MS, RegressionRule, compare_runs
     from audit.errors import AuditError
     from reports.compare import render_compare_html, render_compare_markdown
 
@@ -355,7 +358,8 @@ def compare(
         raise _fail(f"not a run folder: {', '.join(missing)}")
     if correction not in ("holm", "none"):
         raise _fail("--correction: holm or none")
-    rule = RegressionRule(alpha=alpha, latency_rel=latency_threshold, drop_abs=drop_threshold,
+    floor = MIN_LATENCY_MS if min_latency_ms is None else min_latency_ms
+    rule = RegressionRule(alpha=alpha, latency_rel=latency_threshold, latency_abs_ms=floor, drop_abs=drop_threshold,
                           correction=correction, allow_invalid=allow_invalid)  # type: ignore[arg-type]
     try:
         result = compare_runs(runs, rule, seed=seed)

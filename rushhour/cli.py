@@ -455,6 +455,9 @@ def history(
                                         "runs of its scenario before it (3 or more: run-to-run spread)")] = 5,
     min_change: Annotated[str, typer.Option(
         help="practical minimum of a latency rise against the window (TTFT p50/p99, E2E p99)")] = "10%",
+    min_latency_ms: Annotated[float | None, typer.Option(
+        min=0, max=3_600_000, show_default=False, help="practical minimum of a latency rise in ms, beside "
+        "--min-change: a smaller rise is a busy host's jitter; default 25")] = None,
     min_drop_change: Annotated[str, typer.Option(
         help="practical minimum of a not-served rise against the window, in points")] = "1pt",
     fail_on_regression: Annotated[bool, typer.Option(
@@ -462,7 +465,7 @@ def history(
              "an invalid or cut-short newest run)")] = False,
 ) -> None:
     """A per-tier trend across audited runs (Parquet + HTML), and the newest run against a trailing window."""
-    from audit.compare import RegressionRule
+    from audit.compare import MIN_LATENCY_MS, RegressionRule
     from reports.history import print_history
     from rushhour.history import HISTORY_HTML, HISTORY_PARQUET, build_history, parse_percent
 
@@ -470,7 +473,8 @@ def history(
     if missing:
         raise _fail(f"no such folder: {', '.join(missing)}")
     try:
-        rule = RegressionRule(latency_rel=parse_percent(min_change, what="--min-change"),
+        floor = MIN_LATENCY_MS if min_latency_ms is None else min_latency_ms
+        rule = RegressionRule(latency_rel=parse_percent(min_change, what="--min-change"), latency_abs_ms=floor,
                               drop_abs=parse_percent(min_drop_change, what="--min-drop-change"))
     except ValueError as exc:
         raise _fail(str(exc)) from None

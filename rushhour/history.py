@@ -62,7 +62,8 @@ def build_history(paths: list[Path], out_dir: Path, window: int,
     result = HistoryResult(runs=len(runs), scenarios=list(dict.fromkeys(r.summary.run.scenario for r in runs)),
                            skipped=skipped, window_asked=window, exit_code=2,
                            rule={"level": LEVEL, "alpha": rule.alpha, "min_change": rule.latency_rel,
-                                 "min_drop_change": rule.drop_abs, "min_runs": MIN_RUNS})
+                                 "min_latency_ms": rule.latency_abs_ms, "min_drop_change": rule.drop_abs,
+                                 "min_runs": MIN_RUNS})
     if runs:
         result.newest = runs[-1].summary.run.run_id
         scenario = runs[-1].summary.run.scenario
