@@ -44,7 +44,9 @@ def history_charts(rows: list[dict[str, Any]], tiers: list[str], colours: dict[s
 def method_text(result: HistoryResult) -> str:
     """How the newest run was judged, in words."""
     rule = result.rule
-    minimum = (f"{change_text(_FIGURE['ttft_p99_ms'], rule.get('min_change'))} latency, "
+    floor = rule.get("min_latency_ms")
+    floor_text = f" and +{floor:g} ms" if floor else ""
+    minimum = (f"{change_text(_FIGURE['ttft_p99_ms'], rule.get('min_change'))}{floor_text} latency, "
                f"{change_text(_FIGURE['drop_rate'], rule.get('min_drop_change'))} not served")
     if result.method == "between-run":
         return (f"a figure regresses when it lies above the window's run-to-run spread (95 % prediction interval), "

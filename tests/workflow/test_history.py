@@ -302,3 +302,16 @@ def test_the_latency_floor_is_an_option_whose_help_states_the_default(verb: str)
     assert f"default {MIN_LATENCY_MS:g}" in " ".join(shown.stdout.split()), shown.stdout
     bad = rushhour(verb, "x", "y", "--min-latency-ms", "-1")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--min-latency-ms" in bad.stderr
+
+
+def test_the_rule_in_words_names_the_latency_floor() -> None:
+    from audit.history import HistoryResult
+    from reports.history import method_text
+
+    rule = {"level": 0.95, "alpha": 0.05, "min_change": 0.10, "min_latency_ms": 25.0, "min_drop_change": 0.01,
+            "min_runs": 3}
+    words = method_text(HistoryResult(runs=4, scenarios=["s"], method="between-run", rule=rule, exit_code=0))
+    assert "+10 % and +25 ms latency, +1.0 pt not served" in words, words
+    bare = method_text(HistoryResult(runs=4, scenarios=["s"], method="between-run",
+                                     rule={**rule, "min_latency_ms": 0.0}, exit_code=0))
+    assert "+10 % latency" in bare
