@@ -270,8 +270,16 @@ def test_history_of_real_runs_noise_passes_a_degraded_newest_fails(tmp_path: Pat
     assert slow > fast
     data = json.loads((out / "history.json").read_text())
     assert data["exit_code"] == 1 and 1 <= len(data["window"]) <= 4 and data["regressions"]
+    # the slow decode shows in E2E p99 first, and TTFT waits behind it; which of them clears the window's spread
+    # depends on that spread (one wild p99 in a busy machine's window widens it: a missed alarm on that figure,
+    # never a false one), so the test asks that a latency figure is flagged by all three tests, and names them all
+    why = "\n".join(j["why"] for j in data["judgements"])
+    flagged = [j for j in data["judgements"] if j["regression"] and j["figure"] != "drop_rate"]
+    assert flagged, why
+    assert all(j["flagged_by"] == ["between-run", "within-run", "practical"] for j in flagged
+               if j["mode"] == "between-run"), why
     e2e = next(j for j in data["judgements"] if j["figure"] == "e2e_p99_ms")
-    assert e2e["regression"] and len(e2e["window_values"]) == len(data["window"])
+    assert len(e2e["window_values"]) == len(data["window"]), why
     page = (out / "history.html").read_text()
     assert page.count("<svg") == 3 and "<script" not in page and "REGRESSION" in page
     assert "prediction interval" in page
