@@ -201,6 +201,13 @@ def run(
         "audit each, aggregate per tier with 95 % t-intervals across runs (repeat.json, repeat.md, repeat.html)")] = 1,
     repeat_gate: Annotated[str, typer.Option(
         help="with --repeat: exit non-zero when 'any' run fails, when the 'aggregate' fails, or 'both'")] = "any",
+    gate_run: Annotated[bool, typer.Option(
+        "--gate", help="exit as `rushhour gate` would on the run: 0 every tier passes, 1 one fails, 2 invalid, "
+        "inconclusive or no SLO (without it a completed run exits 0 whatever the verdict; --repeat always "
+        "gates)")] = False,
+    junit: Annotated[Path | None, typer.Option(help="with --gate: write the gate's JUnit XML here")] = None,
+    markdown: Annotated[Path | None, typer.Option(
+        help="with --gate: append the gate's Markdown summary here ($GITHUB_STEP_SUMMARY)")] = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from audit.early import Watcher
@@ -209,6 +216,10 @@ def run(
 
     if expect_workers < 0 or (expect_workers and processes != 1):
         raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
+    if (junit or markdown) and not gate_run:
+        raise _fail("--junit and --markdown are the gate's files: give --gate with them")
+    if gate_run and dry_run:
+        raise _fail("--gate judges a run, and a dry run sends nothing: leave one of them out")
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
@@ -221,10 +232,15 @@ def run(
         from rushhour.repeat import run_repeated
 
         try:
-            _, _, code = run_repeated(scenario, options, repeat, repeat_gate, console, out,  # type: ignore[arg-type]
-                                      report=report)
+            _, repeated, code = run_repeated(scenario, options, repeat, repeat_gate, console, out,  # type: ignore[arg-type]
+                                             report=report)
         except (ScenarioError, FileNotFoundError) as exc:
             raise _fail(str(exc)) from None
+        if repeated is not None and (junit or markdown):
+            from reports.repeat import render_junit as repeat_junit
+            from reports.repeat import render_markdown as repeat_markdown
+
+            _write_gate_files(junit, markdown, repeat_junit(repeated), repeat_markdown(repeated))
         raise typer.Exit(code)
     try:
         result = run_scenario(scenario, options, console=console)
@@ -236,10 +252,19 @@ def run(
     if result.stop_reason in ("startup_error", "disk_full"):
         # nothing ran, or the disk is full (an audit could not write summary.json): `rushhour audit` later
         raise typer.Exit(result.exit_code or EXIT_USAGE)
-    if report:
-        code = _audit_and_report(result.run_dir)
+    if report or gate_run:
+        code = _audit_and_report(result.run_dir, render=report, gate_run=gate_run, junit=junit, markdown=markdown)
         raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
     raise typer.Exit(result.exit_code)
+
+
+def _write_gate_files(junit: Path | None, markdown: Path | None, junit_text: str, markdown_text: str) -> None:
+    """The gate's JUnit XML (written) and Markdown (appended: a CI job's step summary collects every step's)."""
+    if junit:
+        junit.write_text(junit_text)
+    if markdown:
+        with markdown.open("a") as handle:
+            handle.write(markdown_text)
 
 
 def _abort_modes(value: str | None) -> list[str] | None:
@@ -303,19 +328,27 @@ def k8s(
         raise _fail(str(exc)) from None
 
 
-def _audit_and_report(run_dir: Path) -> int:
+def _audit_and_report(run_dir: Path, *, render: bool = True, gate_run: bool = False, junit: Path | None = None,
+                      markdown: Path | None = None) -> int:
+    """Audit the run, render its reports (``render``); the exit code: 0, or the gate's with ``gate_run``."""
     from audit import AuditError, run_audit
-    from reports import print_terminal, write_reports
+    from reports import print_terminal, print_verdicts, render_junit, render_markdown, write_reports
 
     try:
         summary = run_audit(run_dir)
     except AuditError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
-    paths = write_reports(summary, run_dir)
-    print_terminal(summary, out)
-    out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
-    return EXIT_OK
+    if render:
+        paths = write_reports(summary, run_dir)
+        print_terminal(summary, out)
+        out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
+    elif gate_run:
+        print_verdicts(summary, out)
+    if not gate_run:
+        return EXIT_OK
+    _write_gate_files(junit, markdown, render_junit(summary), render_markdown(summary))
+    return summary.exit_code
 
 
 @app.command()
