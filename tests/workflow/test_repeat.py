@@ -139,12 +139,14 @@ def test_repeat_with_a_failing_slo_fails(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(scenario(seconds=5, ttft_p50_ms=1))
     res = rushhour("run", str(path), "--repeat", "2", "--repeat-gate", "aggregate", "--out", str(tmp_path / "runs"),
-                   "--no-report")
+                   "--no-report", "--gate", "--junit", str(tmp_path / "run-junit.xml"))
     assert res.returncode == 1, res.stdout + res.stderr
     assert "aggregate FAIL (interactive ttft_ms.p50)" in res.stdout
     (folder,) = (tmp_path / "runs").iterdir()
-    gate = rushhour("gate", str(folder))
+    gate = rushhour("gate", str(folder), "--junit", str(tmp_path / "gate-junit.xml"))
     assert gate.returncode == 1 and "0 of 2 runs passed" in gate.stdout
+    # `run --gate`'s JUnit is the repeat's, as `rushhour gate` writes it on the folder
+    assert (tmp_path / "run-junit.xml").read_text() == (tmp_path / "gate-junit.xml").read_text()
 
 
 @pytest.mark.e2e
