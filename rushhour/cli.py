@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -240,7 +241,7 @@ def run(
             from reports.repeat import render_junit as repeat_junit
             from reports.repeat import render_markdown as repeat_markdown
 
-            _write_gate_files(junit, markdown, repeat_junit(repeated), repeat_markdown(repeated))
+            _write_gate_files(repeated, junit, markdown, repeat_junit, repeat_markdown)
         raise typer.Exit(code)
     try:
         result = run_scenario(scenario, options, console=console)
@@ -258,13 +259,14 @@ def run(
     raise typer.Exit(result.exit_code)
 
 
-def _write_gate_files(junit: Path | None, markdown: Path | None, junit_text: str, markdown_text: str) -> None:
+def _write_gate_files(verdict: Any, junit: Path | None, markdown: Path | None, to_junit: Callable[[Any], str],
+                      to_markdown: Callable[[Any], str]) -> None:
     """The gate's JUnit XML (written) and Markdown (appended: a CI job's step summary collects every step's)."""
     if junit:
-        junit.write_text(junit_text)
+        junit.write_text(to_junit(verdict))
     if markdown:
         with markdown.open("a") as handle:
-            handle.write(markdown_text)
+            handle.write(to_markdown(verdict))
 
 
 def _abort_modes(value: str | None) -> list[str] | None:
@@ -347,7 +349,7 @@ def _audit_and_report(run_dir: Path, *, render: bool = True, gate_run: bool = Fa
         print_verdicts(summary, out)
     if not gate_run:
         return EXIT_OK
-    _write_gate_files(junit, markdown, render_junit(summary), render_markdown(summary))
+    _write_gate_files(summary, junit, markdown, render_junit, render_markdown)
     return summary.exit_code
 
 
@@ -470,11 +472,7 @@ def gate(
     except AuditError as exc:
         raise _fail(str(exc)) from None
     print_verdicts(summary, out)
-    if junit:
-        junit.write_text(render_junit(summary))
-    if markdown:
-        with markdown.open("a") as handle:
-            handle.write(render_markdown(summary))
+    _write_gate_files(summary, junit, markdown, render_junit, render_markdown)
     raise typer.Exit(summary.exit_code)
 
 
@@ -533,11 +531,7 @@ def _gate_repeat(folder: Path, markdown: Path | None, junit: Path | None) -> int
     from reports.repeat import print_repeat, render_junit, render_markdown
 
     print_repeat(summary, out)
-    if junit:
-        junit.write_text(render_junit(summary))
-    if markdown:
-        with markdown.open("a") as handle:
-            handle.write(render_markdown(summary))
+    _write_gate_files(summary, junit, markdown, render_junit, render_markdown)
     return summary.exit_code
 
 
