@@ -27,7 +27,7 @@ engines:
 ## and one exit code: the real-engine and timing-sensitive tests (markers `real`, `serial`) one at a time,
 ## then the rest, which mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
 ## PYTEST_ARGS goes to both passes (e.g. PYTEST_ARGS=--durations=30).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 PYTEST_ARGS  ?=
 test: $(STAMP) engines
 	@serial=0; parallel=0; \

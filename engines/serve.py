@@ -113,6 +113,30 @@ class Server:
         except OSError:
             return ""
 
+    def pids(self) -> list[int]:
+        """Every live process of the server's process group (vLLM's API server, engine core and worker)."""
+        pgid = self.proc.pid  # started with start_new_session: the group id is the leader's pid
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError):
+                    # /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses
+                    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                    if int(fields[2]) == pgid and fields[0] != "Z":  # a zombie runs nothing
+                        found.append(int(entry))
+        return found
+
+    def pin(self, cpu: int) -> None:
+        """Keep every thread of every process of the server on one core from now on (threads it starts later
+        inherit it); a no-op where the machine has no such core or no /proc."""
+        if (os.cpu_count() or 1) <= cpu or not hasattr(os, "sched_setaffinity") or not Path("/proc").is_dir():
+            return
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(int(tid), {cpu})
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the whole process group (vLLM forks an engine core and workers), then SIGKILL."""
         pgid = self.proc.pid  # started with start_new_session: the group id is the leader's pid
@@ -123,6 +147,11 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)  # stragglers of the group, even when the leader is gone
         self.proc.wait(timeout=grace_s)
+        # a killed process dies when it next runs: on a busy machine the leader's children can outlive
+        # killpg's return by a moment, and a stop that returns must mean the group is gone (its port, its core)
+        end = time.monotonic() + grace_s
+        while self.pids() and time.monotonic() < end:
+            time.sleep(0.05)
 
 
 def _wait_ready(server: Server, path: str, deadline_s: float, headers: dict[str, str] | None = None) -> None:
@@ -171,40 +200,50 @@ class VllmLimits:
     max_num_queued_reqs: int = 12
     max_num_queued_tokens: int = 3000
     max_model_len: int = 4096
+    # The KV cache: 64k tokens of the tiny model (2 KiB a token), four times what max_num_seqs sequences of
+    # max_model_len hold, so nothing is preempted for room. It is allocated and touched at every start, and
+    # fresh memory costs 2.5-10 s a GiB to touch on this machine's VM: with 1 GiB, vLLM's KV set-up took up
+    # to 8.7 s of a start, with 128 MiB 0.7-2.2 s (four starting at once).
+    kv_cache_bytes: int = 128 * 2**20
 
 
 def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu: int | None = 1,
                log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority",
-               tool_call_parser: str | None = None) -> Server:
+               tool_call_parser: str | None = None, pin_when_ready: bool = False) -> Server:
     """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback.
 
     ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead;
     ``tool_call_parser`` (e.g. ``hermes``) turns on tool calling (``--enable-auto-tool-choice``).
+    ``cpu``: the core it serves on. ``pin_when_ready`` starts it on every core and pins it only once it
+    answers, so that several servers starting at once share the machine (a start is ~40 s of one core:
+    three processes importing torch in turn); the default pins it from the start.
     """
     limits = limits or VllmLimits()
     env_dir = venv("vllm")
     model = tiny_model_dir()
     port = port_or_free(port)
     env = _offline_env()
-    # One core, a small KV cache (GiB), no thread binding: the machine is shared with the load generator.
-    env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
-                "VLLM_LOGGING_LEVEL": "INFO"})
+    # One core, a small KV cache, no thread binding: the machine is shared with the load generator.
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes (whole GiB only)
+    env.update({"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "INFO"})
     argv = [str(env_dir / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model), "--served-model-name", MODEL_NAME, "--host", HOST, "--port", str(port),
             "--dtype", "float32", "--enforce-eager", "--max-model-len", str(limits.max_model_len),
             "--scheduling-policy", scheduling, "--max-num-seqs", str(limits.max_num_seqs),
             "--max-num-queued-reqs", str(limits.max_num_queued_reqs),
             "--max-num-queued-tokens", str(limits.max_num_queued_tokens),
-            "--disable-uvicorn-access-log"]
+            "--kv-cache-memory-bytes", str(limits.kv_cache_bytes), "--disable-uvicorn-access-log"]
     if tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
-    if cpu is not None and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
+    if cpu is not None and not pin_when_ready and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("vllm", argv, env, log_dir)
     _, version = pinned("vllm")
     server = Server("vllm", version, f"http://{HOST}:{port}", proc, log_path,
                     {"model": MODEL_NAME, "limits": limits.__dict__})
     _wait_ready(server, "/v1/models", ready_timeout_s)
+    if cpu is not None and pin_when_ready:
+        server.pin(cpu)
     return server
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ def facts_from_response(case: dict[str, Any]) -> dict[str, Any]:
     in_band = None
     complete = False
     if status == 200 and case.get("stream"):
-        events = [line[5:].strip() for line in body.splitlines() if line.startswith("data:")]
+        # SSE lines end at CR, LF or CRLF only (str.splitlines would also cut at U+0085 or U+2028 in content)
+        events = [line[5:].strip() for line in re.split(r"\r\n|\r|\n", body) if line.startswith("data:")]
         for data in events:
             if data == "[DONE]":
                 continue

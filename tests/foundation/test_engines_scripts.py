@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ROOT / "engines"
@@ -47,14 +50,9 @@ def test_installer_usage_error() -> None:
 def test_serve_refuses_a_port_another_server_holds() -> None:
     # readiness is polled on the port: a server already there would answer and the engine that then
     # fails to bind would be reported ready (seen by hand with vLLM on a busy port)
-    import importlib.util
     import socket
 
-    spec = importlib.util.spec_from_file_location("rushhour_engines_serve_ports", ENGINES / "serve.py")
-    assert spec is not None and spec.loader is not None
-    serve = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = serve
-    spec.loader.exec_module(serve)
+    serve = _load_serve("rushhour_engines_serve_ports")
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -67,3 +65,102 @@ def test_serve_refuses_a_port_another_server_holds() -> None:
             raise AssertionError("a port with a listener was accepted")
     assert serve.port_or_free(port) == port  # free again once the listener is gone
     assert serve.port_or_free(None) > 0
+
+
+def _load_serve(name: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ENGINES / "serve.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# A leader that forks a child and whose child starts a thread: vLLM's API server, engine core and worker in small.
+GROUP = """
+import os, sys, threading, time
+if os.fork() == 0:
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    print("child", os.getpid(), flush=True)
+    time.sleep(60)
+    sys.exit(0)
+print("leader", os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def _allowed(tid: int) -> set[int]:
+    return os.sched_getaffinity(tid)
+
+
+def test_pin_moves_every_thread_of_the_group_to_one_core(tmp_path: Path) -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: nothing to pin to")
+    serve = _load_serve("rushhour_engines_serve_pin")
+    proc, log = serve._spawn("group", [sys.executable, "-c", GROUP], dict(os.environ), tmp_path)
+    server = serve.Server("group", "0", "http://127.0.0.1:1", proc, log)
+    try:
+        for _ in range(100):  # both lines written: the child and its thread exist
+            if log.exists() and len(log.read_text().splitlines()) >= 2:
+                break
+            __import__("time").sleep(0.1)
+        pids = sorted(server.pids())
+        assert len(pids) == 2 and proc.pid in pids, pids
+        tids = [int(t) for pid in pids for t in os.listdir(f"/proc/{pid}/task")]
+        assert len(tids) == 3, tids  # the leader, the child, the child's thread
+        assert all(len(_allowed(t)) > 1 for t in tids)  # started on every core
+        server.pin(1)
+        assert all(_allowed(t) == {1} for t in tids), {t: _allowed(t) for t in tids}
+        assert _allowed(os.getpid()) != {1}  # the caller is not in the group and keeps its cores
+    finally:
+        server.stop(grace_s=5)
+    assert server.pids() == []
+
+
+# A leader whose child outlives SIGTERM: only SIGKILL ends it (a vLLM worker busy in a step, in small).
+STUBBORN = """
+import os, signal, sys, time
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("child", os.getpid(), flush=True)
+    time.sleep(60)
+    sys.exit(0)
+print("leader", os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_stop_returns_only_once_the_whole_group_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed process dies when it next runs: stop must not return while a straggler of the group still lives.
+
+    The SIGKILL is delivered late here (from a timer) to make the window that a busy machine opens by chance.
+    """
+    import signal
+    import threading
+    import time
+
+    serve = _load_serve("rushhour_engines_serve_stop")
+    proc, log = serve._spawn("stubborn", [sys.executable, "-c", STUBBORN], dict(os.environ), tmp_path)
+    server = serve.Server("stubborn", "0", "http://127.0.0.1:1", proc, log)
+    for _ in range(100):
+        if log.exists() and len(log.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.1)
+    assert len(server.pids()) == 2
+    real_killpg = os.killpg
+
+    def late_kill(pgid: int, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            threading.Timer(0.5, real_killpg, (pgid, sig)).start()
+        else:
+            real_killpg(pgid, sig)
+
+    monkeypatch.setattr(serve.os, "killpg", late_kill)
+    try:
+        server.stop(grace_s=5)
+        assert server.pids() == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            real_killpg(proc.pid, signal.SIGKILL)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -32,35 +33,139 @@ serve = _load_serve()
 SKIP = os.environ.get("RUSHHOUR_SKIP_REAL") == "1"
 
 
+# The engines the real tests use, by fixture name. They are started together, at the first test that needs
+# one, and only those the selected tests ask for: a vLLM start is ~40 s of one core (three processes import
+# torch in turn), so four one after another cost ~160 s of the serial pass, and four at once on both cores
+# are ready in ~100 s. Each vLLM is pinned to core 1 once it answers (the load generator keeps core 0), as a
+# server started alone is from its start.
+SERVES_ON = 1
+
+
+def _gateway(logs: Path) -> tuple[object, object]:
+    """vLLM with one sequence at a time (so order shows), and LiteLLM routing to it with ample slots."""
+    limits = serve.VllmLimits(max_num_seqs=1, max_num_queued_reqs=6, max_num_queued_tokens=3000)
+    engine = serve.start_vllm(limits=limits, log_dir=logs / "gw-vllm", cpu=SERVES_ON, pin_when_ready=True)
+    try:
+        proxy = serve.start_litellm(
+            deployment=serve.LitellmDeployment(max_parallel_requests=200, upstream=engine.url),
+            tiers={t: {"max_parallel_requests": 200, "rpm_limit": None} for t in ("interactive", "batch")},
+            log_dir=logs / "gw-litellm")
+    except BaseException:
+        engine.stop()
+        raise
+    return engine, proxy
+
+
+ENGINES: dict[str, Callable[[Path], object]] = {
+    # vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits
+    "vllm_server": lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON, pin_when_ready=True),
+    # the same with vLLM's default first-come-first-served policy (the priority control's null case)
+    "fcfs_vllm": lambda logs: serve.start_vllm(log_dir=logs / "vllm-fcfs", scheduling="fcfs", cpu=SERVES_ON,
+                                               pin_when_ready=True),
+    # the same with the hermes tool-call parser (the session one refuses tools)
+    "tool_vllm": lambda logs: serve.start_vllm(log_dir=logs / "vllm-tools", tool_call_parser="hermes",
+                                               cpu=SERVES_ON, pin_when_ready=True),
+    "gateway": _gateway,
+    # LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm)
+    "litellm_server": lambda logs: serve.start_litellm(log_dir=logs / "litellm"),
+}
+_WANTED: set[str] = set()  # the engines the selected tests use (filled when collection is final)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    real = []
     for item in items:
         if Path(str(item.fspath)).is_relative_to(here):
+            real.append(item)
             item.add_marker(pytest.mark.real)
             if SKIP:
                 item.add_marker(pytest.mark.skip(
                     reason="RUSHHOUR_SKIP_REAL=1: the audit was NOT checked against real vLLM/LiteLLM"))
+    # the real tests last, in their order: the engines (idle ones take ~1.5 % of a core each, and GBs) then
+    # run beside no other test until the session ends and stops them
+    chosen = set(real)
+    others = [item for item in items if item not in chosen]
+    items[:] = others + real
 
 
-def _start(starter: str, **kwargs: object) -> object:
-    try:
-        return getattr(serve, starter)(**kwargs)
-    except serve.EngineError as exc:
-        pytest.fail(f"real engine unavailable: {exc} (run `make engines`, or set RUSHHOUR_SKIP_REAL=1 to skip)",
-                    pytrace=False)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # after -k/-m deselection and every plugin's reordering: only what will run
+    for item in session.items:
+        _WANTED.update(name for name in getattr(item, "fixturenames", ()) if name in ENGINES)
+
+
+def _servers(value: object) -> list[object]:
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+class EnginePool:
+    """The wanted engines, each starting in a thread of its own from the pool's creation; stopped by PID at the end."""
+
+    def __init__(self, wanted: set[str], logs: Path) -> None:
+        self._threads = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="engine-start")
+        self._starting: dict[str, Future[object]] = {
+            name: self._threads.submit(ENGINES[name], logs) for name in sorted(wanted)}
+
+    def get(self, name: str) -> object:
+        """The running engine (waiting for its start), or the test fails with the engine's one-line error."""
+        future = self._starting.get(name)
+        if future is None:  # not foreseen at collection (a test asking for it by request.getfixturevalue)
+            raise AssertionError(f"the engine {name!r} was not started: no collected test asked for it")
+        try:
+            return future.result()
+        except serve.EngineError as exc:
+            pytest.fail(f"real engine unavailable: {exc} (run `make engines`, or set RUSHHOUR_SKIP_REAL=1 to skip)",
+                        pytrace=False)
+
+    def stop(self) -> None:
+        """Stop every engine that started (a start still under way is waited for, then stopped)."""
+        self._threads.shutdown(wait=True)
+        failed: list[BaseException] = []
+        for future in self._starting.values():
+            if future.exception() is None:
+                for server in _servers(future.result()):
+                    try:
+                        server.stop()  # type: ignore[attr-defined]
+                    except Exception as exc:  # the others are stopped all the same
+                        failed.append(exc)
+        if failed:
+            raise failed[0]
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def engine_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginePool]:
+    """Every engine the selected tests use, starting at once (see ENGINES)."""
+    pool = EnginePool(_WANTED, tmp_path_factory.mktemp("engine-logs"))
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(engine_pool: EnginePool) -> object:
     """vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits."""
-    server = _start("start_vllm", log_dir=tmp_path_factory.mktemp("vllm-log"))
-    yield server
-    server.stop()  # type: ignore[attr-defined]
+    return engine_pool.get("vllm_server")
 
 
 @pytest.fixture(scope="session")
-def litellm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def fcfs_vllm(engine_pool: EnginePool) -> object:
+    """The same vLLM with first-come-first-served scheduling (vLLM's default)."""
+    return engine_pool.get("fcfs_vllm")
+
+
+@pytest.fixture(scope="session")
+def tool_vllm(engine_pool: EnginePool) -> object:
+    """A second vLLM with the hermes tool-call parser."""
+    return engine_pool.get("tool_vllm")
+
+
+@pytest.fixture(scope="session")
+def gateway(engine_pool: EnginePool) -> object:
+    """(vLLM with one sequence at a time, LiteLLM routing to it with ample slots)."""
+    return engine_pool.get("gateway")
+
+
+@pytest.fixture(scope="session")
+def litellm_server(engine_pool: EnginePool) -> object:
     """LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm)."""
-    server = _start("start_litellm", log_dir=tmp_path_factory.mktemp("litellm-log"))
-    yield server
-    server.stop()  # type: ignore[attr-defined]
+    return engine_pool.get("litellm_server")

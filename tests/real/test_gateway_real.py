@@ -13,9 +13,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 from loadgen.tiers import map_tier
 from scenarios.model import Tier
@@ -26,27 +24,6 @@ from .helpers import NEVER_FOR_A_REJECTION, SCENARIOS, attempts, run_rushhour, s
 KEYS = {"RH_LITELLM_KEY_INTERACTIVE": "sk-tier-interactive-gw", "RH_LITELLM_KEY_BATCH": "sk-tier-batch-gw"}
 TIERS = ("interactive", "batch")
 ROUTE = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, object]]:
-    """vLLM with one sequence at a time (so order shows), and LiteLLM routing to it with ample slots."""
-    limits = serve.VllmLimits(max_num_seqs=1, max_num_queued_reqs=6, max_num_queued_tokens=3000)
-    try:
-        engine = serve.start_vllm(limits=limits, log_dir=tmp_path_factory.mktemp("gw-vllm-log"))
-    except serve.EngineError as exc:
-        pytest.fail(f"real engine unavailable: {exc}", pytrace=False)
-    try:
-        proxy = serve.start_litellm(
-            deployment=serve.LitellmDeployment(max_parallel_requests=200, upstream=engine.url),
-            tiers={t: {"max_parallel_requests": 200, "rpm_limit": None} for t in TIERS},
-            log_dir=tmp_path_factory.mktemp("gw-litellm-log"))
-    except serve.EngineError as exc:
-        engine.stop()
-        pytest.fail(f"real engine unavailable: {exc}", pytrace=False)
-    yield engine, proxy
-    proxy.stop()
-    engine.stop()
 
 
 def _post(url: str, key: str, fields: dict[str, object], done: dict[str, float], name: str) -> None:

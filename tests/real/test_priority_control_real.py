@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-from .conftest import _start
 from .helpers import SCENARIOS, run_rushhour, tiers
 
 SCENARIO = SCENARIOS / "vllm-priority-control.yaml"
@@ -37,12 +36,8 @@ def test_priority_scheduling_shows_against_the_control(vllm_server, tmp_path) ->
         assert tiers(summary)[name]["requests"] >= effect["pairs"]
 
 
-def test_fcfs_shows_no_effect_against_the_control(tmp_path) -> None:
-    server = _start("start_vllm", log_dir=tmp_path / "vllm-log", scheduling="fcfs")
-    try:
-        summary = run_rushhour(SCENARIO, server.url, tmp_path / "runs")
-    finally:
-        server.stop()
+def test_fcfs_shows_no_effect_against_the_control(fcfs_vllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    summary = run_rushhour(SCENARIO, fcfs_vllm.url, tmp_path / "runs")
     effects = _effects(summary)
     ttft = effects["interactive"]["ttft"]
     assert ttft["n"] >= 20, ttft  # type: ignore[index]
