@@ -387,3 +387,31 @@ def test_web_ui_runs_two_tests_into_two_run_folders(tmp_path: Path, testbed: tup
     # the stop cancels requests in flight: one cancelled before the server read it has no ledger line
     unseen = [records[i] for i in set(records) - seen]
     assert all(r["cancelled"] and r["status"] == 0 and r["first_token_ns"] is None for r in unseen), unseen
+
+
+def test_a_headless_run_stopped_before_its_run_time_is_interrupted(tmp_path: Path, testbed: tuple[str, Path]) -> None:
+    # the other side of "completed": a run stopped well before -t did not run its plan (timed from Locust's
+    # start, so a stop 10 s into 30 s stays early however late test_start fired)
+    url, _ = testbed
+    locustfile = tmp_path / "locustfile.py"
+    locustfile.write_text(LOCUSTFILE)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(_locust(locustfile, "--headless", "-u", "2", "-r", "2", "-t", "30s", "--stop-timeout",
+                                    "3", "--host", url, "--rh-run-dir", str(run_dir)),
+                            cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):  # the test has started: run.json is written at test_start
+            if (run_dir / "run.json").exists():
+                break
+            time.sleep(0.1)
+        time.sleep(8)
+        # SIGTERM: Locust's own stop (SIGINT is ignored in the children of pytest-xdist's workers)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    manifest = read_manifest(run_dir)
+    assert manifest.ended_at is not None, err[-2000:]
+    assert manifest.stop_reason == "interrupted", (manifest.stop_reason, manifest.duration_s)
