@@ -975,11 +975,14 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
             index = entry.get("index")
             if event == "worker_state" and isinstance(index, int) and index >= options.expect_workers:
                 late.add(worker)
-            if event == "worker_state" and entry.get("state") == "ready":
+            # joined = the master's watcher saw it at all: it polls every 0.5 s, and a worker that
+            # joins just before the spawn may be first seen "spawning" or "running", never "ready"
+            if event == "worker_state" and entry.get("state") not in ("gone", None):
                 joined.add(worker)
-            elif event == "worker_state" and entry.get("state") == "missing":
+            if event == "worker_state" and entry.get("state") == "missing":
                 missing.add(worker)
             elif event == "worker_finished":
+                joined.add(worker)
                 finished.add(worker)
             elif event == "shard_complete":
                 (complete if entry.get("ok") else incomplete).append(str(entry.get("shard")))

@@ -147,3 +147,19 @@ def test_budget_usage_is_kept_per_process_and_summed() -> None:
     assert merged["run"]["reached_by"] == ["a-1: max_requests"]
     assert merged["tiers"]["gold"]["requests"] == 7 and merged["tiers"]["free"]["tokens"] == 11
     assert merge_budget_usage([{"name": "worker_stop"}]) is None
+
+
+def test_a_worker_first_seen_running_counts_as_joined(tmp_path: Path) -> None:
+    """The watcher polls every 0.5 s: a worker may be first noted 'running', never 'ready'."""
+    from loadgen.runner import RunOptions, workers_summary
+    lines = [
+        {"event": "worker_state", "worker": "w1", "state": "running", "index": 0},
+        {"event": "worker_state", "worker": "w2", "state": "spawning", "index": 1},
+        {"event": "worker_finished", "worker": "w1"},
+        {"event": "worker_state", "worker": "w2", "state": "missing", "index": 1},
+        {"event": "worker_state", "worker": "w2", "state": "gone"},
+    ]
+    (tmp_path / "workers.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = workers_summary(tmp_path, RunOptions(expect_workers=2))
+    assert summary["joined"] == ["w1", "w2"]
+    assert summary["finished"] == ["w1"] and summary["missing"] == ["w2"]
