@@ -49,7 +49,7 @@ def starvation_gap_s(attempts: pd.DataFrame) -> float | None:
         later = np.where(has_next, service[np.minimum(nxt, len(service) - 1)], later)
     end = np.where(got, first, np.where(np.isfinite(t_end), later, np.nan))
     ok = np.isfinite(start) & np.isfinite(end)
-    gap = longest_gap(start[ok], end[ok], service)
+    gap = longest_gap(start[ok], end[ok], service, served_sorted=True)  # sorted above
     return None if gap is None else gap / NS_PER_S
 
 

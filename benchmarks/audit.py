@@ -20,6 +20,9 @@ the guest has not used in the last seconds costs ≈ 2.5 s of system time per GB
 written through ``ShardWriter``, so each has its columnar sidecar, sealed at close: "after" reads them (a
 sealed shard's JSONL is not read at all), "jsonl" is the same code told to ignore them (every line parsed,
 as for a shard shipped without one). Runs kept from before the seal (``--keep``) are read with the checksums.
+Before each audit the run's files are read into the page cache (``--cache warm``, as right after a run);
+``--cache cold`` drops the cache instead (root), ``--cache as-found`` leaves it: a 1M run's 1.7 GB of files
+stay cached between audits and a 10M run's 18 GB do not, which made their ratio partly the disk's.
 Goal (#13): 1M records in < 4 s and < 800 MB, a re-audit < 1 s, linear growth.
 """
 
@@ -204,14 +207,36 @@ def first_touch_s_per_gib(gib: float = 1.0) -> float:
     return float(out.stdout.strip()) / gib
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def page_cache(run_dir: Path, how: str, jsonl: bool = False) -> None:
+    """Put the run's files in the state ``how`` names before an audit: "warm" reads what the audit reads
+    (the sidecars, or the JSONL when ``jsonl``) so it is in the page cache, as right after a run; "cold"
+    drops the page cache (root only), as for a run read back from disk; "as-found" leaves it.
+
+    Without this a 1M run (1.7 GB of files) is always cached and a 10M run (18 GB) partly not, so their
+    ratio mixed the audit's growth with the disk's.
+    """
+    if how == "cold":
+        os.sync()
+        DROP_CACHES.write_text("3\n")
+    elif how == "warm":
+        for path in sorted((run_dir / "records").glob("*.jsonl" if jsonl else "*.arrows")):
+            with path.open("rb") as handle:
+                while handle.read(16 << 20):
+                    pass
+
+
 def measure(run_dir: Path, table: bool = True, code: Path = ROOT, jsonl: bool = False,
-            settled: bool = True) -> dict[str, float]:
+            settled: bool = True, cache: str = "warm") -> dict[str, float]:
     """Audit in a fresh interpreter with the code in ``code``; report its wall and CPU time (audit only) and peak RSS.
 
     ``table``: the audit as ``rushhour audit`` runs it (summary.json and attempts.parquet written), then
     the re-audit of the unchanged run and a read of the table; else the audit in memory (no table built).
     ``settled``: wait for free page reporting to go quiet first (``settle``), so each audit starts cold.
     """
+    page_cache(run_dir, cache, jsonl)
     if settled:
         settle()
     env = {**os.environ, "PYTHONPATH": str(code)}
@@ -243,7 +268,12 @@ def main() -> int:
                         help="largest size audited with the sidecars ignored (every line parsed: ~4 min at 10M)")
     parser.add_argument("--as-found", action="store_true",
                         help="do not wait for the host to take back free memory before each audit (see settle)")
+    parser.add_argument("--cache", choices=("warm", "cold", "as-found"), default="warm",
+                        help="the run's files before each audit: read into the page cache (default, as right "
+                             "after a run), dropped from it (root), or as found")
     args = parser.parse_args()
+    if args.cache == "cold" and not os.access(DROP_CACHES, os.W_OK):
+        parser.error(f"--cache cold drops the page cache through {DROP_CACHES}, which needs root")
     settled = not args.as_found
     if settled and REPORTED_KIB.exists():
         print(f"free page reporting: each audit starts after it goes quiet; fresh memory costs "
@@ -267,14 +297,14 @@ def main() -> int:
         codes = [("before", args.before, False)] if args.before and n <= args.before_max else []
         jsonl_case = [("jsonl", ROOT, True)] if n <= args.jsonl_max else []
         for label, code, jsonl in [*codes, ("after", ROOT, False), *jsonl_case]:
-            bare = measure(run_dir, table=False, code=code, jsonl=jsonl, settled=settled)
-            r = measure(run_dir, code=code, jsonl=jsonl, settled=settled)
+            bare = measure(run_dir, table=False, code=code, jsonl=jsonl, settled=settled, cache=args.cache)
+            r = measure(run_dir, code=code, jsonl=jsonl, settled=settled, cache=args.cache)
             rows.append({"code": label, "records": n, "shards_mb": size_mb, "no_table_audit_s": bare["audit_s"],
                          "no_table_cpu_s": bare["cpu_s"], "no_table_rss_mb": bare["rss_mb"], **r})
             print(_row(label, n, size_mb, gen_s, bare, r), flush=True)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
-    print(json.dumps({"cpus": os.cpu_count(), "settled": settled, "results": rows}, indent=1))
+    print(json.dumps({"cpus": os.cpu_count(), "settled": settled, "cache": args.cache, "results": rows}, indent=1))
     return 0
 
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import MS, RunBuilder
 
 import audit
-from audit import load, table
+from audit import load, stats, table
 from audit.build import audit_run, rows_of
 from audit.stats import longest_gap, sorted_quantiles
 from audit.validity import _answer_times, dark_spans
@@ -29,6 +29,42 @@ def test_sorted_quantiles_are_numpys_bit_for_bit(seed: int) -> None:
         for values in (rng.lognormal(5, 2, n), rng.integers(0, 4, n).astype(np.float64), rng.normal(0, 1e9, n)):
             values.sort()
             assert np.array_equal(sorted_quantiles(values, QS), np.quantile(values, QS))
+
+
+def _sorted_percentiles(values: np.ndarray, scale: float, ci: bool) -> dict[str, Any]:
+    """``percentiles`` as it was before selection: one full sort, every figure read off it."""
+    arr = np.sort(values[np.isfinite(values)]) * scale
+    fields = dict(zip(stats.QUANTILES, sorted_quantiles(arr, list(stats.QUANTILES.values())).tolist(), strict=True))
+    ci_ = {name: stats.bootstrap_quantile_ci(arr, q) for name, q in stats.QUANTILES.items()} if ci else {}
+    return {"n": len(arr), "max": float(arr[-1]), "ci": ci_, **fields, "mean": float(arr.mean())}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_percentiles_by_selection_are_the_full_sort_s(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n in (1, 5, stats.SELECT_MIN - 1, stats.SELECT_MIN, 20_011, 300_000):
+        for values in (rng.lognormal(5, 1, n), rng.integers(0, 30, n).astype(np.float64)):
+            values[rng.random(n) < 0.02] = np.nan
+            if not np.isfinite(values).any():
+                continue
+            for ci in (True, False):
+                want = _sorted_percentiles(values, 1e-6, ci)
+                got = stats.percentiles(values, scale=1e-6, ci=ci).model_dump()
+                assert got["mean"] == pytest.approx(want.pop("mean"), rel=1e-12)  # the sum's order differs
+                assert {k: got[k] for k in want} == want  # every order statistic bit for bit
+
+
+@pytest.mark.parametrize("groups", [1, 7, stats.FEW_GROUPS + 1])
+def test_group_quantiles_are_pandas_groupby_quantiles(groups: int) -> None:
+    rng = np.random.default_rng(groups)
+    keys = rng.integers(0, groups, 50_000)
+    values = rng.lognormal(0, 1, 50_000)
+    values[rng.random(50_000) < 0.1] = np.nan
+    got = stats.group_quantiles(keys, values, (0.5, 0.99), groups + 2)  # two empty groups at the end
+    frame = pd.DataFrame({"k": keys, "v": values}).dropna()
+    for row, q in enumerate((0.5, 0.99)):
+        want = frame.groupby("k")["v"].quantile(q).reindex(range(groups + 2))
+        assert np.allclose(got[row], want.to_numpy(), rtol=1e-15, equal_nan=True)
 
 
 def test_tier_order_groups_each_tier_keeping_its_order() -> None:

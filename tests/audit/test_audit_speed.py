@@ -172,3 +172,27 @@ def test_trim_is_safe_to_call_anywhere() -> None:
     memory.trim()
     memory.trim()
     assert live.sum() == float((1 << 20) * ((1 << 20) - 1) // 2)
+
+
+def test_the_benchmark_reads_what_the_audit_reads_to_warm_the_cache(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cache warm`` reads the sidecars (the JSONL in the jsonl case) and only them; as-found reads nothing."""
+    bench = _bench()
+    run = tmp_path / "run"
+    bench.synthesise(run, 500)
+    opened: list[str] = []
+    real_open = Path.open
+
+    def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
+        opened.append(self.name)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", spy)
+    bench.page_cache(run, "warm")
+    assert opened and all(name.endswith(".arrows") for name in opened)
+    opened.clear()
+    bench.page_cache(run, "warm", jsonl=True)
+    assert opened and all(name.endswith(".jsonl") for name in opened)
+    opened.clear()
+    bench.page_cache(run, "as-found")
+    assert opened == []
