@@ -246,15 +246,12 @@ class Cluster:
         # the stack starts before t = 0 so that its warm-up is over when the schedule starts, as in a real run
         started = clock.t
         clock.t = -LEAD_NS - int(cfg.warmup_s / cfg.speed * NS)
-        self.stack = Stack(cfg, clock)
+        self.stack = Stack(cfg, clock, engine_cls=SimEngine, replica_cls=SimReplica)  # same state, plus the jumps
         clock.t = started
         for spec in faults:
             self.stack.faults.add(spec, 0)
         self.engine = cast(SimEngine, self.stack.engine)
         self.engine.waker = self._wake
-        self.engine.__class__ = SimEngine
-        for r in self.engine.replicas:
-            r.__class__ = SimReplica  # same state, plus the jump (the testbed builds its replicas itself)
         self.replicas = cast(list[SimReplica], self.engine.replicas)
         # decode jumps only where nothing between steps can differ: no faults (slow factors, cuts, replicas
         # down), no SGLang priority preemption, no llm-d eviction (a gated dispatch cycle still evicts)

@@ -288,7 +288,7 @@ class Engine:
     def __init__(self, params: EngineParams, replicas: int, clock: Clock, speed: float = 1.0,
                  prefix_aware: bool = False, headroom: tuple[float, float] | None = None,
                  queue_depth: float = 5.0, kv_threshold: float = 0.8,
-                 priority_preemption: int | None = None) -> None:
+                 priority_preemption: int | None = None, replica_cls: type[Replica] = Replica) -> None:
         self.params = params
         self.clock = clock
         self.speed = speed
@@ -296,7 +296,8 @@ class Engine:
         self.headroom = headroom  # (h_max, lambda) when placement uses freeness with headroom
         self.queue_depth = queue_depth
         self.kv_threshold = kv_threshold
-        self.replicas = [Replica(i, params, clock) for i in range(replicas)]
+        # replica_cls: the simulator's subclass (its decode jumps)
+        self.replicas = [replica_cls(i, params, clock) for i in range(replicas)]
         for r in self.replicas:
             r.priority_preemption = priority_preemption
         self.on_step: Callable[[], None] = lambda: None  # flow control re-runs its dispatch cycle

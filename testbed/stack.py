@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from testbed.clock import Clock
 from testbed.config import TestbedConfig
-from testbed.engine import Engine, EngineParams
+from testbed.engine import Engine, EngineParams, Replica
 from testbed.faults import FaultSchedule
 from testbed.flow import EVICTED_OTHER, FlowController
 from testbed.job import DISPLACED, EVICTED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
@@ -38,17 +38,19 @@ def engine_params(cfg: TestbedConfig) -> EngineParams:
 class Stack:
     """Everything behind the HTTP layer."""
 
-    def __init__(self, cfg: TestbedConfig, clock: Clock) -> None:
+    def __init__(self, cfg: TestbedConfig, clock: Clock, engine_cls: type[Engine] = Engine,
+                 replica_cls: type[Replica] = Replica) -> None:
+        """``engine_cls``/``replica_cls``: the classes to build (the simulator's add decode jumps)."""
         self.cfg = cfg
         self.clock = clock
         self.profile = make_profile(cfg)
         fc = cfg.flow_control
         hr = cfg.headroom
-        self.engine = Engine(
+        self.engine = engine_cls(
             engine_params(cfg), cfg.replicas, clock, cfg.speed, prefix_aware=self.profile.prefix_aware,
             headroom=(hr.h_max, hr.lam) if cfg.profile == "headroom" else None,
             queue_depth=fc.queue_depth_threshold, kv_threshold=fc.kv_cache_util_threshold,
-            priority_preemption=self._sglang_preemption(cfg),
+            priority_preemption=self._sglang_preemption(cfg), replica_cls=replica_cls,
         )
         self.flow: FlowController | None = None
         # llm-d / GAIE with the flowControl feature gate off: legacy admission, no EPP queue
