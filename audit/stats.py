@@ -96,7 +96,7 @@ def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: boo
     if n == 0:
         return Percentiles(n=0)
     draws = {name: bootstrap_indices(n, q) for name, q in QUANTILES.items()} if ci else {}
-    arr = ordered_at(arr, [*_neighbours(n, list(QUANTILES.values())), *draws.values()]) * scale
+    arr = ordered_at(arr, [_neighbours(n, list(QUANTILES.values())), *draws.values()]) * scale
     qs = sorted_quantiles(arr, list(QUANTILES.values()))
     fields = {name: float(v) for name, v in zip(QUANTILES, qs, strict=True)}
     intervals = {name: _interval(arr[idx]) for name, idx in draws.items()}  # the positions ordered above
@@ -104,11 +104,11 @@ def percentiles(values: np.ndarray | list[float], *, scale: float = 1.0, ci: boo
                        p50=fields["p50"], p90=fields["p90"], p95=fields["p95"], p99=fields["p99"])
 
 
-def _neighbours(n: int, qs: list[float]) -> list[np.ndarray]:
+def _neighbours(n: int, qs: list[float]) -> np.ndarray:
     """The sorted positions ``sorted_quantiles`` reads for ``qs`` of n values, and the last (the max)."""
     virtual = (n - 1) * np.asarray(qs, dtype=np.float64)
     lo = np.floor(virtual).astype(np.int64)
-    return [np.clip(np.concatenate([lo, lo + 1, [n - 1]]), 0, n - 1)]
+    return np.clip(np.concatenate([lo, lo + 1, [n - 1]]), 0, n - 1)
 
 
 SELECT_MIN = 4096  # below this a sort is as quick as selecting

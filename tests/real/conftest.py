@@ -56,18 +56,18 @@ def _gateway(logs: Path) -> tuple[object, object]:
     return engine, proxy
 
 
-ENGINES: dict[str, Callable[[Path], object]] = {
-    # vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits
-    "vllm_server": lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON, pin_when_ready=True),
-    # the same with vLLM's default first-come-first-served policy (the priority control's null case)
-    "fcfs_vllm": lambda logs: serve.start_vllm(log_dir=logs / "vllm-fcfs", scheduling="fcfs", cpu=SERVES_ON,
-                                               pin_when_ready=True),
-    # the same with the hermes tool-call parser (the session one refuses tools)
-    "tool_vllm": lambda logs: serve.start_vllm(log_dir=logs / "vllm-tools", tool_call_parser="hermes",
-                                               cpu=SERVES_ON, pin_when_ready=True),
-    "gateway": _gateway,
-    # LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm)
-    "litellm_server": lambda logs: serve.start_litellm(log_dir=logs / "litellm"),
+ENGINES: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "vllm_server": ("vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits.",
+                    lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON, pin_when_ready=True)),
+    "fcfs_vllm": ("The same vLLM with first-come-first-served scheduling (vLLM's default: the null case).",
+                  lambda logs: serve.start_vllm(log_dir=logs / "vllm-fcfs", scheduling="fcfs", cpu=SERVES_ON,
+                                                pin_when_ready=True)),
+    "tool_vllm": ("A second vLLM with the hermes tool-call parser (the session one refuses tools).",
+                  lambda logs: serve.start_vllm(log_dir=logs / "vllm-tools", tool_call_parser="hermes",
+                                                cpu=SERVES_ON, pin_when_ready=True)),
+    "gateway": ("(vLLM with one sequence at a time, LiteLLM routing to it with ample slots).", _gateway),
+    "litellm_server": ("LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm).",
+                       lambda logs: serve.start_litellm(log_dir=logs / "litellm")),
 }
 _WANTED: set[str] = set()  # the engines the selected tests use (filled when collection is final)
 
@@ -105,7 +105,7 @@ class EnginePool:
     def __init__(self, wanted: set[str], logs: Path) -> None:
         self._threads = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="engine-start")
         self._starting: dict[str, Future[object]] = {
-            name: self._threads.submit(ENGINES[name], logs) for name in sorted(wanted)}
+            name: self._threads.submit(ENGINES[name][1], logs) for name in sorted(wanted)}
 
     def get(self, name: str) -> object:
         """The running engine (waiting for its start), or the test fails with the engine's one-line error."""
@@ -141,31 +141,16 @@ def engine_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginePool
     pool.stop()
 
 
-@pytest.fixture(scope="session")
-def vllm_server(engine_pool: EnginePool) -> object:
-    """vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits."""
-    return engine_pool.get("vllm_server")
+def _engine_fixture(name: str) -> object:
+    """A session fixture named ``name``: the pool's engine of that name (its docstring is the engine's line)."""
+
+    def fixture(engine_pool: EnginePool) -> object:
+        return engine_pool.get(name)
+
+    fixture.__doc__ = ENGINES[name][0]
+    return pytest.fixture(scope="session", name=name)(fixture)
 
 
-@pytest.fixture(scope="session")
-def fcfs_vllm(engine_pool: EnginePool) -> object:
-    """The same vLLM with first-come-first-served scheduling (vLLM's default)."""
-    return engine_pool.get("fcfs_vllm")
-
-
-@pytest.fixture(scope="session")
-def tool_vllm(engine_pool: EnginePool) -> object:
-    """A second vLLM with the hermes tool-call parser."""
-    return engine_pool.get("tool_vllm")
-
-
-@pytest.fixture(scope="session")
-def gateway(engine_pool: EnginePool) -> object:
-    """(vLLM with one sequence at a time, LiteLLM routing to it with ample slots)."""
-    return engine_pool.get("gateway")
-
-
-@pytest.fixture(scope="session")
-def litellm_server(engine_pool: EnginePool) -> object:
-    """LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm)."""
-    return engine_pool.get("litellm_server")
+# vllm_server, fcfs_vllm, tool_vllm, gateway, litellm_server: one fixture per engine, as the tests name them
+for _name in ENGINES:
+    globals()[_name] = _engine_fixture(_name)
