@@ -323,10 +323,12 @@ class Cluster:
         r = self.engine.replicas[i]
         due = None
         if r.up and r.busy():
-            waiting = r.n_waiting
+            waiting, kv = r.n_waiting, r.kv
             dur = r.plan_step(self.loop.clock.t)
-            if r.n_waiting < waiting and self.jumping and not self._gated():
-                self._unjump_all()  # admitted work lowered the saturation: the lazy steps' dispatch cycles count
+            # admitted work (fewer waiting) or a preemption (less KV) may have lowered the saturation below the
+            # ceiling: then the pool's next step runs a dispatch cycle that dispatches
+            if (r.n_waiting < waiting or r.kv < kv) and self.jumping and self._queued() and not self._gated():
+                self._cut_first_lazy_step()
             if dur is not None:  # None: work exists but none fits (waits on KV): idle until woken
                 due = base + max(1, int(dur / self.cfg.speed * NS))
                 if self.jumps:
@@ -404,9 +406,33 @@ class Cluster:
             return True
         return st.engine.saturation() >= self.cfg.flow_control.saturation_ceiling
 
-    def _unjump_all(self) -> None:
-        for i in sorted(self.jumping):
-            self._unjump(i)
+    def _queued(self) -> bool:
+        """True when requests wait at the gateway (a dispatch cycle without them does nothing)."""
+        flow = self.stack.flow
+        return flow is not None and flow.count > 0
+
+    def _cut_first_lazy_step(self) -> None:
+        """The gate opened with requests queued: the pool's next step, wherever it is, runs a dispatch cycle that
+        dispatches until the pool is gated again or its queue is empty, so every later step's cycle does nothing
+        until the next event that lowers the saturation (an admission, a finish, a cancel: each runs its own
+        cycle or comes back here). Only that first step must be an ordinary event: when it is a jump's lazy step,
+        that jump goes on step by step from it; the other jumps stay (step by step, each would fire a cycle that
+        does nothing, plan the same decode step and jump again with the same step times)."""
+        now = self.loop.clock.t
+        first: tuple[int, int] | None = None  # (due, replica) of the first lazy step
+        ordinary = min((d for k, d in enumerate(self._due) if d is not None and k not in self.jumping),
+                       default=_NEVER)
+        for i in self.jumping:
+            times = self.replicas[i].jump.times  # type: ignore[union-attr]  # every jumping replica has one
+            last = len(times) - 1
+            m = bisect_right(times, now, 0, last)
+            t = times[m]
+            if m == last:  # the jump's last step is an ordinary event already
+                ordinary = min(ordinary, t)
+            elif first is None or (t, i) < first:
+                first = (t, i)
+        if first is not None and first[0] <= ordinary:
+            self._unjump(first[1])
 
     def _settle(self, r: SimReplica, j: Jump) -> None:
         """Apply the lazy steps due by now: KV, tokens, and the clients' token facts, as step by step."""

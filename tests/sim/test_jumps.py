@@ -80,3 +80,45 @@ def test_no_jumps_where_a_gated_cycle_still_acts(tmp_path: Path) -> None:
         path.write_text(SCENARIO.format(profile="llm-d").replace("replicas: 2}", "replicas: 2" + extra + "}"))
         cfg, faults = build_config(load_scenario(str(path)))
         assert Cluster(cfg, faults, Loop(VirtualClock())).jumps is jumps
+
+
+# the pool at llm-d's saturation ceiling with the batch band queued at the gateway: every admission or
+# preemption that lowers the saturation opens the gate, and the pool's next step (a lazy one, as a rule)
+# must dispatch. 16 replicas, so most of them are in a jump when it opens. The old rule (every jump cut
+# when an admission opened the gate, none when a preemption did) dispatched a chat request 0.7 ms late
+# at 105.68 s of this scenario: the preemption's step opened the gate, no step event followed
+CEILING = """
+name: sim-jumps-ceiling
+seed: 7
+target:
+  url: testbed
+  profile: llm-d
+  testbed: {preset: h100-llama8b, replicas: 16}
+tiers:
+  - {name: interactive, priority: 100}
+  - {name: batch, priority: -1}
+personas:
+  - {kind: chat, name: chat, tier: interactive, arrival: {process: poisson, rate: 5}, max_concurrent_sessions: 100000}
+  - kind: agent_swarm
+    name: swarm
+    tier: batch
+    agents: 2500
+    ramp_s: 30
+    idle_between_tasks_s: {dist: exponential, mean: 600}
+phases:
+  - {name: steady, duration: 120s}
+calibration: {probes: 0}
+drain_s: 0
+"""
+
+
+def test_jumps_at_the_saturation_ceiling_give_the_records_of_step_by_step(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(CEILING)
+    step = simulate(str(path), SimOptions(out_dir=tmp_path / "step", decode_jumps=False))
+    jump = simulate(str(path), SimOptions(out_dir=tmp_path / "jump", decode_jumps=True))
+    a, b = _records(step.run_dir), _records(jump.run_dir)
+    assert len([r for r in a if r["kind"] == "request"]) > 5000
+    assert a == b
+    assert jump.stats["steps"] == step.stats["steps"]
+    assert jump.stats["events"] < 0.4 * step.stats["events"]
