@@ -212,16 +212,11 @@ class SimEngine(Engine):
             if not prefix:
                 hit = 0.0
             else:
-                # the cache's last match (a swarm's shared context, as a rule) is whole there until its next
-                # eviction: when this prompt has the same block at its end and not the next one, that is the
-                # match, without a call (every replica is scored for every placement)
+                # a prefix the cache knows whole (a swarm's shared context, as a rule) decides most matches without
+                # a scan (every replica is scored for every placement)
                 cache = r.cache
-                last = cache._last
-                if last is not None and (k := last[0]) <= n and blocks[k - 1] == last[1] and (
-                        k == n or blocks[k] not in cache._blocks):
-                    hit = k / n
-                else:
-                    hit = cache.match(blocks, touch=False) / n
+                k = cache.known(blocks)
+                hit = (k if k is not None else cache.match(blocks, touch=False)) / n
             load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
             if headroom is not None:
                 h_max, lam = headroom

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from itertools import islice, repeat, takewhile
 
 TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
+ANCHORS = 4  # long prefixes remembered whole per cache: a swarm's shared context, a chat's system prompt, …
 
 
 class PrefixCache:
@@ -23,24 +24,48 @@ class PrefixCache:
         # the newest entries, oldest first, when the last reordering left a prompt's leading blocks there in
         # order (a match's touch, an insert): an insert of a prompt that starts with them leaves them in place
         self._run: list[bytes] | None = None
-        # (n, hash of block n - 1): the last match of TIP_STEP blocks or more, known whole until the next eviction
-        self._last: tuple[int, bytes] | None = None
+        # the last few distinct matches of TIP_STEP blocks or more, newest first: (n, hash of block n - 1, the n
+        # blocks), each known whole until an eviction takes one of its blocks (checked at each eviction)
+        self._anchors: list[tuple[int, bytes, tuple[bytes, ...]]] = []
 
     def __len__(self) -> int:
         return len(self._blocks)
+
+    def known(self, blocks: Sequence[bytes]) -> int | None:
+        """``match(blocks)`` when it is known without a scan: 0 when the first block is not cached, or a remembered
+        whole prefix's length when its last block is the prompt's and the prompt's next block is not cached; else
+        None. Placement asks every replica for every request, and most answers are one of these two."""
+        size = len(blocks)
+        cached = self._blocks
+        if not size or blocks[0] not in cached:
+            return 0  # a conversation this replica never served (a chat session's prompt elsewhere, as a rule)
+        for k, h, _ in self._anchors:
+            if k <= size and blocks[k - 1] == h and (k == size or blocks[k] not in cached):
+                return k
+        return None
+
+    def _remember(self, n: int, blocks: Sequence[bytes]) -> None:
+        anchors = self._anchors
+        h = blocks[n - 1]
+        for i, (k, kh, _) in enumerate(anchors):
+            if k == n and kh == h:  # a chained hash: the same last block is the same prefix
+                if i:
+                    anchors.insert(0, anchors.pop(i))
+                return
+        anchors.insert(0, (n, h, tuple(blocks[:n])))
+        del anchors[ANCHORS:]
 
     def match(self, blocks: Sequence[bytes], touch: bool = True) -> int:
         """Number of leading blocks already cached (the longest cached chain)."""
         cached = self._blocks
         tips = self._tips
         start = 0
-        last = self._last
-        if last is not None and last[0] <= len(blocks) and blocks[last[0] - 1] == last[1]:
-            # the last long match's prefix, whole until the next eviction (a swarm's shared context, scored
-            # on every replica for every placement); any prefix known whole is a valid start: the same count
-            start = last[0]
-        elif tips:  # skip a prefix already known whole
-            size = len(blocks)
+        size = len(blocks)
+        for k, h, _ in self._anchors:
+            if start < k <= size and blocks[k - 1] == h:
+                # a remembered prefix, known whole; any prefix known whole is a valid start: the same count
+                start = k
+        if not start and tips:  # skip a prefix already known whole
             k = self._hint
             if 0 < k <= size and tips.get(k) == blocks[k - 1]:
                 # up from the last match's tip: a swarm's tasks share their first tips and part after them, so
@@ -63,7 +88,7 @@ class PrefixCache:
         for k in range(start - start % TIP_STEP + TIP_STEP, n + 1, TIP_STEP):
             tips[k] = blocks[k - 1]
         if n >= TIP_STEP:  # a long prefix (a chat's few blocks are walked): the next match starts after it
-            self._last = (n, blocks[n - 1])
+            self._remember(n, blocks)
         if touch and n:
             touched = list(blocks[:n])
             deque(map(cached.move_to_end, touched), maxlen=0)
@@ -93,8 +118,10 @@ class PrefixCache:
         evict = len(cached) - max(0, cap)
         if evict > 0:
             self._tips.clear()
-            self._last = None
             if len(cached) - evict < len(blocks):
                 self._run = None  # the eviction reaches into the prompt's own blocks
             # the least recently used first: popitem(last=False) over and over, in C
             deque(map(cached.popitem, repeat(False, evict)), maxlen=0)
+            # the LRU end goes first, so a prefix touched since is whole as a rule: each anchor is checked (in C)
+            # rather than forgotten (every prefill evicts once the cache is full)
+            self._anchors = [a for a in self._anchors if all(map(cached.__contains__, a[2]))]

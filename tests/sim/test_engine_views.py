@@ -66,13 +66,13 @@ def test_placement_from_the_caches_last_long_matches_is_the_full_scans() -> None
                 r.cache.insert(rng.choice(chains), rng.randrange(2 * TIP_STEP, 7 * TIP_STEP))  # evictions
         job = Job("x", 0, 100, 10, blocks=rng.choice(chains))
         caches = [r.cache for r in eng.replicas]
-        kept = [(c._last, c._tips, c._hint) for c in caches]
+        kept = [(c._anchors, c._tips, c._hint) for c in caches]
         for c in caches:  # the plain path: every cache scanned from its first block
-            c._last, c._tips, c._hint = None, {}, 0
+            c._anchors, c._tips, c._hint = [], {}, 0
         want = Engine.place(eng, job)
-        for c, (last, tips, hint) in zip(caches, kept, strict=True):
-            c._last, c._tips, c._hint = last, tips, hint
-            remembered += last is not None and last[0] <= len(job.blocks) and job.blocks[last[0] - 1] == last[1]
+        for c, (anchors, tips, hint) in zip(caches, kept, strict=True):
+            c._anchors, c._tips, c._hint = anchors, tips, hint
+            remembered += c.known(job.blocks) is not None
         eng.__class__ = SimEngine
         assert eng.place(job) is want, step
         eng.__class__ = Engine

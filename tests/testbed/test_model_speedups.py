@@ -38,7 +38,7 @@ def test_tips_give_the_same_matches_as_a_full_scan() -> None:
             cache.insert(chain, free)
         else:
             want = _naive(cache, chain)
-            cache._last = None  # the tips alone (the last long match is tested below)
+            cache._anchors = []  # the tips alone (the remembered long matches are tested below)
             skipped += bool(cache._tips)
             hinted += bool(cache._tips) and cache._hint > 0  # the search starts from the last match's tip
             assert cache.match(chain, touch=rng.random() < 0.5) == want, step
@@ -46,9 +46,11 @@ def test_tips_give_the_same_matches_as_a_full_scan() -> None:
     assert hinted > 300
 
 
-def test_the_last_long_match_gives_the_same_matches_as_a_full_scan() -> None:
-    """A match starts after the last long match's prefix when the prompt has that prefix's last block (a swarm's
-    shared context on every placement); through inserts, evictions and other prompts, the count of a scan."""
+def test_the_remembered_long_matches_give_the_same_matches_as_a_full_scan() -> None:
+    """A match starts after a remembered long match's prefix when the prompt has that prefix's last block (a
+    swarm's shared context on every placement), and ``known`` answers without a scan when the prompt's next block
+    is not cached; through inserts, evictions (each anchor checked, not forgotten) and other prompts, the count
+    of a scan."""
     rng = random.Random(6)
     shared = [rng.randrange(1 << 30) for _ in range(2 * TIP_STEP + 11)]
     parts = []
@@ -58,17 +60,20 @@ def test_the_last_long_match_gives_the_same_matches_as_a_full_scan() -> None:
     parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 40))] for p in parts[::4]]  # next steps
     chains = [chained_blocks(p) for p in parts]
     cache = PrefixCache(capacity_blocks=10 * TIP_STEP)
-    remembered = 0
+    remembered = decided = 0
     for step in range(5000):
         chain = rng.choice(chains)
         if rng.random() < 0.2:
             cache.insert(chain, rng.randrange(3 * TIP_STEP, 11 * TIP_STEP))  # evictions, some into the prompt
         else:
             want = _naive(cache, chain)
-            last = cache._last
-            remembered += last is not None and last[0] <= len(chain) and chain[last[0] - 1] == last[1]
+            remembered += any(k <= len(chain) and chain[k - 1] == h for k, h, _ in cache._anchors)
+            known = cache.known(chain)
+            assert known in (None, want), step  # placement's shortcut: the count, or no answer
+            decided += known is not None
             assert cache.match(chain, touch=rng.random() < 0.5) == want, step
     assert remembered > 1000
+    assert decided > 500
 
 
 def test_inlined_saturation_is_the_policy_functions() -> None:
