@@ -318,7 +318,7 @@ class Cluster:
         r = self.engine.replicas[i]
         due = None
         if r.up and r.busy():
-            waiting, kv = r.n_waiting, r.kv
+            waiting, kv, preemptions = r.n_waiting, r.kv, r.preemptions_total
             dur = r.plan_step(self.loop.clock.t)
             # admitted work (fewer waiting) or a preemption (less KV) may have lowered the saturation below the
             # ceiling: then the pool's next step runs a dispatch cycle that dispatches
@@ -327,7 +327,7 @@ class Cluster:
             if dur is not None:  # None: work exists but none fits (waits on KV): idle until woken
                 due = base + max(1, int(dur / self.cfg.speed * NS))
                 if self.jumps:
-                    due = self._jump(i, due)
+                    due = self._jump(i, due, r.preemptions_total != preemptions)
                 self.loop.at(due, self._fire, i, due, self._epoch[i])
         self._due[i] = due
 
@@ -352,7 +352,7 @@ class Cluster:
                 sink.on_finish(job)
 
     # ---- decode jumps ------------------------------------------------------------------------------
-    def _jump(self, i: int, due: int) -> int:
+    def _jump(self, i: int, due: int, preempted: bool) -> int:
         """When step 1 (just planned, due at ``due``) starts a run of identical decode steps, make the steps up
         to the first finish (or the KV limit) lazy; returns the due time of the step that is an event."""
         r = self.replicas[i]
@@ -362,8 +362,12 @@ class Cluster:
         n = len(plan)
         if n != len(r.running) or r.slow_factor != 1.0:
             return due
-        if r.n_waiting and len(r.running) < p.max_num_seqs:
-            return due  # a waiting request could be admitted at the next step
+        if r.n_waiting and len(r.running) < p.max_num_seqs and preempted:
+            # vLLM admits nothing in a step that preempted: a request waiting here may be admitted at the next one.
+            # Otherwise the first waiting one was refused for want of KV (all-decode plan: the budget was not the
+            # limit), and each step of the run only adds KV, so it is refused at every one of them; the planned
+            # step touched its prefix in the cache, and the lazy steps' touches would leave the same LRU order
+            return due
         if flow is not None and flow.count and not self._gated():
             return due  # the gateway would dispatch at the next step
         steps = None
