@@ -165,11 +165,21 @@ class Replica:
 
     def plan_step(self, now: int) -> float | None:
         """Choose this step's batch (preempting if KV runs out); returns its duration in s, or None."""
+        plan: dict[Job, int] = {}
+        kv, budget, preempted = self._plan_running(plan)
+        kv = self._admit(plan, kv, budget, preempted, now)
+        self._plan = plan
+        if not plan:
+            return None
+        return self._duration(plan, kv)
+
+    def _plan_running(self, plan: dict[Job, int]) -> tuple[int, int, bool]:
+        """The running jobs' chunks, most urgent first, from the step's token budget, preempting while KV runs
+        out; returns (KV after them, budget left, whether it preempted)."""
         p = self.p
         cap = p.kv_capacity_tokens
         budget = p.max_num_batched_tokens
         kv = self.kv
-        plan: dict[Job, int] = {}
         preempted = False
         running = self.running
         for job in sorted(running, key=_KEY) if len(running) > 1 else list(running):
@@ -191,6 +201,13 @@ class Replica:
             plan[job] = chunk
             kv += chunk
             budget -= chunk
+        return kv, budget, preempted
+
+    def _admit(self, plan: dict[Job, int], kv: int, budget: int, preempted: bool, now: int) -> int:
+        """Admit waiting jobs into the step while budget, slots and KV allow; returns the KV after them."""
+        p = self.p
+        cap = p.kv_capacity_tokens
+        running = self.running
         # vLLM admits no new request in a step that had to preempt
         while not preempted and budget > 0 and (len(running) < p.max_num_seqs
                                                  or self.priority_preemption is not None):
@@ -227,10 +244,12 @@ class Replica:
             plan[job] = chunk
             kv += cached + chunk
             budget -= chunk
-        self._plan = plan
-        if not plan:
-            return None
-        decode = prefill = 0
+        return kv
+
+    def _duration(self, plan: dict[Job, int], kv: int, decode: int = 0) -> float:
+        """The step's duration in s: ``decode`` decoding jobs besides the plan's (the simulator's lazy ones)."""
+        p = self.p
+        prefill = 0
         for c in plan.values():
             if c == 1:
                 decode += 1
