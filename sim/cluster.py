@@ -8,17 +8,20 @@ plus its duration over the testbed's ``speed``, exactly as the real scheduler ai
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import heapq
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from loadgen.testbed_proc import testbed_config
 from scenarios.model import Scenario
 from sim.client import Exchange
 from sim.loop import NS, Loop, VirtualClock
+from sim.ticks import TickLog
 from testbed.config import FaultSpec, TestbedConfig, from_dict
-from testbed.engine import Engine, Replica
-from testbed.job import RUNNING, Job
+from testbed.engine import _KEY, Engine, Replica
+from testbed.job import DONE, RUNNING, Job
 from testbed.policies import freeness
 from testbed.stack import TICK_S, Stack
 
@@ -36,6 +39,7 @@ def build_config(scenario: Scenario, replicas: int | None = None) -> tuple[Testb
 
 
 _NEVER = 1 << 62
+_KEY0 = itemgetter(0)
 MIN_JUMP_STEPS = 3  # a shorter run of decode steps is stepped one by one (nothing to gain)
 
 
@@ -50,13 +54,31 @@ class Jump:
 
 
 class SimReplica(Replica):
-    """The testbed's replica with a pending decode jump: KV readers see the steps due by now.
+    """The testbed's replica with a pending decode jump (KV readers see the steps due by now) and, with jumps on,
+    lazy decoders: a running job past its prefill gets one token at every step as long as the step's budget and
+    KV leave every running job its chunk, so its tokens and token facts are settled at its end (or when it is
+    taken out, or a step's plan needs every job one by one) from the replica's step times, not at each step.
 
     Every operation that moves its waiting count or KV names it in ``dirty`` (the engine's set, when the
     cluster tracks saturation): the engine then rescores only the replicas that changed."""
 
     jump: Jump | None = None
     dirty: set[int] | None = None
+    lazy: dict[Job, int] | None = None  # lazy decoder -> the step its output and KV were settled at
+    ticks: TickLog
+    lazy_keys: list[tuple[float, int, int]]  # the lazy decoders' order keys, sorted
+    _ends: list[tuple[int, int, Job]]  # heap of (step of its last token, seq, job); stale entries skipped
+    _lazy_step = False  # the planned step gives every lazy decoder a token
+    _planned_running = 0  # plan entries before the planned step's admissions
+    runs: dict[Job, tuple[int, int, int | None]]  # token facts of lazy decoders that ended in the last step
+
+    def decode_lazily(self) -> None:
+        """Settle decoding jobs lazily from now on (the cluster's jumps are on)."""
+        self.lazy = {}
+        self.ticks = TickLog()
+        self.lazy_keys = []
+        self._ends = []
+        self.runs = {}
 
     def add(self, job: Job, now: int) -> None:
         """``Replica.add``, noted in ``dirty``."""
@@ -65,10 +87,17 @@ class SimReplica(Replica):
             self.dirty.add(self.index)
 
     def remove(self, job: Job) -> None:
-        """``Replica.remove``, noted in ``dirty``."""
+        """``Replica.remove`` (a lazy decoder settled first), noted in ``dirty``."""
+        if self.lazy and job in self.lazy:
+            self._settle_lazy(job)
         super().remove(job)
         if self.dirty is not None:
             self.dirty.add(self.index)
+
+    def _preempt(self, victim: Job) -> None:
+        if self.lazy and victim in self.lazy:  # pragma: no cover - a plan that preempts settles every lazy job first
+            self._settle_lazy(victim)
+        super()._preempt(victim)
 
     def drain(self) -> list[Job]:
         """``Replica.drain``, noted in ``dirty``."""
@@ -77,18 +106,163 @@ class SimReplica(Replica):
             self.dirty.add(self.index)
         return jobs
 
+    # ---- lazy decoders -------------------------------------------------------------------------
+    def _settle_lazy(self, job: Job) -> None:
+        """Give a lazy decoder its tokens up to the last step, and their facts to its client; it is no longer lazy."""
+        lazy = self.lazy
+        assert lazy is not None
+        since = lazy.pop(job)
+        keys = self.lazy_keys
+        del keys[bisect_left(keys, job.key)]
+        new = self.ticks.last - since
+        if new > 0:
+            job.computed += new
+            job.output += new
+            sink: Exchange = job.sink  # type: ignore[assignment]  # the simulator's sinks
+            sink.on_token_run(job, *self.ticks.facts(since))
+
+    def _make_lazy(self, jobs: Any) -> None:
+        """Of the jobs just stepped, those now decoding (their next chunk is one token) become lazy."""
+        lazy = self.lazy
+        assert lazy is not None
+        tick = self.ticks.last
+        for job in jobs:
+            if job.state == RUNNING and job.replica == self.index and job.output >= 1 and job not in lazy and (
+                    job.prompt_tokens + job.output - job.computed == 1):
+                lazy[job] = tick
+                insort(self.lazy_keys, job.key)
+                heapq.heappush(self._ends, (tick + job.max_tokens - job.output, job.seq, job))
+
+    def lazy_end(self) -> int | None:
+        """The step of the next lazy decoder's last token (None: none)."""
+        ends, lazy = self._ends, self.lazy
+        assert lazy is not None
+        while ends:
+            step, _, job = ends[0]
+            since = lazy.get(job)
+            if since is not None and since + job.max_tokens - job.output == step:
+                return step
+            heapq.heappop(ends)
+        return None
+
     def plan_step(self, now: int) -> float | None:
-        """``Replica.plan_step`` (admissions, preemptions), noted in ``dirty``."""
-        dur = super().plan_step(now)
+        """``Replica.plan_step`` (admissions, preemptions), noted in ``dirty``; with lazy decoders, each of them
+        one token without being walked, when the budget and KV leave every running job its whole chunk (so the
+        order in which the running jobs are served decides nothing), else every job one by one as the testbed."""
+        dur = self._plan_lazily(now) if self.lazy is not None else super().plan_step(now)
         if self.dirty is not None:
             self.dirty.add(self.index)
         return dur
 
+    def _plan_lazily(self, now: int) -> float | None:
+        lazy = self.lazy
+        assert lazy is not None
+        self._lazy_step = False
+        if lazy:
+            p = self.p
+            others = [j for j in self.running if j not in lazy]
+            demand = len(lazy)
+            for j in others:
+                c = j.prompt_tokens + j.output - j.computed
+                if c > 0:
+                    demand += c
+            if demand <= p.max_num_batched_tokens and self.kv + demand <= p.kv_capacity_tokens:
+                plan: dict[Job, int] = {}
+                for job in sorted(others, key=_KEY) if len(others) > 1 else others:
+                    chunk = job.prompt_tokens + job.output - job.computed
+                    if job.state == RUNNING and chunk > 0:
+                        plan[job] = chunk
+                self._planned_running = len(plan)
+                kv = self._admit(plan, self.kv + demand, p.max_num_batched_tokens - demand, False, now)
+                self._plan = plan
+                self._lazy_step = True
+                return self._duration(plan, kv, len(lazy))
+            for job in list(lazy):
+                self._settle_lazy(job)
+        return super().plan_step(now)
+
     def finish_step(self, now: int, out: list[Job] | None = None) -> None:
-        """``Replica.finish_step`` (KV, retirements), noted in ``dirty``."""
-        super().finish_step(now, out)
+        """``Replica.finish_step`` (KV, retirements), noted in ``dirty``; lazy decoders end at their last token."""
+        if self.lazy is None:
+            super().finish_step(now, out)
+        else:
+            assert out is not None
+            self.ticks.push(now)
+            plan = self._plan
+            if self._lazy_step:
+                self._finish_lazily(now, out)
+            else:
+                super().finish_step(now, out)
+            self._make_lazy(plan)
+            if self.lazy:
+                self.ticks.trim(min(self.lazy.values()))
         if self.dirty is not None:
             self.dirty.add(self.index)
+
+    def _finish_lazily(self, now: int, out: list[Job]) -> None:
+        """``Replica.finish_step`` of a step whose lazy decoders each got a token: the plan's jobs and the lazy ones
+        that end are walked in the testbed's order (the running by key, then the admitted), the rest not at all."""
+        lazy = self.lazy
+        assert lazy is not None
+        self.steps_total += 1
+        plan = self._plan
+        self._plan = {}
+        tick = self.ticks.last
+        ends = self._ends
+        ending: list[tuple[tuple[float, int, int], Job, int]] = []
+        while ends and ends[0][0] <= tick:
+            step, _, job = heapq.heappop(ends)
+            since = lazy.get(job)
+            if since is not None and since + job.max_tokens - job.output == step:
+                del lazy[job]  # its key stays in lazy_keys until it is retired below, in order
+                ending.append((job.key, job, since))
+        ending.sort(key=_KEY0)
+        keys = self.lazy_keys
+        idx = self.index
+        p = self.p
+        pc = p.prefix_cache
+        cap, bt = p.kv_capacity_tokens, p.block_tokens
+        free_blocks = None
+        e = 0
+        for pos, (job, chunk) in enumerate(plan.items()):
+            admitted = pos >= self._planned_running
+            while e < len(ending) and (admitted or ending[e][0] < job.key):
+                self._retire_lazy(ending[e][1], ending[e][2], now, out)
+                e += 1
+            if job.state != RUNNING or job.replica != idx:
+                continue  # cancelled meanwhile
+            before = job.computed
+            computed = before + chunk
+            job.computed = computed
+            self.kv += chunk
+            prompt = job.prompt_tokens
+            if before < prompt <= computed and pc and job.blocks:
+                if free_blocks is None:
+                    # the KV as the testbed's walk has it here: the lazy decoders served before this job have
+                    # their token already (all of them, before an admitted job)
+                    ahead = len(keys) if admitted else bisect_left(keys, job.key)
+                    free_blocks = (cap - self.kv - ahead) // bt
+                self.cache.insert(job.blocks, free_blocks + len(job.blocks))
+            if computed >= prompt + job.output:
+                self._token(job, computed, now)
+                out.append(job)
+        for _, job, since in ending[e:]:
+            self._retire_lazy(job, since, now, out)
+        self.kv += len(lazy)  # every lazy decoder that goes on: one token
+
+    def _retire_lazy(self, job: Job, since: int, now: int, out: list[Job]) -> None:
+        keys = self.lazy_keys
+        del keys[bisect_left(keys, job.key)]
+        new = self.ticks.last - since
+        job.computed += new
+        job.output += new
+        self.kv += 1  # this step's token, then the whole KV freed
+        self.running.remove(job)
+        self.kv -= job.computed
+        job.state = DONE
+        job.end_ns = now
+        self.runs[job] = self.ticks.facts(since)
+        out.append(job)
 
     def _pending(self) -> int:
         j = self.jump
@@ -254,6 +428,9 @@ class Cluster:
         self.jumps = jumps and not evicts and not self.stack.faults.faults and all(
             r.priority_preemption is None for r in self.replicas)
         self.jumping: set[int] = set()
+        if self.jumps:
+            for r in self.replicas:
+                r.decode_lazily()
         self.engine.track(self.jumping)
         self._epoch = [0] * len(self.replicas)  # bumped when a jump's last-step event goes stale
         self._due: list[int | None] = [None] * len(self.engine.replicas)
@@ -345,9 +522,14 @@ class Cluster:
         self.engine.on_step()
         if self._due[i] is None:
             self._plan(i, at)
+        runs = r.runs if r.lazy is not None else None
         for job in jobs:  # tokens reach the clients after the step, as the real drain hands them out
             sink = job.sink
-            sink.on_token(job)
+            run = runs.pop(job, None) if runs else None
+            if run is None:
+                sink.on_token(job)
+            else:  # a lazy decoder's last token: the facts of all its tokens since it was last settled
+                sink.on_token_run(job, *run)  # type: ignore[attr-defined]  # the simulator's sinks
             if job.end_ns is not None:
                 sink.on_finish(job)
 
@@ -359,8 +541,9 @@ class Cluster:
         p = r.p
         plan = r._plan
         flow = self.stack.flow
-        n = len(plan)
-        if n != len(r.running) or r.slow_factor != 1.0:
+        lazy = r.lazy
+        n = len(lazy) if lazy is not None else len(plan)
+        if n != len(r.running) or r.slow_factor != 1.0 or (lazy is not None and (plan or not r._lazy_step)):
             return due
         if r.n_waiting and len(r.running) < p.max_num_seqs and preempted:
             # vLLM admits nothing in a step that preempted: a request waiting here may be admitted at the next one.
@@ -371,6 +554,9 @@ class Cluster:
         if flow is not None and flow.count and not self._gated():
             return due  # the gateway would dispatch at the next step
         steps = None
+        if lazy is not None:  # every running job decodes lazily: the first to end, from the heap
+            end = r.lazy_end()
+            steps = None if end is None else end - r.ticks.last
         for job, chunk in plan.items():
             left = job.max_tokens - job.output  # steps until this job's last token
             if chunk != 1 or job.output < 1:
@@ -441,8 +627,11 @@ class Cluster:
         new = m - j.done
         if new <= 0:
             return
+        if r.lazy is not None:
+            for t in times[j.done:m]:
+                r.ticks.push(t)
         first, last = times[j.done], times[m - 1]
-        gap = max(times[k] - times[k - 1] for k in range(j.done + 1, m)) if new > 1 else None
+        gap = max(times[k] - times[k - 1] for k in range(j.done + 1, m)) if new > 1 and j.plan else None
         j.done = m
         r.kv += j.n * new
         self.engine.touched(r.index)

@@ -258,6 +258,18 @@ class Replica:
         dur = p.base_s + p.per_seq_s * decode + p.per_kv_token_s * kv + p.prefill_per_token_s * prefill
         return dur * self.slow_factor
 
+    def _token(self, job: Job, computed: int, now: int) -> None:
+        """The job's next token, its KV being there: the first one is stamped, the last one retires the job."""
+        n = job.output + 1
+        job.output = n
+        if job.first_token_ns is None:
+            job.first_token_ns = now
+        if n >= job.max_tokens:
+            self.running.remove(job)
+            self.kv -= computed
+            job.state = DONE
+            job.end_ns = now
+
     def finish_step(self, now: int, out: list[Job] | None = None) -> None:
         """Apply the planned step: advance KV, emit tokens, retire finished requests.
 
@@ -270,7 +282,6 @@ class Replica:
         idx = self.index
         pc = self.p.prefix_cache
         free_blocks = None
-        running = self.running
         for job, chunk in plan.items():
             if job.state != RUNNING or job.replica != idx:
                 continue  # cancelled or preempted meanwhile
@@ -284,15 +295,7 @@ class Replica:
                     free_blocks = (self.p.kv_capacity_tokens - self.kv) // self.p.block_tokens
                 self.cache.insert(job.blocks, free_blocks + len(job.blocks))
             if computed >= prompt + job.output:
-                n = job.output + 1
-                job.output = n
-                if job.first_token_ns is None:
-                    job.first_token_ns = now
-                if n >= job.max_tokens:
-                    running.remove(job)
-                    self.kv -= computed
-                    job.state = DONE
-                    job.end_ns = now
+                self._token(job, computed, now)
                 if out is not None:
                     out.append(job)
                 else:
