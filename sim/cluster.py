@@ -159,27 +159,43 @@ class SimReplica(Replica):
         assert lazy is not None
         self._lazy_step = False
         if lazy:
-            p = self.p
-            others = [j for j in self.running if j not in lazy]
-            demand = len(lazy)
-            for j in others:
-                c = j.prompt_tokens + j.output - j.computed
-                if c > 0:
-                    demand += c
-            if demand <= p.max_num_batched_tokens and self.kv + demand <= p.kv_capacity_tokens:
-                plan: dict[Job, int] = {}
-                for job in sorted(others, key=_KEY) if len(others) > 1 else others:
-                    chunk = job.prompt_tokens + job.output - job.computed
-                    if job.state == RUNNING and chunk > 0:
-                        plan[job] = chunk
+            plan = self._plan_others(lazy)
+            if plan is not None:
+                demand = len(lazy) + sum(plan.values())
                 self._planned_running = len(plan)
-                kv = self._admit(plan, self.kv + demand, p.max_num_batched_tokens - demand, False, now)
+                kv = self._admit(plan, self.kv + demand, self.p.max_num_batched_tokens - demand, False, now)
                 self._plan = plan
                 self._lazy_step = True
                 return self._duration(plan, kv, len(lazy))
             for job in list(lazy):
                 self._settle_lazy(job)
         return super().plan_step(now)
+
+    def _plan_others(self, lazy: dict[Job, int]) -> dict[Job, int] | None:
+        """The chunks of the running jobs that are not lazy, as ``Replica._plan_running`` gives them, when every lazy
+        decoder gets its token and nothing is preempted; else None (the testbed's walk decides). The running jobs
+        are served by key from the step's budget: one served before the last lazy decoder must get its whole chunk
+        (the lazy ones' tokens reserved first: a test that errs towards None); one after it gets what is left."""
+        p = self.p
+        budget = p.max_num_batched_tokens - len(lazy)
+        last = self.lazy_keys[-1]
+        others = [j for j in self.running if j not in lazy]
+        plan: dict[Job, int] = {}
+        total = len(lazy)
+        for job in sorted(others, key=_KEY) if len(others) > 1 else others:
+            if job.state != RUNNING:
+                continue
+            chunk = job.prompt_tokens + job.output - job.computed
+            if chunk > budget:
+                if job.key < last:
+                    return None
+                chunk = budget
+            if chunk <= 0:
+                continue
+            plan[job] = chunk
+            budget -= chunk
+            total += chunk
+        return plan if self.kv + total <= p.kv_capacity_tokens else None
 
     def finish_step(self, now: int, out: list[Job] | None = None) -> None:
         """``Replica.finish_step`` (KV, retirements), noted in ``dirty``; lazy decoders end at their last token."""
