@@ -48,8 +48,7 @@ class Jump:
     """A replica's run of identical decode steps: steps 1..K-1 are lazy, step K is an ordinary step event."""
 
     times: list[int]  # due time of steps 1..K
-    plan: dict[Job, int]  # every step's plan: each running job, one token (the batch's order)
-    n: int  # tokens per step (len(plan))
+    n: int  # tokens per step: one per running job, every one of them a lazy decoder
     done: int = 0  # lazy steps applied so far
 
 
@@ -210,8 +209,8 @@ class SimReplica(Replica):
             else:
                 super().finish_step(now, out)
             self._make_lazy(plan)
-            if self.lazy:
-                self.ticks.trim(min(self.lazy.values()))
+            if self.lazy and self.ticks.full():
+                self.ticks.trim(min(self.lazy.values()))  # the oldest step a lazy decoder settles from
         if self.dirty is not None:
             self.dirty.add(self.index)
 
@@ -558,9 +557,10 @@ class Cluster:
         plan = r._plan
         flow = self.stack.flow
         lazy = r.lazy
-        n = len(lazy) if lazy is not None else len(plan)
-        if n != len(r.running) or r.slow_factor != 1.0 or (lazy is not None and (plan or not r._lazy_step)):
-            return due
+        assert lazy is not None  # jumps come with lazy decoders: a jump's steps are theirs
+        n = len(lazy)
+        if plan or not r._lazy_step or n != len(r.running) or r.slow_factor != 1.0:
+            return due  # a job being prefilled (or none lazy): the steps differ
         if r.n_waiting and len(r.running) < p.max_num_seqs and preempted:
             # vLLM admits nothing in a step that preempted: a request waiting here may be admitted at the next one.
             # Otherwise the first waiting one was refused for want of KV (all-decode plan: the budget was not the
@@ -569,18 +569,10 @@ class Cluster:
             return due
         if flow is not None and flow.count and not self._gated():
             return due  # the gateway would dispatch at the next step
-        steps = None
-        if lazy is not None:  # every running job decodes lazily: the first to end, from the heap
-            end = r.lazy_end()
-            steps = None if end is None else end - r.ticks.last
-        for job, chunk in plan.items():
-            left = job.max_tokens - job.output  # steps until this job's last token
-            if chunk != 1 or job.output < 1:
-                return due
-            if steps is None or left < steps:
-                steps = left
+        end = r.lazy_end()  # the first lazy decoder to end: the run's last step
+        assert end is not None
+        steps = end - r.ticks.last
         kv0 = r.kv
-        assert steps is not None
         steps = min(steps, (p.kv_capacity_tokens - kv0) // n)  # no step of the run may preempt
         if steps < MIN_JUMP_STEPS:
             return due
@@ -594,8 +586,7 @@ class Cluster:
             dur = (base_s + per_seq * n + per_kv * (kv0 + n * s) + per_prefill * 0) * slow
             t += max(1, int(dur / speed * NS))
             times.append(t)
-        r.jump = Jump(times, plan, n)
-        r._plan = {}
+        r.jump = Jump(times, n)
         self.jumping.add(i)
         return t
 
@@ -636,31 +627,21 @@ class Cluster:
             self._unjump(first[1])
 
     def _settle(self, r: SimReplica, j: Jump) -> None:
-        """Apply the lazy steps due by now: KV, tokens, and the clients' token facts, as step by step."""
+        """Apply the lazy steps due by now: the KV and the replica's step times (the lazy decoders' tokens and token
+        facts are settled from these when each ends or is taken out)."""
         now = self.loop.clock.t
         times = j.times
         m = bisect_right(times, now, 0, len(times) - 1)
         new = m - j.done
         if new <= 0:
             return
-        if r.lazy is not None:
-            for t in times[j.done:m]:
-                r.ticks.push(t)
-        first, last = times[j.done], times[m - 1]
-        gap = max(times[k] - times[k - 1] for k in range(j.done + 1, m)) if new > 1 and j.plan else None
+        for t in times[j.done:m]:
+            r.ticks.push(t)  # the lazy decoders' tokens are settled from these at their ends
         j.done = m
         r.kv += j.n * new
         self.engine.touched(r.index)
         r.steps_total += new
         self.steps += new
-        idx = r.index
-        for job in j.plan:
-            if job.state != RUNNING or job.replica != idx:
-                continue  # pragma: no cover - a cancel settles the replica first
-            job.computed += new
-            job.output += new
-            sink: Exchange = job.sink  # type: ignore[assignment]  # the simulator's sinks (no cast: a call per job)
-            sink.on_token_run(job, first, last, gap)
 
     def _unjump(self, i: int) -> None:
         """Settle replica i's jump and go on step by step from the next step (already planned, decode only)."""
@@ -671,8 +652,7 @@ class Cluster:
         r.jump = None
         self.jumping.discard(i)
         self.engine.touched(i)
-        r._plan = j.plan
-        nxt = j.times[j.done]
+        nxt = j.times[j.done]  # planned already: every lazy decoder one token (plan_step's empty plan)
         if nxt != j.times[-1]:  # the event at the last step's time goes stale
             self._epoch[i] += 1
             self._due[i] = nxt

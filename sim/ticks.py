@@ -46,10 +46,14 @@ class TickLog:
         i = bisect_left(self.gap_steps, since + 2)
         return first, times[-1], self.gaps[i]
 
+    def full(self) -> bool:
+        """Enough steps have piled up to look for ones to forget (``trim``)."""
+        return len(self.times) >= TRIM_AT
+
     def trim(self, oldest: int) -> None:
-        """Forget the steps before ``oldest`` (no job settles from before it) once enough have piled up."""
+        """Forget the steps before ``oldest`` (no job settles from before it), when there are enough of them."""
         drop = oldest - self.base
-        if len(self.times) < TRIM_AT or drop < TRIM_AT // 4:
+        if drop < TRIM_AT // 4:
             return
         del self.times[:drop]
         self.base = oldest
