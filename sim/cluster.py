@@ -398,14 +398,7 @@ class SimEngine(Engine):
         for r in self.replicas:
             if not r.up:
                 continue
-            if not prefix:
-                hit = 0.0
-            else:
-                # a prefix the cache knows whole (a swarm's shared context, as a rule) decides most matches without
-                # a scan (every replica is scored for every placement)
-                cache = r.cache
-                k = cache.known(blocks)
-                hit = (k if k is not None else cache.match(blocks, touch=False)) / n
+            hit = r.cache.known(blocks) / n if prefix else 0.0
             load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
             if headroom is not None:
                 h_max, lam = headroom

@@ -375,7 +375,7 @@ class Engine:
         for r in self.up_replicas():
             hit = 0.0
             if self.prefix_aware and job.blocks:
-                hit = r.cache.match(job.blocks, touch=False) / len(job.blocks)
+                hit = r.cache.known(job.blocks) / len(job.blocks)
             free = 0.0
             if self.headroom is not None:
                 h_max, lam = self.headroom

@@ -1,127 +1,178 @@
-"""LRU prefix cache keyed on chained block hashes (vLLM automatic prefix caching)."""
+"""LRU prefix cache keyed on chained block hashes (vLLM automatic prefix caching), held as a radix tree.
+
+vLLM frees a request's blocks tail first (``free_blocks(reversed(...))`` in ``single_type_kv_cache_manager``:
+"so that the tail blocks are evicted first"), and a hit touches a prompt's leading blocks the same way. So a
+block is always more recently used than the blocks after it in any prompt: the cached blocks of a chain are
+always a prefix of it, and the cache is a tree of prompts' prefixes whose least recently used block is the
+tail of some leaf. That lets the cache hold runs of blocks instead of blocks: a match walks a few runs, a touch
+restamps them, an eviction trims a leaf's tail by as many blocks as are older than every other leaf's tail.
+The blocks and their LRU order are those of a plain ordered dict with these rules (tests/testbed hold it to that).
+"""
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import heapq
 from collections.abc import Sequence
-from itertools import islice, repeat, takewhile
+from itertools import count
 
-TIP_STEP = 64  # blocks between remembered chain tips (1,024 tokens at 16-token blocks)
-ANCHORS = 4  # long prefixes remembered whole per cache: a swarm's shared context, a chat's system prompt, …
+
+class _Run:
+    """Blocks ``start .. start + len(blocks)`` of every prompt through this node; block i's stamp is ``base - i``
+    (the touch that stamped them gave the tail the oldest one)."""
+
+    __slots__ = ("base", "blocks", "children", "parent", "start")
+
+    def __init__(self, start: int, blocks: list[bytes], base: int, parent: _Run | None) -> None:
+        self.start = start
+        self.blocks = blocks
+        self.base = base
+        self.parent = parent
+        self.children: dict[bytes, _Run] = {}
+
+    def tail_stamp(self) -> int:
+        return self.base - (self.start + len(self.blocks) - 1)
 
 
 class PrefixCache:
-    """Blocks whose KV stays reusable after their request ends, evicted least-recently-used."""
+    """Blocks whose KV stays reusable after their request ends, evicted least-recently-used (tail first)."""
 
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = capacity_blocks
-        self._blocks: OrderedDict[bytes, None] = OrderedDict()
-        # chain tips known whole: prefix length (a multiple of TIP_STEP) -> the hash of its last block, every
-        # block of that prefix cached. A block hash is chained, so an equal hash means the same prefix; an
-        # insert never removes a block, so the tips hold until the next eviction, which forgets them all.
-        self._tips: dict[int, bytes] = {}
-        self._hint = 0  # the tip the last match started from (a swarm's shared context: the next one's too)
-        # the newest entries, oldest first, when the last reordering left a prompt's leading blocks there in
-        # order (a match's touch, an insert): an insert of a prompt that starts with them leaves them in place
-        self._run: list[bytes] | None = None
-        # the last few distinct matches of TIP_STEP blocks or more, newest first: (n, hash of block n - 1, the n
-        # blocks), each known whole until an eviction takes one of its blocks (checked at each eviction)
-        self._anchors: list[tuple[int, bytes, tuple[bytes, ...]]] = []
+        self._root = _Run(0, [], 0, None)
+        self._size = 0
+        self._clock = 0  # stamps handed out so far: every cached block has its own, the newest the highest
+        self._leaves: list[tuple[int, int, _Run]] = []  # heap of (tail stamp, seq, leaf); stale entries skipped
+        self._seq = count()
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return self._size
 
-    def known(self, blocks: Sequence[bytes]) -> int | None:
-        """``match(blocks)`` when it is known without a scan: 0 when the first block is not cached, or a remembered
-        whole prefix's length when its last block is the prompt's and the prompt's next block is not cached; else
-        None. Placement asks every replica for every request, and most answers are one of these two."""
+    # ---- reading ---------------------------------------------------------------------------------
+    def _walk(self, blocks: Sequence[bytes]) -> tuple[list[_Run], int]:
+        """The runs the prompt's cached prefix goes through, and that prefix's length (it may end inside the
+        last run)."""
+        path: list[_Run] = []
+        node = self._root
+        i = 0
         size = len(blocks)
-        cached = self._blocks
-        if not size or blocks[0] not in cached:
-            return 0  # a conversation this replica never served (a chat session's prompt elsewhere, as a rule)
-        for k, h, _ in self._anchors:
-            if k <= size and blocks[k - 1] == h and (k == size or blocks[k] not in cached):
-                return k
-        return None
-
-    def _remember(self, n: int, blocks: Sequence[bytes]) -> None:
-        anchors = self._anchors
-        h = blocks[n - 1]
-        for i, (k, kh, _) in enumerate(anchors):
-            if k == n and kh == h:  # a chained hash: the same last block is the same prefix
-                if i:
-                    anchors.insert(0, anchors.pop(i))
-                return
-        anchors.insert(0, (n, h, tuple(blocks[:n])))
-        del anchors[ANCHORS:]
+        while i < size:
+            child = node.children.get(blocks[i])
+            if child is None:
+                break
+            own = child.blocks
+            end = i + len(own)
+            path.append(child)
+            if end <= size and blocks[end - 1] == own[-1]:
+                i, node = end, child  # a chained hash: the same last block is the same run
+                continue
+            # the prompt leaves this run (or ends) inside it: the first block that differs, by bisection
+            lo, hi = i + 1, min(end, size)  # blocks[lo - 1] is the run's, blocks[hi] is not (or the end)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if blocks[mid - 1] == own[mid - 1 - i]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            return path, lo
+        return path, i
 
     def match(self, blocks: Sequence[bytes], touch: bool = True) -> int:
-        """Number of leading blocks already cached (the longest cached chain)."""
-        cached = self._blocks
-        tips = self._tips
-        start = 0
-        size = len(blocks)
-        for k, h, _ in self._anchors:
-            if start < k <= size and blocks[k - 1] == h:
-                # a remembered prefix, known whole; any prefix known whole is a valid start: the same count
-                start = k
-        if not start and tips:  # skip a prefix already known whole
-            k = self._hint
-            if 0 < k <= size and tips.get(k) == blocks[k - 1]:
-                # up from the last match's tip: a swarm's tasks share their first tips and part after them, so
-                # this stops at once where a search down from the top walks the whole private part (any known
-                # tip is a valid start: the count is the same, only the blocks scanned after it differ)
-                start, k = k, k + TIP_STEP
-                while k <= size and tips.get(k) == blocks[k - 1]:
-                    start, k = k, k + TIP_STEP
-            else:
-                k = size - size % TIP_STEP
-                while k > 0:
-                    if tips.get(k) == blocks[k - 1]:
-                        start = k
-                        break
-                    k -= TIP_STEP
-            self._hint = start
-        # the loops run in C (takewhile over the dict's own __contains__, map over move_to_end): a long agent
-        # context is a thousand blocks, scored on every replica for every placement
-        n = start + len(list(takewhile(cached.__contains__, islice(blocks, start, None))))
-        for k in range(start - start % TIP_STEP + TIP_STEP, n + 1, TIP_STEP):
-            tips[k] = blocks[k - 1]
-        if n >= TIP_STEP:  # a long prefix (a chat's few blocks are walked): the next match starts after it
-            self._remember(n, blocks)
+        """Number of leading blocks already cached (the longest cached chain); a touch makes them the most recently
+        used, the first one newest."""
+        path, n = self._walk(blocks)
         if touch and n:
-            touched = list(blocks[:n])
-            deque(map(cached.move_to_end, touched), maxlen=0)
-            self._run = touched
+            self._touch(path, n)
         return n
 
+    def known(self, blocks: Sequence[bytes]) -> int:
+        """``match(blocks, touch=False)``: placement asks every replica for every request."""
+        return self._walk(blocks)[1]
+
+    # ---- writing ---------------------------------------------------------------------------------
+    def _split(self, node: _Run, at: int) -> _Run:
+        """Cut ``node`` before block ``at``: a new run for its head takes its place; it keeps the tail (and so its
+        tail stamp, and its entry in the heap)."""
+        k = at - node.start
+        head = _Run(node.start, node.blocks[:k], node.base, node.parent)
+        parent = node.parent
+        assert parent is not None
+        parent.children[node.blocks[0]] = head
+        del node.blocks[:k]
+        node.start = at
+        node.parent = head
+        head.children[node.blocks[0]] = node
+        return head
+
+    def _touch(self, path: list[_Run], n: int) -> None:
+        """Stamp blocks 0..n-1 (the runs of ``path``) as the most recently used, block 0 newest."""
+        last = path[-1]
+        if last.start + len(last.blocks) > n:
+            path[-1] = self._split(last, n)
+        base = self._clock + n
+        self._clock = base
+        for node in path:
+            node.base = base
+        tip = path[-1]
+        if not tip.children:
+            heapq.heappush(self._leaves, (tip.tail_stamp(), next(self._seq), tip))
+
     def insert(self, blocks: Sequence[bytes], limit_blocks: int | None = None) -> None:
-        """Add a finished prefill's blocks, then evict down to `limit_blocks` (free KV)."""
-        cached = self._blocks
-        # most recently used last, in the prompt's order: the new blocks are appended, and every block ends
-        # at the end in the prompt's order, as dropping them all and appending them all would leave them.
-        # Blocks already there stay put (the admission's match just moved the leading cached ones there);
-        # the leading cached ones after them are moved; the rest, new as a rule, are appended
-        run = self._run
-        n = len(run) if run is not None and len(run) <= len(blocks) and run == blocks[: len(run)] else 0
-        rest = list(blocks[n:])
-        lead = len(list(takewhile(cached.__contains__, rest)))
-        if lead:
-            deque(map(cached.move_to_end, rest[:lead]), maxlen=0)
-            rest = rest[lead:]
-        before = len(cached)
-        cached.update(zip(rest, repeat(None)))
-        if len(cached) - before != len(rest):  # some after the first new one were cached: all to the end in turn
-            deque(map(cached.move_to_end, rest), maxlen=0)
-        self._run = list(blocks)
+        """Add a finished prefill's blocks (all of them now the most recently used), then evict down to
+        `limit_blocks` (free KV)."""
+        size = len(blocks)
+        if size:
+            path, n = self._walk(blocks)
+            if n < size:
+                if path and path[-1].start + len(path[-1].blocks) > n:
+                    path[-1] = self._split(path[-1], n)
+                parent = path[-1] if path else self._root
+                leaf = _Run(n, list(blocks[n:]), 0, parent)
+                parent.children[leaf.blocks[0]] = leaf
+                path.append(leaf)
+                self._size += size - n
+            self._touch(path, size)
         cap = self.capacity_blocks if limit_blocks is None else min(self.capacity_blocks, limit_blocks)
-        evict = len(cached) - max(0, cap)
-        if evict > 0:
-            self._tips.clear()
-            if len(cached) - evict < len(blocks):
-                self._run = None  # the eviction reaches into the prompt's own blocks
-            # the least recently used first: popitem(last=False) over and over, in C
-            deque(map(cached.popitem, repeat(False, evict)), maxlen=0)
-            # the LRU end goes first, so a prefix touched since is whole as a rule: each anchor is checked (in C)
-            # rather than forgotten (every prefill evicts once the cache is full)
-            self._anchors = [a for a in self._anchors if all(map(cached.__contains__, a[2]))]
+        if self._size > max(0, cap):
+            self._evict(self._size - max(0, cap))
+
+    def _live(self, entry: tuple[int, int, _Run]) -> bool:
+        node = entry[2]
+        return node.parent is not None and not node.children and node.blocks != [] and (
+            node.tail_stamp() == entry[0])
+
+    def _evict(self, count: int) -> None:
+        """Drop the ``count`` least recently used blocks: leaf tails, oldest first, a run of them at a time. A run's
+        blocks have consecutive stamps from one touch, and a touch stamps one path, whose only leaf is its tip: two
+        leaves' stamps never interleave, so the oldest leaf's blocks are all older than any other leaf's."""
+        heap = self._leaves
+        live = self._live
+        while count > 0:
+            entry = heapq.heappop(heap)
+            if not live(entry):
+                continue
+            node = entry[2]
+            own = node.blocks
+            k = min(count, len(own))
+            count -= k
+            self._size -= k
+            if k < len(own):
+                del own[len(own) - k:]
+                heapq.heappush(heap, (entry[0] + k, next(self._seq), node))
+                continue
+            parent = node.parent
+            assert parent is not None
+            del parent.children[own[0]]
+            node.parent = None
+            own.clear()
+            if parent is not self._root and not parent.children:
+                heapq.heappush(heap, (parent.tail_stamp(), next(self._seq), parent))
+
+    def lru_order(self) -> list[bytes]:
+        """Every cached block, least recently used first (tests)."""
+        stamped: list[tuple[int, bytes]] = []
+        todo = list(self._root.children.values())
+        while todo:
+            node = todo.pop()
+            stamped.extend((node.base - (node.start + j), b) for j, b in enumerate(node.blocks))
+            todo.extend(node.children.values())
+        return [b for _, b in sorted(stamped)]

@@ -10,7 +10,6 @@ from sim.cluster import SimEngine, SimReplica
 from testbed.clock import MonotonicClock
 from testbed.engine import Engine, EngineParams
 from testbed.job import RUNNING, WAITING, Job
-from testbed.prefix_cache import TIP_STEP
 from tests.testbed.testbed_helpers import chained_blocks
 
 
@@ -43,39 +42,3 @@ def test_placement_and_saturation_are_the_engines(prefix_aware: bool, headroom: 
         eng.__class__ = Engine
         checked += want is not None
     assert checked > 300
-
-
-def test_placement_from_the_caches_last_long_matches_is_the_full_scans() -> None:
-    """``SimEngine.place`` takes a replica's match from its cache's last long match when the prompt has that prefix's
-    last block and not the next one: through inserts and evictions, the pick of full scans of every cache."""
-    params = EngineParams(8, 6 * TIP_STEP * 16, 512, 16, 0.01, 1e-4, 1e-8, 1e-5)  # caches of 6 tips
-    eng = Engine(params, 8, MonotonicClock(), prefix_aware=True)
-    for r in eng.replicas:
-        r.__class__ = SimReplica
-    rng = random.Random(12)
-    shared = [rng.randrange(1 << 30) for _ in range(2 * TIP_STEP + 9)]
-    parts = [shared[: rng.choice([0, TIP_STEP, *[len(shared)] * 4])] + [rng.randrange(1 << 30) for _ in range(
-        rng.randrange(1, 2 * TIP_STEP))] for _ in range(80)]
-    parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 30))] for p in parts[::3]]  # next steps
-    chains = [chained_blocks(p) for p in parts]
-    remembered = 0
-    for step in range(1500):
-        for r in eng.replicas:
-            r.n_waiting = rng.randrange(5)
-            if rng.random() < 0.15:
-                r.cache.insert(rng.choice(chains), rng.randrange(2 * TIP_STEP, 7 * TIP_STEP))  # evictions
-        job = Job("x", 0, 100, 10, blocks=rng.choice(chains))
-        caches = [r.cache for r in eng.replicas]
-        kept = [(c._anchors, c._tips, c._hint) for c in caches]
-        for c in caches:  # the plain path: every cache scanned from its first block
-            c._anchors, c._tips, c._hint = [], {}, 0
-        want = Engine.place(eng, job)
-        for c, (anchors, tips, hint) in zip(caches, kept, strict=True):
-            c._anchors, c._tips, c._hint = anchors, tips, hint
-            remembered += c.known(job.blocks) is not None
-        eng.__class__ = SimEngine
-        assert eng.place(job) is want, step
-        eng.__class__ = Engine
-        if want is not None and rng.random() < 0.5:
-            want.cache.match(job.blocks)  # its admission: the touch
-    assert remembered > 3000

@@ -1,43 +1,63 @@
-"""An insert leaves the newest run of blocks in place: the same cache and LRU order as the plain loops."""
+"""The prefix cache's radix tree holds the blocks, and their LRU order, of the plain loops (vLLM's tail-first order)."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
 from testbed_helpers import PlainLru, chained_blocks
 
-from testbed.prefix_cache import TIP_STEP, PrefixCache
+from testbed.prefix_cache import PrefixCache
 
 
-def test_insert_after_its_match_is_the_plain_loops() -> None:
-    """Admission then prefill (a match that touches, then the insert of the same prompt), other prompts' matches
-    and inserts in between, evictions of every size: the cache is the plain loops' at every step."""
-    rng = random.Random(8)
-    shared = [rng.randrange(1 << 30) for _ in range(TIP_STEP + 9)]
+def _chains(rng: random.Random) -> list[list[bytes]]:
+    """Prompts as a swarm's are: a shared context (whole, in part or not at all), a private part, next steps that
+    extend a prompt, and sub-agents branching off one."""
+    shared = [rng.randrange(1 << 30) for _ in range(70)]
     parts = []
-    for _ in range(120):
-        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(0, 2 * TIP_STEP))]
-        parts.append(shared[: rng.choice([0, 3, len(shared)])] + own)
+    for _ in range(100):
+        own = [rng.randrange(1 << 30) for _ in range(rng.randrange(0, 60))]
+        parts.append(shared[: rng.choice([0, 1, 5, 30, 70, 70])] + own)
     parts += [p + [rng.randrange(1 << 30) for _ in range(rng.randrange(1, 9))] for p in parts[::3]]  # next steps
-    chains = [chained_blocks(p) for p in parts]
-    capacity = 4 * TIP_STEP
-    plain, fast = PlainLru(capacity), PrefixCache(capacity)
-    kept = cut = 0
-    for step in range(6000):
+    parts += [[*p[: rng.randrange(len(p) + 1)], rng.randrange(1 << 30)] for p in parts[::5]]  # branches
+    return [chained_blocks(p) for p in parts if p]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_tree_is_the_plain_loops(seed: int) -> None:
+    """Matches with and without a touch, inserts with evictions of every size (into the prompt's own blocks too):
+    the same counts, the same blocks in the same LRU order, at every step."""
+    rng = random.Random(seed)
+    chains = _chains(rng)
+    capacity = rng.choice([12, 120, 400])
+    plain, tree = PlainLru(capacity), PrefixCache(capacity)
+    cut = partial = 0
+    for step in range(3000):
         chain = rng.choice(chains)
         op = rng.random()
         if op < 0.5:
-            touch = op < 0.35
-            assert fast.match(chain, touch) == plain.match(chain, touch), step
-            if touch and rng.random() < 0.6:  # its prefill, at once
-                op = 0.9
-        if op >= 0.5:
-            run = fast._run
-            kept += run is not None and 0 < len(run) <= len(chain) and run == chain[: len(run)]
-            limit = rng.choice([capacity, rng.randrange(len(chain), capacity + 1), rng.randrange(0, capacity)])
-            cut += limit < len(chain)
-            fast.insert(chain, limit)
+            touch = op < 0.3
+            want = plain.match(chain, touch=False)
+            assert tree.known(chain) == want, step
+            partial += 0 < want < len(chain)
+            assert tree.match(chain, touch) == plain.match(chain, touch) == want, step
+        else:
+            limit = rng.choice([None, rng.randrange(0, capacity + 20)])
+            cut += limit is not None and limit < len(chain)
             plain.insert(chain, limit)
-        assert list(fast._blocks) == list(plain.blocks), step
-    assert kept > 400  # the run was there to keep
-    assert cut > 100  # evictions into the prompt's own blocks
+            tree.insert(chain, limit)
+        assert tree.lru_order() == list(plain.blocks), step
+        assert len(tree) == len(plain.blocks)
+    assert cut > 50  # evictions into the prompt's own blocks
+    assert partial > 200  # prompts that leave the tree inside a run
+
+
+def test_an_eviction_takes_the_tail_first() -> None:
+    """vLLM frees a request's blocks in reverse order: a prompt's last block goes first, its prefix stays usable."""
+    cache = PrefixCache(3)
+    cache.insert([b"a", b"b", b"c"])
+    cache.insert([b"x"])  # one block over: the tail of the older prompt goes
+    assert cache.match([b"a", b"b", b"c"]) == 2
+    cache.insert([b"y"])  # a, b were touched by that match: x is the oldest now
+    assert cache.match([b"x"]) == 0
+    assert cache.lru_order() == [b"b", b"a", b"y"]

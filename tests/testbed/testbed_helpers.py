@@ -115,8 +115,9 @@ def chained_blocks(parts: list[int]) -> list[bytes]:
 
 
 class PlainLru:
-    """The prefix cache as plain loops (the reference its fast paths are held to): a match moves its hits to the
-    end, an insert drops and re-appends every block, then the oldest go past the capacity (or ``limit``)."""
+    """The prefix cache as plain loops (the reference its radix tree is held to): a match moves its hits to the end
+    tail first (vLLM frees a request's blocks in reverse order), an insert does so with every block, then the oldest
+    go past the capacity (or ``limit``)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
@@ -126,13 +127,14 @@ class PlainLru:
         for h in blocks:
             if h not in self.blocks:
                 break
-            if touch:
-                self.blocks.move_to_end(h)
             n += 1
+        if touch:
+            for h in reversed(blocks[:n]):
+                self.blocks.move_to_end(h)
         return n
 
     def insert(self, blocks: list[bytes], limit: int | None = None) -> None:
-        for h in blocks:
+        for h in reversed(blocks):
             self.blocks.pop(h, None)
             self.blocks[h] = None
         cap = self.capacity if limit is None else min(self.capacity, limit)
