@@ -304,6 +304,8 @@ class SimEngine(Engine):
     _dirty: set[int]
     _jumping: set[int]
     _until: dict[int, int]  # a jumping replica's score holds until its next lazy step is due
+    _deadlines: list[tuple[int, int]]  # heap of (until, replica): the jumps' scores by when they fall due
+    _sum: float  # the saturation of the scores as they are (valid while nothing is dirty)
     _up: list[SimReplica]
 
     def track(self, jumping: set[int]) -> None:
@@ -313,6 +315,8 @@ class SimEngine(Engine):
         self._scores = [0.0] * len(self.replicas)
         self._jumping = jumping
         self._until = {}
+        self._deadlines = []
+        self._sum = 0.0
         self._up = [r for r in self.replicas if r.up]
         for r in self.replicas:
             r.dirty = self._dirty
@@ -345,11 +349,16 @@ class SimEngine(Engine):
         scores = self._scores
         if scores is None or len(self._up) != len(scores):
             return self._saturation()
-        dirty, jumping, until = self._dirty, self._jumping, self._until
+        dirty, until = self._dirty, self._until
         now = self.clock.now_ns()
-        if jumping:
-            for i in jumping:
-                if now >= until.get(i, -1):
+        due = self._deadlines
+        if due and due[0][0] <= now:
+            # jumps whose next lazy step fell due (a replica's score holds until then); an entry whose replica
+            # stopped jumping or was scored again since is stale (``touched`` dirties a replica it changes)
+            jumping = self._jumping
+            while due and due[0][0] <= now:
+                t, i = heapq.heappop(due)
+                if until.get(i) == t and i in jumping:
                     dirty.add(i)
         if dirty:
             qd, kt = self.queue_depth, self.kv_threshold
@@ -364,11 +373,16 @@ class SimEngine(Engine):
                     m = bisect_right(times, now, 0, len(times) - 1)
                     kv += (m - j.done) * j.n
                     # the score holds until the next step falls due (the last one is an ordinary event)
-                    until[i] = times[m] if m < len(times) - 1 else _NEVER
+                    if m < len(times) - 1:
+                        until[i] = times[m]
+                        heapq.heappush(due, (times[m], i))
+                    else:
+                        until[i] = _NEVER
                 k = kv / r.p.kv_capacity_tokens / kt
                 scores[i] = w if w >= k else k
             dirty.clear()
-        return sum(scores) / len(scores)
+            self._sum = sum(scores) / len(scores)  # in index order: the same float as the engine's
+        return self._sum
 
     def _saturation(self) -> float:
         qd, kt = self.queue_depth, self.kv_threshold
@@ -581,6 +595,7 @@ class Cluster:
             times.append(t)
         r.jump = Jump(times, n)
         self.jumping.add(i)
+        self.engine.touched(i)  # its score now follows the jump's steps (it may have been scored just before)
         return t
 
     def _gated(self) -> bool:
