@@ -118,18 +118,36 @@ def _sized_text(key: str, size: int) -> str:
 
 def _sized_bytes(key: str, size: int) -> bytes:
     """``_sized_text`` as bytes."""
-    tag = b"[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest().encode() + b"] "
-    if size <= len(tag):
-        return tag[:size]
-    base = _base()
-    need = size - len(tag)
+    layout = sized_layout(key, size)
+    if layout is not None:
+        tag, start, length = layout
+        return tag + _base()[start : start + length]
+    tag = _tag(key)
+    reps = (size - len(tag)) // _BASE_BYTES + 1
     start = _offset(key)
-    if need <= _BASE_BYTES:
-        body = base[start : start + need]
-    else:
-        reps = need // _BASE_BYTES + 1
-        body = (base[start : start + _BASE_BYTES] * reps)[:need]
-    return tag + body
+    return tag + (_base()[start : start + _BASE_BYTES] * reps)[: size - len(tag)]
+
+
+def _tag(key: str) -> bytes:
+    return b"[" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest().encode() + b"] "
+
+
+def sized_layout(key: str, size: int) -> tuple[bytes, int, int] | None:
+    """``_sized_bytes(key, size)`` as ``(tag, start, length)``: the tag (cut to ``size``), then ``length`` bytes of
+    ``base()`` from ``start``; None for a text longer than the base, which repeats it (the simulator computes a
+    piece's prefix hashes from these without making its bytes)."""
+    tag = _tag(key)
+    if size <= len(tag):
+        return tag[:size], 0, 0
+    need = size - len(tag)
+    if need > _BASE_BYTES:
+        return None
+    return tag, _offset(key), need  # the base is doubled: a window this long never wraps
+
+
+def base() -> bytes:
+    """The base text every sized piece is a window of (2 MiB: 1 MiB twice)."""
+    return _base()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,15 @@ are byte for byte the testbed's (``testbed.tokens.block_hashes`` of the prompt t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from loadgen import prompts
-from testbed.tokens import BYTES_PER_TOKEN, block_hasher, block_hashes
+from testbed.prefix_hash import MASK, POWERS, block_ends, hash_short, power, prefix_table
+from testbed.tokens import BYTES_PER_TOKEN, block_hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,31 +60,108 @@ def _nbytes(c: Content) -> int:
     return len(c.encode()) if isinstance(c, str) else len(c)
 
 
-class _Hash:
-    """Chained block hashes of a growing byte string: the running hash, the partial tail, the blocks so far."""
+_SHORT = 64  # a part this long or shorter is hashed byte by byte; a longer one in array passes
+_FEW = 8  # a piece with this many block ends or fewer gets its ids one by one; more, in array passes
 
-    __slots__ = ("blocks", "h", "size", "tail")
+
+class _BaseTable:
+    """Prefix hashes of ``prompts.base()``, as numbers and as a numpy view of the same memory (built once)."""
+
+    at: array[int] | None = None
+    np: np.ndarray
+
+    @classmethod
+    def get(cls) -> array[int]:
+        if cls.at is None:
+            data = prompts.base()
+            table = np.zeros(len(data) + 1, dtype=np.uint64)
+            chunk = 1 << 16  # in chunks, composed: the power tables stay a chunk long
+            for start in range(0, len(data), chunk):
+                part = data[start : start + chunk]
+                local = prefix_table(part)
+                table[start + 1 : start + len(part) + 1] = (
+                    int(table[start]) * POWERS.upto(len(part))[1 : len(part) + 1] + local[1:])
+            cls.at = array("Q", table.tobytes())
+            cls.np = np.frombuffer(cls.at, dtype=np.uint64)
+        return cls.at
+
+
+class _Hash:
+    """A growing prompt's hash: its bytes so far, H of them (``testbed.prefix_hash``), the ids of its whole blocks."""
+
+    __slots__ = ("blocks", "h", "size")
 
     def __init__(self) -> None:
-        self.h = block_hasher()
-        self.tail = b""
-        self.blocks: list[bytes] = []
+        self.h = 0
+        self.blocks: list[int] = []
         self.size = 0
 
     def copy(self) -> _Hash:
         other = _Hash.__new__(_Hash)
-        other.h, other.tail, other.blocks, other.size = self.h.copy(), self.tail, list(self.blocks), self.size
+        other.h, other.blocks, other.size = self.h, list(self.blocks), self.size
         return other
 
-    def feed(self, data: bytes, block: int) -> None:
-        self.size += len(data)
-        data = self.tail + data if self.tail else data
-        end = len(data) - len(data) % block
-        h, out = self.h, self.blocks
-        for start in range(0, end, block):
-            h.update(data[start : start + block])  # as block_hashes does: one running hash, a digest per block
-            out.append(h.digest())
-        self.tail = data[end:]
+    def feed(self, part: bytes | Piece, block: int) -> None:
+        """Append a part of the prompt: literal bytes, or a piece by reference."""
+        if type(part) is bytes:
+            self._feed_bytes(part, block)
+            return
+        assert isinstance(part, Piece)
+        layout = prompts.sized_layout(part.key, len(part)) if prompts._tokenizer is None else None
+        if layout is None:  # exact token counts (or a text longer than the base): from the bytes
+            self._feed_bytes(part.data(), block)
+        else:
+            self._feed_window(*layout, block)
+
+    def _feed_bytes(self, data: bytes, block: int) -> None:
+        n = len(data)
+        h0, ends = self.h, block_ends(self.size, n, block)
+        if n <= _SHORT:
+            h, done = h0, 0
+            for m in ends:
+                h = hash_short(data[done:m], h)
+                self.blocks.append(h)
+                done = m
+            self.h = hash_short(data[done:], h)
+        else:
+            table = prefix_table(data)
+            if ends:
+                ms = np.arange(ends.start, n + 1, block)
+                self.blocks.extend((h0 * POWERS.np[ms] + table[ms]).tolist())
+            self.h = (h0 * power(n) + int(table[n])) & MASK
+        self.size += n
+
+    def _feed_window(self, tag: bytes, start: int, length: int, block: int) -> None:
+        """A piece: ``tag`` then ``length`` bytes of the base from ``start``. A block end m bytes into it, past the
+        tag (t bytes), has the id ``h0·P^m + H(tag)·P^k + H(base[start : start + k])`` with k = m − t, and
+        ``H(base[a:b]) = B[b] − B[a]·P^(b−a)`` from the base's prefix table B."""
+        t = len(tag)
+        n = t + length
+        base = _BaseTable.get()
+        h0 = self.h
+        htag = hash_short(tag)
+        blocks = self.blocks
+        first = block - self.size % block  # the first block end, bytes into the piece
+        while first <= t and first <= n:  # a block ends inside the tag (blocks shorter than a tag: more than one)
+            blocks.append(hash_short(tag[:first], h0))
+            first += block
+        if first <= n:
+            c = (htag - base[start]) & MASK
+            count = (n - first) // block + 1
+            if count <= _FEW:
+                POWERS.upto(n)
+                pw = POWERS.at
+                for m in range(first, n + 1, block):
+                    k = m - t
+                    blocks.append((h0 * pw[m] + c * pw[k] + base[start + k]) & MASK)
+            else:
+                pwn = POWERS.upto(n)
+                ms = np.arange(first, n + 1, block)
+                ks = ms - t
+                blocks.extend((h0 * pwn[ms] + c * pwn[ks] + _BaseTable.np[ks + start]).tolist())
+        hbody = (base[start + length] - base[start] * power(length)) & MASK
+        self.h = (h0 * power(n) + htag * power(length) + hbody) & MASK
+        self.size += n
 
 
 _SYSTEM_STATES: dict[tuple[str, int, Content], _Hash] = {}
@@ -138,23 +219,44 @@ class Conversation:
         return -(-self.nbytes // BYTES_PER_TOKEN)
 
     # ---- what the testbed reads -------------------------------------------------------------
-    def _parts(self, dialect: str, start: int, with_system: bool) -> list[bytes]:
-        """The server-side prompt bytes of messages[start:], after the system part if ``with_system``."""
-        # the UTF-8 of each part's text, put together as bytes (a piece's bytes are made as bytes: a task's
-        # context is tens of kilobytes, and a str between them was three more copies)
-        out: list[bytes] = []
+    def _segments(self, dialect: str, start: int, with_system: bool) -> list[bytes | Piece]:
+        """The server-side prompt of messages[start:], after the system part if ``with_system``: literal bytes
+        (roles, separators, text given as str) and pieces by reference, in order."""
+        out: list[bytes | Piece] = []
+        lit = b""  # literal bytes not yet out
         if dialect == "openai-completions":  # prompt.flat(): the pieces, newline-separated
             first = start == 0 and not self.system
-            if with_system and self.system:
-                out.append(_data(self.system))
-            for i, (_, c) in enumerate(self.messages[start:]):
-                sep = b"" if first and i == 0 else b"\n"
-                out.append(sep + _data(c))
-            return out
-        if with_system and self.system:
-            out.append(b"system: " + _data(self.system) + b"\n")
-        out += [role.encode() + b": " + _data(c) + b"\n" for role, c in self.messages[start:]]
+            contents = [(False, self.system)] if with_system and self.system else []
+            contents += [(not (first and i == 0), c) for i, (_, c) in enumerate(self.messages[start:])]
+            for sep, c in contents:
+                if sep:
+                    lit += b"\n"
+                if isinstance(c, str):
+                    lit += c.encode()
+                else:
+                    if lit:
+                        out.append(lit)
+                        lit = b""
+                    out.append(c)
+        else:
+            turns = [("system", self.system)] if with_system and self.system else []
+            turns += self.messages[start:]
+            for role, c in turns:
+                lit += role.encode() + b": "
+                if isinstance(c, str):
+                    lit += c.encode()
+                else:
+                    out.append(lit)
+                    out.append(c)
+                    lit = b""
+                lit += b"\n"
+        if lit:
+            out.append(lit)
         return out
+
+    def _parts(self, dialect: str, start: int, with_system: bool) -> list[bytes]:
+        """``_segments`` as bytes."""
+        return [p if isinstance(p, bytes) else p.data() for p in self._segments(dialect, start, with_system)]
 
     def _state(self, dialect: str, block: int) -> _Hash:
         cached = self._hash
@@ -167,8 +269,8 @@ class Conversation:
             else:
                 state, covered = self._system_state(dialect, block), 0
         if covered < len(self.messages):
-            for data in self._parts(dialect, covered, with_system=False):
-                state.feed(data, block)
+            for part in self._segments(dialect, covered, with_system=False):
+                state.feed(part, block)
         self._hash = (dialect, block, len(self.messages), state)
         self._parent = None  # from now on this conversation carries its own state
         return state
@@ -179,14 +281,14 @@ class Conversation:
         state = _SYSTEM_STATES.get(key)
         if state is None:
             state = _Hash()
-            for data in self._parts(dialect, len(self.messages), with_system=True):
-                state.feed(data, block)
+            for part in self._segments(dialect, len(self.messages), with_system=True):
+                state.feed(part, block)
             if len(_SYSTEM_STATES) >= _SYSTEM_STATES_MAX:
                 _SYSTEM_STATES.clear()
             _SYSTEM_STATES[key] = state
         return state.copy()
 
-    def server_view(self, dialect: str, block_tokens: int) -> tuple[int, list[bytes]]:
+    def server_view(self, dialect: str, block_tokens: int) -> tuple[int, list[int]]:
         """(prompt bytes as the testbed reads them, their prefix-cache block hashes)."""
         if dialect == "anthropic-messages":  # merged turns and a bare system line: the whole prompt, once
             raw = self.server_prompt(dialect)

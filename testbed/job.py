@@ -59,7 +59,7 @@ class Job:
     arrival_ns: int
     prompt_tokens: int
     max_tokens: int
-    blocks: list[bytes] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)  # prefix-block ids (testbed.tokens.block_hashes)
     body_bytes: int = 0
     priority: int = 0  # the profile's own numeric priority (flow-control band, vLLM/SGLang value)
     rank: float = 0.0  # engine ordering: lower = more urgent (polarity already normalised)

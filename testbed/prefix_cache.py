@@ -22,12 +22,12 @@ class _Run:
 
     __slots__ = ("base", "blocks", "children", "parent", "start")
 
-    def __init__(self, start: int, blocks: list[bytes], base: int, parent: _Run | None) -> None:
+    def __init__(self, start: int, blocks: list[int], base: int, parent: _Run | None) -> None:
         self.start = start
         self.blocks = blocks
         self.base = base
         self.parent = parent
-        self.children: dict[bytes, _Run] = {}
+        self.children: dict[int, _Run] = {}
 
     def tail_stamp(self) -> int:
         return self.base - (self.start + len(self.blocks) - 1)
@@ -48,7 +48,7 @@ class PrefixCache:
         return self._size
 
     # ---- reading ---------------------------------------------------------------------------------
-    def _walk(self, blocks: Sequence[bytes]) -> tuple[list[_Run], int]:
+    def _walk(self, blocks: Sequence[int]) -> tuple[list[_Run], int]:
         """The runs the prompt's cached prefix goes through, and that prefix's length (it may end inside the
         last run)."""
         path: list[_Run] = []
@@ -76,7 +76,7 @@ class PrefixCache:
             return path, lo
         return path, i
 
-    def match(self, blocks: Sequence[bytes], touch: bool = True) -> int:
+    def match(self, blocks: Sequence[int], touch: bool = True) -> int:
         """Number of leading blocks already cached (the longest cached chain); a touch makes them the most recently
         used, the first one newest."""
         path, n = self._walk(blocks)
@@ -84,7 +84,7 @@ class PrefixCache:
             self._touch(path, n)
         return n
 
-    def known(self, blocks: Sequence[bytes]) -> int:
+    def known(self, blocks: Sequence[int]) -> int:
         """``match(blocks, touch=False)``: placement asks every replica for every request."""
         return self._walk(blocks)[1]
 
@@ -116,7 +116,7 @@ class PrefixCache:
         if not tip.children:
             heapq.heappush(self._leaves, (tip.tail_stamp(), next(self._seq), tip))
 
-    def insert(self, blocks: Sequence[bytes], limit_blocks: int | None = None) -> None:
+    def insert(self, blocks: Sequence[int], limit_blocks: int | None = None) -> None:
         """Add a finished prefill's blocks (all of them now the most recently used), then evict down to
         `limit_blocks` (free KV)."""
         size = len(blocks)
@@ -167,9 +167,9 @@ class PrefixCache:
             if parent is not self._root and not parent.children:
                 heapq.heappush(heap, (parent.tail_stamp(), next(self._seq), parent))
 
-    def lru_order(self) -> list[bytes]:
+    def lru_order(self) -> list[int]:
         """Every cached block, least recently used first (tests)."""
-        stamped: list[tuple[int, bytes]] = []
+        stamped: list[tuple[int, int]] = []
         todo = list(self._root.children.values())
         while todo:
             node = todo.pop()

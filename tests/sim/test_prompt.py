@@ -45,3 +45,40 @@ def test_a_sent_prompt_keeps_its_blocks_when_the_conversation_grows() -> None:
     conv.append("user", piece("more", 300))
     _, grown = conv.server_view("openai-chat", 16)
     assert sent == before and len(grown) > len(before) and grown[: len(before)] == before
+
+
+@pytest.mark.parametrize("dialect", ["openai-chat", "openai-completions"])
+@pytest.mark.parametrize("block_tokens", [1, 4, 16])
+def test_parts_of_every_kind_give_the_ids_of_the_bytes(dialect: str, block_tokens: int) -> None:
+    """Pieces cut inside their tag, short and long ones (their ids one by one and in array passes), text given as
+    str (short and long), a str or piece system part: block for block the ids of the bytes the server reads."""
+    import random
+
+    rng = random.Random(block_tokens)
+    for trial in range(12):
+        system: str | object = rng.choice(["", "be brief", "x" * 300, piece(f"sys{trial}", rng.randrange(1, 900))])
+        sim = Conversation(system)  # type: ignore[arg-type]
+        real = prompts.Conversation(system if isinstance(system, str) else system.text())  # type: ignore[attr-defined]
+        for step in range(6):
+            role = rng.choice(["user", "assistant", "tool"])
+            if rng.random() < 0.3:
+                text = "é" * rng.choice([1, 10, 40, 200])  # UTF-8: two bytes a character
+                sim.append(role, text)
+                real.append(role, text)
+            else:
+                key, n = f"p{trial}-{step}", rng.choice([1, 2, 3, 4, 5, 16, 37, 301, 2000])
+                sim.append(role, piece(key, n))
+                real.append(role, prompts.text(key, n))
+            size, blocks = sim.server_view(dialect, block_tokens)
+            raw = _server_bytes(real, dialect)
+            assert size == len(raw) and blocks == block_hashes(raw, block_tokens), (trial, step)
+
+
+def test_block_ids_tell_prefixes_apart() -> None:
+    """Two prompts share a block id exactly where they share every byte up to that block's end."""
+    a = block_hashes(b"x" * 200 + b"tail" * 30, 4)
+    b = block_hashes(b"x" * 200 + b"TAIL" * 30, 4)
+    c = block_hashes(b"y" + b"x" * 199 + b"tail" * 30, 4)
+    assert a[:12] == b[:12] and a[12] != b[12]  # bytes 0..191 agree, 192..207 hold the first difference
+    assert all(x != y for x, y in zip(a, c, strict=True))  # the first byte differs: no block is the same
+    assert len(set(a)) == len(a)
