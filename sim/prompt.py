@@ -126,15 +126,15 @@ class _Hash:
         else:
             table = prefix_table(data)
             if ends:
-                ms = np.arange(ends.start, n + 1, block)
-                self.blocks.extend((h0 * POWERS.np[ms] + table[ms]).tolist())
+                self.blocks.extend((h0 * POWERS.np[ends.start : n + 1 : block] + table[ends.start :: block]).tolist())
             self.h = (h0 * power(n) + int(table[n])) & MASK
         self.size += n
 
     def _feed_window(self, tag: bytes, start: int, length: int, block: int) -> None:
         """A piece: ``tag`` then ``length`` bytes of the base from ``start``. A block end m bytes into it, past the
         tag (t bytes), has the id ``h0·P^m + H(tag)·P^k + H(base[start : start + k])`` with k = m − t, and
-        ``H(base[a:b]) = B[b] − B[a]·P^(b−a)`` from the base's prefix table B."""
+        ``H(base[a:b]) = B[b] − B[a]·P^(b−a)`` from the base's prefix table B: ``(h0·P^t + H(tag) − B[start])·P^k +
+        B[start + k]``, and the k of successive block ends step by a block (strided views, no gather)."""
         t = len(tag)
         n = t + length
         base = _BaseTable.get()
@@ -146,19 +146,17 @@ class _Hash:
             blocks.append(hash_short(tag[:first], h0))
             first += block
         if first <= n:
-            c = (htag - base[start]) & MASK
-            count = (n - first) // block + 1
+            scale = (h0 * power(t) + htag - base[start]) & MASK
+            k0, count = first - t, (n - first) // block + 1
             if count <= _FEW:
                 POWERS.upto(n)
                 pw = POWERS.at
-                for m in range(first, n + 1, block):
-                    k = m - t
-                    blocks.append((h0 * pw[m] + c * pw[k] + base[start + k]) & MASK)
+                for k in range(k0, k0 + count * block, block):
+                    blocks.append((scale * pw[k] + base[start + k]) & MASK)
             else:
-                pwn = POWERS.upto(n)
-                ms = np.arange(first, n + 1, block)
-                ks = ms - t
-                blocks.extend((h0 * pwn[ms] + c * pwn[ks] + _BaseTable.np[ks + start]).tolist())
+                stop = k0 + (count - 1) * block + 1
+                ids = scale * POWERS.upto(stop)[k0:stop:block] + _BaseTable.np[start + k0 : start + stop : block]
+                blocks.extend(ids.tolist())
         hbody = (base[start + length] - base[start] * power(length)) & MASK
         self.h = (h0 * power(n) + htag * power(length) + hbody) & MASK
         self.size += n
