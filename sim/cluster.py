@@ -178,7 +178,9 @@ class SimReplica(Replica):
         p = self.p
         budget = p.max_num_batched_tokens - len(lazy)
         last = self.lazy_keys[-1]
-        others = [j for j in self.running if j not in lazy]
+        running = self.running
+        # lazy decoders are running jobs: as many of both, and none is left to plan (a jump's steps, as a rule)
+        others = [j for j in running if j not in lazy] if len(running) != len(lazy) else []
         plan: dict[Job, int] = {}
         total = len(lazy)
         for job in sorted(others, key=_KEY) if len(others) > 1 else others:
@@ -643,8 +645,7 @@ class Cluster:
         new = m - j.done
         if new <= 0:
             return
-        for t in times[j.done:m]:
-            r.ticks.push(t)  # the lazy decoders' tokens are settled from these at their ends
+        r.ticks.extend(times[j.done:m])  # the lazy decoders' tokens are settled from these at their ends
         j.done = m
         r.kv += j.n * new
         self.engine.touched(r.index)

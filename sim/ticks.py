@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import le, sub
 
 TRIM_AT = 16_384  # step times kept before the ones no lazy job needs are dropped
 
@@ -35,6 +36,29 @@ class TickLog:
             gaps.append(gap)
             steps.append(self.last)
         times.append(t)
+
+    def extend(self, ts: list[int]) -> None:
+        """``push`` each of ``ts`` in turn. A jump's steps grow longer one after another (each holds more KV): when
+        the gaps after the first do not shrink, each one pops the one before it, so only the last is kept."""
+        if len(ts) < 3:
+            for t in ts:
+                self.push(t)
+            return
+        gaps = list(map(sub, ts[1:], ts[:-1]))
+        if not all(map(le, gaps, gaps[1:])):
+            for t in ts:
+                self.push(t)
+            return
+        self.push(ts[0])
+        last = gaps[-1]
+        stack, steps = self.gaps, self.gap_steps
+        while stack and stack[-1] <= last:
+            stack.pop()
+            steps.pop()
+        self.last += len(ts) - 1
+        stack.append(last)
+        steps.append(self.last)
+        self.times.extend(ts[1:])
 
     def facts(self, since: int) -> tuple[int, int, int | None]:
         """(first, last token time, largest gap between them or None for one token) of one token at each step

@@ -43,6 +43,8 @@ class FaultSchedule:
         return f
 
     def _active(self, kind: str, now: int) -> list[ActiveFault]:
+        if not self.faults:  # asked at every arrival
+            return []
         return [f for f in self.faults if f.spec.kind == kind and f.active(now)]
 
     def error_for_arrival(self, now: int) -> ActiveFault | None:

@@ -34,3 +34,31 @@ def test_facts_are_the_walks_through_trims() -> None:
     assert log.last == len(times)
     assert trimmed >= 2
     assert len(log.times) < 2 * TRIM_AT
+
+
+def test_extend_is_push_after_push() -> None:
+    """A batch of step times (a jump's: its gaps grow, or not: the loop then) leaves the log of pushing them one by
+    one, gap stack included."""
+    rng = random.Random(9)
+    one, batch, t = TickLog(), TickLog(), 0
+    monotone = 0
+    for _ in range(2000):
+        n = rng.randrange(0, 12)
+        if rng.random() < 0.7:  # a jump: gaps that do not shrink after the first
+            gap = rng.randrange(1, 50)
+            ts = []
+            for _ in range(n):
+                t += gap
+                ts.append(t)
+                gap += rng.choice([0, 0, 1, 3])
+            monotone += n >= 3
+        else:
+            ts = []
+            for _ in range(n):
+                t += rng.randrange(1, 100)
+                ts.append(t)
+        for x in ts:
+            one.push(x)
+        batch.extend(ts)
+        assert (batch.last, batch.times, batch.gaps, batch.gap_steps) == (one.last, one.times, one.gaps, one.gap_steps)
+    assert monotone > 500
