@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
 
+import numpy as np
+
 from loadgen.testbed_proc import testbed_config
 from scenarios.model import Scenario
 from sim.client import Exchange
 from sim.loop import NS, Loop, VirtualClock
 from sim.ticks import TickLog
 from testbed.config import FaultSpec, TestbedConfig, from_dict
-from testbed.engine import _KEY, Engine, Replica
+from testbed.engine import _KEY, Engine, EngineParams, Replica
 from testbed.job import DONE, RUNNING, Job
 from testbed.policies import freeness
 from testbed.stack import TICK_S, Stack
@@ -41,6 +43,7 @@ def build_config(scenario: Scenario, replicas: int | None = None) -> tuple[Testb
 _NEVER = 1 << 62
 _KEY0 = itemgetter(0)
 MIN_JUMP_STEPS = 3  # a shorter run of decode steps is stepped one by one (nothing to gain)
+_LOOP_STEPS = 24  # a jump this short has its step times computed one by one; a longer one in array passes
 
 
 @dataclass(slots=True, eq=False)
@@ -294,6 +297,35 @@ class SimReplica(Replica):
     def kv_usage(self) -> float:
         """Fraction of KV capacity in use now, steps of a pending jump included."""
         return (self.kv + self._pending()) / self.p.kv_capacity_tokens
+
+
+def jump_times(due: int, steps: int, n: int, kv0: int, p: EngineParams, slow: float, speed: float) -> list[int]:
+    """Due times of steps 1..``steps`` of a decode run, step 1 due at ``due``: step s holds ``kv0 + n·s`` KV tokens,
+    and its duration is ``Replica._duration``'s (decode only), as the ordinary steps would have it."""
+    if steps <= _LOOP_STEPS:
+        return _jump_times_loop(due, steps, n, kv0, p, slow, speed)
+    return _jump_times_array(due, steps, n, kv0, p, slow, speed)
+
+
+def _jump_times_loop(due: int, steps: int, n: int, kv0: int, p: EngineParams, slow: float, speed: float) -> list[int]:
+    base_s, per_seq, per_kv, per_prefill = p.base_s, p.per_seq_s, p.per_kv_token_s, p.prefill_per_token_s
+    times = [due]
+    t = due
+    for s in range(2, steps + 1):
+        dur = (base_s + per_seq * n + per_kv * (kv0 + n * s) + per_prefill * 0) * slow
+        t += max(1, int(dur / speed * NS))
+        times.append(t)
+    return times
+
+
+def _jump_times_array(due: int, steps: int, n: int, kv0: int, p: EngineParams, slow: float, speed: float) -> list[int]:
+    """``_jump_times_loop`` in array passes: the same float operations in the same order, element by element."""
+    kv = (kv0 + n * np.arange(2, steps + 1, dtype=np.int64)).astype(np.float64)
+    dur = ((p.base_s + p.per_seq_s * n) + p.per_kv_token_s * kv + p.prefill_per_token_s * 0) * slow
+    gaps = np.maximum((dur / speed * NS).astype(np.int64), 1)
+    times: list[int] = [due]
+    times.extend((due + np.cumsum(gaps)).tolist())
+    return times
 
 
 class SimEngine(Engine):
@@ -586,15 +618,8 @@ class Cluster:
         if steps < MIN_JUMP_STEPS:
             return due
         # plan_step's duration of step s: its KV is kv0 + n * s (every running job one token further)
-        times = [due]
-        speed = self.cfg.speed
-        slow = r.slow_factor
-        base_s, per_seq, per_kv, per_prefill = p.base_s, p.per_seq_s, p.per_kv_token_s, p.prefill_per_token_s
-        t = due
-        for s in range(2, steps + 1):
-            dur = (base_s + per_seq * n + per_kv * (kv0 + n * s) + per_prefill * 0) * slow
-            t += max(1, int(dur / speed * NS))
-            times.append(t)
+        times = jump_times(due, steps, n, kv0, p, r.slow_factor, self.cfg.speed)
+        t = times[-1]
         r.jump = Jump(times, n)
         self.jumping.add(i)
         self.engine.touched(i)  # its score now follows the jump's steps (it may have been scored just before)

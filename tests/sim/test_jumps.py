@@ -122,3 +122,20 @@ def test_jumps_at_the_saturation_ceiling_give_the_records_of_step_by_step(tmp_pa
     assert a == b
     assert jump.stats["steps"] == step.stats["steps"]
     assert jump.stats["events"] < 0.4 * step.stats["events"]
+
+
+def test_a_long_jumps_step_times_in_array_passes_are_the_loops() -> None:
+    """The step times of a long jump, computed in array passes, are the loop's to the nanosecond (the same float
+    operations in the same order) over presets, slow factors and speeds."""
+    import random
+
+    from sim.cluster import _jump_times_array, _jump_times_loop
+    from testbed.engine import EngineParams
+
+    rng = random.Random(1)
+    for trial in range(2000):
+        p = EngineParams(256, 430_000, 8192, 16, rng.uniform(1e-3, 3e-2), rng.uniform(1e-6, 1e-4),
+                         rng.uniform(1e-9, 1e-7), rng.uniform(1e-6, 3e-4))
+        args = (rng.randrange(0, 10**12), rng.randrange(2, 400), rng.randrange(1, 257), rng.randrange(0, 430_000), p,
+                rng.choice([1.0, 1.5, 3.0]), rng.choice([0.5, 1.0, 2.0, 20.0]))
+        assert _jump_times_array(*args) == _jump_times_loop(*args), trial
