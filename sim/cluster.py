@@ -383,40 +383,65 @@ class SimEngine(Engine):
         scores = self._scores
         if scores is None or len(self._up) != len(scores):
             return self._saturation()
-        dirty, until = self._dirty, self._until
         now = self.clock.now_ns()
+        self._mark_due(now)
+        self._rescore(now)
+        return self._sum
+
+    def saturated(self, threshold: float) -> bool:
+        """``saturation() >= threshold``; the jumps whose next step fell due are scored only when the rest is below
+        it: a lazy step only adds KV, so their scores (and the sum, rounded in the same order) can only rise."""
+        scores = self._scores
+        if scores is None or len(self._up) != len(scores):
+            return self._saturation() >= threshold
+        now = self.clock.now_ns()
+        self._rescore(now)
+        if self._sum >= threshold:
+            return True
+        self._mark_due(now)
+        self._rescore(now)
+        return self._sum >= threshold
+
+    def _mark_due(self, now: int) -> None:
+        """Jumps whose next lazy step fell due (a replica's score holds until then) are dirty; an entry whose replica
+        stopped jumping or was scored again since is stale (``touched`` dirties a replica it changes)."""
         due = self._deadlines
         if due and due[0][0] <= now:
-            # jumps whose next lazy step fell due (a replica's score holds until then); an entry whose replica
-            # stopped jumping or was scored again since is stale (``touched`` dirties a replica it changes)
-            jumping = self._jumping
+            dirty, until, jumping = self._dirty, self._until, self._jumping
             while due and due[0][0] <= now:
                 t, i = heapq.heappop(due)
                 if until.get(i) == t and i in jumping:
                     dirty.add(i)
-        if dirty:
-            qd, kt = self.queue_depth, self.kv_threshold
-            replicas = self.replicas
-            for i in dirty:
-                r = replicas[i]
-                w = r.n_waiting / qd
-                kv = r.kv
-                j = r.jump
-                if j is not None:
-                    times = j.times
-                    m = bisect_right(times, now, 0, len(times) - 1)
-                    kv += (m - j.done) * j.n
-                    # the score holds until the next step falls due (the last one is an ordinary event)
-                    if m < len(times) - 1:
-                        until[i] = times[m]
-                        heapq.heappush(due, (times[m], i))
-                    else:
-                        until[i] = _NEVER
-                k = kv / r.p.kv_capacity_tokens / kt
-                scores[i] = w if w >= k else k
-            dirty.clear()
-            self._sum = sum(scores) / len(scores)  # in index order: the same float as the engine's
-        return self._sum
+
+    def _rescore(self, now: int) -> None:
+        """Score the dirty replicas again, and the sum."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        scores = self._scores
+        assert scores is not None
+        until, due = self._until, self._deadlines
+        qd, kt = self.queue_depth, self.kv_threshold
+        replicas = self.replicas
+        for i in dirty:
+            r = replicas[i]
+            w = r.n_waiting / qd
+            kv = r.kv
+            j = r.jump
+            if j is not None:
+                times = j.times
+                m = bisect_right(times, now, 0, len(times) - 1)
+                kv += (m - j.done) * j.n
+                # the score holds until the next step falls due (the last one is an ordinary event)
+                if m < len(times) - 1:
+                    until[i] = times[m]
+                    heapq.heappush(due, (times[m], i))
+                else:
+                    until[i] = _NEVER
+            k = kv / r.p.kv_capacity_tokens / kt
+            scores[i] = w if w >= k else k
+        dirty.clear()
+        self._sum = sum(scores) / len(scores)  # in index order: the same float as the engine's
 
     def _saturation(self) -> float:
         qd, kt = self.queue_depth, self.kv_threshold
@@ -631,7 +656,7 @@ class Cluster:
         st = self.stack
         if st.endpoints() == 0:
             return True
-        return st.engine.saturation() >= self.cfg.flow_control.saturation_ceiling
+        return st.engine.saturated(self.cfg.flow_control.saturation_ceiling)
 
     def _queued(self) -> bool:
         """True when requests wait at the gateway (a dispatch cycle without them does nothing)."""

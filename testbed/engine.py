@@ -361,6 +361,10 @@ class Engine:
                   for w, k in ((r.n_waiting / qd, r.kv_usage() / kt) for r in self.replicas if r.up)]
         return sum(scores) / len(scores) if scores else 1.0
 
+    def saturated(self, threshold: float) -> bool:
+        """``saturation() >= threshold`` (flow control's gate asks only this)."""
+        return self.saturation() >= threshold
+
     def in_flight(self) -> list[Job]:
         """Every job placed on an up replica (waiting there or running)."""
         out: list[Job] = []

@@ -165,16 +165,17 @@ class FlowController:
                     out.append((job, kind))
         return out
 
-    def dispatch_cycle(self, saturation: Callable[[], float], endpoints: int,
+    def dispatch_cycle(self, saturated: Callable[[float], bool], endpoints: int,
                        dispatch: Callable[[Job], None]) -> int:
-        """Dispatch highest band first while saturation < ceiling; the first gated band stops the cycle."""
+        """Dispatch highest band first while saturation < ceiling (``saturated(ceiling)`` is False); the first gated
+        band stops the cycle."""
         n = 0
         if endpoints == 0:
             return 0
         for prio in sorted(self.bands, reverse=True):
             b = self.bands[prio]
             while b.count:
-                if saturation() >= self.cfg.saturation_ceiling:
+                if saturated(self.cfg.saturation_ceiling):
                     return n  # lower bands must not jump ahead of a gated higher band
                 job = b.pop(self.cfg.fairness)
                 self.count -= 1

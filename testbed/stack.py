@@ -216,7 +216,7 @@ class Stack:
             assert r is not None
             eng.submit(job, r)
 
-        self.flow.dispatch_cycle(eng.saturation, self.endpoints(), send)
+        self.flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
         if self.cfg.flow_control.enable_eviction and self.flow.count:
             self._evict(send)
 
@@ -242,7 +242,7 @@ class Stack:
             eng.remove(victim)
             flow.outcomes[victim.priority, EVICTED_OTHER] += 1
             victim.sink.on_drop(victim, EVICTED)
-        flow.dispatch_cycle(eng.saturation, self.endpoints(), send)
+        flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
 
     def sweep_ttl(self) -> None:
         """Expire queued requests past their TTL."""

@@ -24,8 +24,8 @@ def test_tracked_saturation_is_a_full_rescore(tmp_path: Path, monkeypatch: pytes
     text = SCENARIO.format(profile=profile, config=config)
     if case.endswith("-faults"):
         text = text.replace("    replicas: 2\n", "    replicas: 2\n" + FAULTS)
-    tracked = SimEngine.saturation
-    seen = {"calls": 0, "jumping": 0, "down": 0}
+    tracked, gate = SimEngine.saturation, SimEngine.saturated
+    seen = {"calls": 0, "jumping": 0, "down": 0, "gated": 0, "shortcut": 0}
 
     def checked(self: SimEngine) -> float:
         got = tracked(self)
@@ -35,12 +35,26 @@ def test_tracked_saturation_is_a_full_rescore(tmp_path: Path, monkeypatch: pytes
         seen["down"] += len(self._up) < len(self.replicas)
         return got
 
+    def checked_gate(self: SimEngine, threshold: float) -> bool:
+        now = self.clock.now_ns()
+        due = bool(self._deadlines) and self._deadlines[0][0] <= now  # jumps' scores fallen due, not yet scored
+        got = gate(self, threshold)
+        assert got == (self._saturation() >= threshold)
+        seen["calls"] += 1
+        seen["jumping"] += bool(self._jumping)
+        seen["down"] += len(self._up) < len(self.replicas)
+        seen["gated"] += got
+        seen["shortcut"] += got and due and bool(self._deadlines) and self._deadlines[0][0] <= now
+        return got
+
     monkeypatch.setattr(SimEngine, "saturation", checked)
+    monkeypatch.setattr(SimEngine, "saturated", checked_gate)
     path = tmp_path / "s.yaml"
     path.write_text(text)
     simulate(str(path), SimOptions(out_dir=tmp_path / "out"))
     assert seen["calls"] > 500
     if case == "llm-d":
         assert seen["jumping"] > 100  # lazy decode steps were scored from their jumps
+        assert seen["shortcut"] > 50  # gated without scoring the jumps fallen due
     if case == "llm-d-faults":
         assert seen["down"] > 100
