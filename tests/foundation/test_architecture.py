@@ -57,7 +57,9 @@ CHILD = frozenset({"loadgen.engine", "rushhour.locust"})
 THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "gevent": CHILD,
     "locust": CHILD,
-    "numpy": frozenset({"audit", "reports", "rushhour"}),  # never stacks, scenarios, loadgen, testbed
+    # never stacks, scenarios, loadgen, and of the testbed only its prefix hash (block ids in array passes: the
+    # simulator computes the same ids from a prompt's parts, in sim)
+    "numpy": frozenset({"audit", "reports", "rushhour", "sim", "testbed.prefix_hash"}),
     "pandas": frozenset({"audit", "reports", "rushhour"}),
     # loadgen.datasets reads a persona's Parquet conversation dataset (imported lazily, only for one);
     # loadgen.columns writes a shard's columnar sidecar (imported lazily by the shard writer that keeps one)
@@ -216,7 +218,11 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
         "loadgen.runner imports loadgen.engine.calibrate (a Locust-child module) outside the child"]),
     ({"audit.x": {"loadgen.record", "loadgen.diagnose", "stacks", "numpy"}}, []),
     ({"audit.x": {"loadgen"}}, ["audit.x imports loadgen: audit may not import loadgen"]),
-    ({"loadgen.sweep": {"numpy"}}, ["loadgen.sweep imports numpy: only audit, reports, rushhour may"]),
+    ({"loadgen.sweep": {"numpy"}}, [
+        "loadgen.sweep imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
+    ({"testbed.engine": {"numpy"}}, [
+        "testbed.engine imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
+    ({"testbed.prefix_hash": {"numpy"}}, []),
     ({"stacks.x": {"yaml"}}, ["stacks.x imports yaml: it must stay standard library only"]),
     ({"scenarios.x": {"audit.summary"}}, ["scenarios.x imports audit.summary: scenarios may not import audit"]),
     ({"testbed.x": {"stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
@@ -259,7 +265,7 @@ FORBIDDEN = {
     "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
     "rushhour": {"locust", "gevent"},
     # the simulator: the testbed's model without its server, loadgen's workload without the Locust child
-    "sim.run": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
+    "sim.run": {"locust", "gevent", "pandas", "aiohttp"},
 }
 
 
