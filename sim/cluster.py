@@ -468,10 +468,17 @@ class SimEngine(Engine):
         headroom = self.headroom
         best: Replica | None = None
         best_score = 0.0
+        guess = 0  # most replicas hold the same shared head of a prompt (a system prompt): the last answer first
         for r in self.replicas:
             if not r.up:
                 continue
-            hit = r.cache.known(blocks) / n if prefix else 0.0
+            if prefix:
+                known = r.cache.known(blocks, guess)
+                if known:
+                    guess = known
+                hit = known / n
+            else:
+                hit = 0.0
             load = (r.n_waiting + len(r.running)) / r.p.max_num_seqs
             if headroom is not None:
                 h_max, lam = headroom

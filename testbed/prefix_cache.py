@@ -48,9 +48,9 @@ class PrefixCache:
         return self._size
 
     # ---- reading ---------------------------------------------------------------------------------
-    def _walk(self, blocks: Sequence[int]) -> tuple[list[_Run], int]:
+    def _walk(self, blocks: Sequence[int], guess: int = 0) -> tuple[list[_Run], int]:
         """The runs the prompt's cached prefix goes through, and that prefix's length (it may end inside the
-        last run)."""
+        last run). ``guess``, a likely length, is tried first when the prefix ends inside a run (the same answer)."""
         path: list[_Run] = []
         node = self._root
         i = 0
@@ -67,6 +67,13 @@ class PrefixCache:
                 continue
             # the prompt leaves this run (or ends) inside it: the first block that differs, by bisection
             lo, hi = i + 1, min(end, size)  # blocks[lo - 1] is the run's, blocks[hi] is not (or the end)
+            if lo <= guess <= hi:  # a prefix hash: blocks agree up to some length, then never again
+                if blocks[guess - 1] != own[guess - 1 - i]:
+                    hi = guess - 1
+                elif guess == hi or blocks[guess] != own[guess - i]:
+                    return path, guess
+                else:
+                    lo = guess + 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if blocks[mid - 1] == own[mid - 1 - i]:
@@ -84,9 +91,12 @@ class PrefixCache:
             self._touch(path, n)
         return n
 
-    def known(self, blocks: Sequence[int]) -> int:
-        """``match(blocks, touch=False)``: placement asks every replica for every request."""
-        return self._walk(blocks)[1]
+    def known(self, blocks: Sequence[int], guess: int = 0) -> int:
+        """``match(blocks, touch=False)``: placement asks every replica for every request (``guess``: a likely
+        answer, another replica's, tried first; the answer does not depend on it)."""
+        if blocks and blocks[0] not in self._root.children:
+            return 0
+        return self._walk(blocks, guess)[1]
 
     # ---- writing ---------------------------------------------------------------------------------
     def _split(self, node: _Run, at: int) -> _Run:

@@ -39,6 +39,8 @@ def test_the_tree_is_the_plain_loops(seed: int) -> None:
             touch = op < 0.3
             want = plain.match(chain, touch=False)
             assert tree.known(chain) == want, step
+            # a guess (placement passes another replica's answer) never changes it: each length, and past the end
+            assert [tree.known(chain, g) for g in range(len(chain) + 2)] == [want] * (len(chain) + 2), step
             partial += 0 < want < len(chain)
             assert tree.match(chain, touch) == plain.match(chain, touch) == want, step
         else:
