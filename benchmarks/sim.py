@@ -17,7 +17,7 @@ is extrapolated linearly from it, which the output says. A short run is not the 
 first 30 s are the ramp (10,000 task contexts hashed at once) and nothing in it has lived long, so
 memory that grows with the run's age is missed (a leak of ended attempts, fixed on 3 Dec 2026, grew
 a measured hour to 6.1 GB where 120 s peaked at 0.9 GB). ``--realistic-s 3600`` measures the realistic
-case's whole hour (4–5 min since 4 Dec 2026); the storm's hour would take ≈ 20 min.
+case's whole hour (≈ 2.5 min since 5 Dec 2026); the storm's hour would take ≈ 17 min.
 """
 
 from __future__ import annotations
