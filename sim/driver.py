@@ -6,7 +6,7 @@ process (``--processes 1``): the personas' seeded streams are the same as that r
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -263,7 +263,7 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
         # the prefix-cache blocks only for a request the gateway will not turn away at once (a rejection storm
         # would hash every new task's context for nothing)
         full = flow is not None and flow.full(cl.priority, rec.prompt_bytes)
-        blocks = [] if full else req.prompt.server_view(dialect, cluster.engine.params.block_tokens)[1]
+        blocks: Sequence[int] = () if full else req.prompt.server_view(dialect, cluster.engine.params.block_tokens)[1]
         job = Job(rid=rec.request_id, arrival_ns=now, prompt_tokens=prompt_tokens, max_tokens=req.max_tokens,
                   blocks=blocks, body_bytes=rec.prompt_bytes, priority=cl.priority,
                   rank=cl.rank, tier=cl.tier, tenant=cl.tenant, sink=ex)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -67,8 +67,8 @@ _FEW = 8  # a piece with this many block ends or fewer gets its ids one by one; 
 class _BaseTable:
     """Prefix hashes of ``prompts.base()``, as numbers and as a numpy view of the same memory (built once)."""
 
-    at: array[int] | None = None
-    np: np.ndarray
+    at: ClassVar[array[int] | None] = None
+    np: ClassVar[np.ndarray]
 
     @classmethod
     def get(cls) -> array[int]:
@@ -87,18 +87,20 @@ class _BaseTable:
 
 
 class _Hash:
-    """A growing prompt's hash: its bytes so far, H of them (``testbed.prefix_hash``), the ids of its whole blocks."""
+    """A growing prompt's hash: its bytes so far, H of them (``testbed.prefix_hash``), the ids of its whole blocks
+    (unsigned 64-bit, in an ``array``: ten thousand agents' contexts are millions of ids, which as a list would be
+    an object each, and a list the cyclic collector walks id by id)."""
 
     __slots__ = ("blocks", "h", "size")
 
     def __init__(self) -> None:
         self.h = 0
-        self.blocks: list[int] = []
+        self.blocks: array[int] = array("Q")
         self.size = 0
 
     def copy(self) -> _Hash:
         other = _Hash.__new__(_Hash)
-        other.h, other.blocks, other.size = self.h, list(self.blocks), self.size
+        other.h, other.blocks, other.size = self.h, self.blocks[:], self.size
         return other
 
     def feed(self, part: bytes | Piece, block: int) -> None:
@@ -126,7 +128,8 @@ class _Hash:
         else:
             table = prefix_table(data)
             if ends:
-                self.blocks.extend((h0 * POWERS.np[ends.start : n + 1 : block] + table[ends.start :: block]).tolist())
+                ids = h0 * POWERS.np[ends.start : n + 1 : block] + table[ends.start :: block]
+                self.blocks.frombytes(ids.tobytes())
             self.h = (h0 * power(n) + int(table[n])) & MASK
         self.size += n
 
@@ -156,7 +159,7 @@ class _Hash:
             else:
                 stop = k0 + (count - 1) * block + 1
                 ids = scale * POWERS.upto(stop)[k0:stop:block] + _BaseTable.np[start + k0 : start + stop : block]
-                blocks.extend(ids.tolist())
+                blocks.frombytes(ids.tobytes())
         hbody = (base[start + length] - base[start] * power(length)) & MASK
         self.h = (h0 * power(n) + htag * power(length) + hbody) & MASK
         self.size += n
@@ -286,7 +289,7 @@ class Conversation:
             _SYSTEM_STATES[key] = state
         return state.copy()
 
-    def server_view(self, dialect: str, block_tokens: int) -> tuple[int, list[int]]:
+    def server_view(self, dialect: str, block_tokens: int) -> tuple[int, array[int]]:
         """(prompt bytes as the testbed reads them, their prefix-cache block hashes)."""
         if dialect == "anthropic-messages":  # merged turns and a bare system line: the whole prompt, once
             raw = self.server_prompt(dialect)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,7 +60,7 @@ class Job:
     arrival_ns: int
     prompt_tokens: int
     max_tokens: int
-    blocks: list[int] = field(default_factory=list)  # prefix-block ids (testbed.tokens.block_hashes)
+    blocks: Sequence[int] = ()  # prefix-block ids (testbed.tokens.block_hashes: an array of 64-bit ids)
     body_bytes: int = 0
     priority: int = 0  # the profile's own numeric priority (flow-control band, vLLM/SGLang value)
     rank: float = 0.0  # engine ordering: lower = more urgent (polarity already normalised)

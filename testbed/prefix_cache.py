@@ -12,6 +12,7 @@ The blocks and their LRU order are those of a plain ordered dict with these rule
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Sequence
 from itertools import count
 
@@ -22,7 +23,7 @@ class _Run:
 
     __slots__ = ("base", "blocks", "children", "parent", "start")
 
-    def __init__(self, start: int, blocks: list[int], base: int, parent: _Run | None) -> None:
+    def __init__(self, start: int, blocks: array[int], base: int, parent: _Run | None) -> None:
         self.start = start
         self.blocks = blocks
         self.base = base
@@ -38,7 +39,7 @@ class PrefixCache:
 
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = capacity_blocks
-        self._root = _Run(0, [], 0, None)
+        self._root = _Run(0, array("Q"), 0, None)
         self._size = 0
         self._clock = 0  # stamps handed out so far: every cached block has its own, the newest the highest
         self._leaves: list[tuple[int, int, _Run]] = []  # heap of (tail stamp, seq, leaf); stale entries skipped
@@ -136,7 +137,9 @@ class PrefixCache:
                 if path and path[-1].start + len(path[-1].blocks) > n:
                     path[-1] = self._split(path[-1], n)
                 parent = path[-1] if path else self._root
-                leaf = _Run(n, list(blocks[n:]), 0, parent)
+                # a run holds its ids in an array (8 bytes each, not an object each, and not walked by the collector)
+                tail = blocks[n:]
+                leaf = _Run(n, tail if type(tail) is array else array("Q", tail), 0, parent)
                 parent.children[leaf.blocks[0]] = leaf
                 path.append(leaf)
                 self._size += size - n
@@ -147,7 +150,7 @@ class PrefixCache:
 
     def _live(self, entry: tuple[int, int, _Run]) -> bool:
         node = entry[2]
-        return node.parent is not None and not node.children and node.blocks != [] and (
+        return node.parent is not None and not node.children and len(node.blocks) > 0 and (
             node.tail_stamp() == entry[0])
 
     def _evict(self, count: int) -> None:
@@ -173,7 +176,7 @@ class PrefixCache:
             assert parent is not None
             del parent.children[own[0]]
             node.parent = None
-            own.clear()
+            del own[:]
             if parent is not self._root and not parent.children:
                 heapq.heappush(heap, (parent.tail_stamp(), next(self._seq), parent))
 

@@ -41,7 +41,7 @@ def test_incremental_hashes_equal_the_testbeds(dialect: str, system: int) -> Non
 def test_a_sent_prompt_keeps_its_blocks_when_the_conversation_grows() -> None:
     conv = Conversation(piece("s", 40))
     _, sent = conv.server_view("openai-chat", 16)
-    before = list(sent)
+    before = sent[:]  # a copy (the ids are an array)
     conv.append("user", piece("more", 300))
     _, grown = conv.server_view("openai-chat", 16)
     assert sent == before and len(grown) > len(before) and grown[: len(before)] == before

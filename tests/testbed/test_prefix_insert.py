@@ -10,7 +10,7 @@ from testbed_helpers import PlainLru, chained_blocks
 from testbed.prefix_cache import PrefixCache
 
 
-def _chains(rng: random.Random) -> list[list[bytes]]:
+def _chains(rng: random.Random) -> list[list[int]]:
     """Prompts as a swarm's are: a shared context (whole, in part or not at all), a private part, next steps that
     extend a prompt, and sub-agents branching off one."""
     shared = [rng.randrange(1 << 30) for _ in range(70)]
@@ -57,9 +57,9 @@ def test_the_tree_is_the_plain_loops(seed: int) -> None:
 def test_an_eviction_takes_the_tail_first() -> None:
     """vLLM frees a request's blocks in reverse order: a prompt's last block goes first, its prefix stays usable."""
     cache = PrefixCache(3)
-    cache.insert([b"a", b"b", b"c"])
-    cache.insert([b"x"])  # one block over: the tail of the older prompt goes
-    assert cache.match([b"a", b"b", b"c"]) == 2
-    cache.insert([b"y"])  # a, b were touched by that match: x is the oldest now
-    assert cache.match([b"x"]) == 0
-    assert cache.lru_order() == [b"b", b"a", b"y"]
+    cache.insert([1, 2, 3])
+    cache.insert([24])  # one block over: the tail of the older prompt goes
+    assert cache.match([1, 2, 3]) == 2
+    cache.insert([25])  # 1, 2 were touched by that match: 24 is the oldest now
+    assert cache.match([24]) == 0
+    assert cache.lru_order() == [2, 1, 25]

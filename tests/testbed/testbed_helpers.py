@@ -104,13 +104,13 @@ async def post(r: Running, path: str, body: Any, headers: dict[str, str] | None 
         return Result(resp.status, {k.lower(): v for k, v in resp.headers.items()}, text, broken)
 
 
-def chained_blocks(parts: list[int]) -> list[bytes]:
-    """Block hashes chained as a prompt's are: each block's hash covers every part before it."""
+def chained_blocks(parts: list[int]) -> list[int]:
+    """Block ids chained as a prompt's are (64-bit numbers): each block's id covers every part before it."""
     h = hashlib.blake2b(digest_size=8)
     out = []
     for p in parts:
         h.update(p.to_bytes(4, "little"))
-        out.append(h.digest())
+        out.append(int.from_bytes(h.digest(), "little"))
     return out
 
 
@@ -120,9 +120,9 @@ class PlainLru:
     go past the capacity (or ``limit``)."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity, self.blocks = capacity, OrderedDict[bytes, None]()
+        self.capacity, self.blocks = capacity, OrderedDict[int, None]()
 
-    def match(self, blocks: list[bytes], touch: bool = True) -> int:
+    def match(self, blocks: list[int], touch: bool = True) -> int:
         n = 0
         for h in blocks:
             if h not in self.blocks:
@@ -133,7 +133,7 @@ class PlainLru:
                 self.blocks.move_to_end(h)
         return n
 
-    def insert(self, blocks: list[bytes], limit: int | None = None) -> None:
+    def insert(self, blocks: list[int], limit: int | None = None) -> None:
         for h in reversed(blocks):
             self.blocks.pop(h, None)
             self.blocks[h] = None
