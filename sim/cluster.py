@@ -70,6 +70,7 @@ class SimReplica(Replica):
     ticks: TickLog
     lazy_keys: list[tuple[float, int, int]]  # the lazy decoders' order keys, sorted
     _ends: list[tuple[int, int, Job]]  # heap of (step of its last token, seq, job); stale entries skipped
+    _end_of: dict[Job, int]  # the step of a job's newest entry in _ends, while that entry is there
     _lazy_step = False  # the planned step gives every lazy decoder a token
     _planned_running = 0  # plan entries before the planned step's admissions
     runs: dict[Job, tuple[int, int, int | None]]  # token facts of lazy decoders that ended in the last step
@@ -80,6 +81,7 @@ class SimReplica(Replica):
         self.ticks = TickLog()
         self.lazy_keys = []
         self._ends = []
+        self._end_of = {}
         self.runs = {}
 
     def add(self, job: Job, now: int) -> None:
@@ -128,16 +130,22 @@ class SimReplica(Replica):
         lazy = self.lazy
         assert lazy is not None
         tick = self.ticks.last
+        end_of = self._end_of
         for job in jobs:
             if job.state == RUNNING and job.replica == self.index and job.output >= 1 and job not in lazy and (
                     job.prompt_tokens + job.output - job.computed == 1):
                 lazy[job] = tick
                 insort(self.lazy_keys, job.key)
-                heapq.heappush(self._ends, (tick + job.max_tokens - job.output, job.seq, job))
+                end = tick + job.max_tokens - job.output
+                # a decoder settled and lazy again (a step walked one by one) ends at the same step as a rule: its
+                # entry is still in the heap, and a second one would only be popped as stale
+                if end_of.get(job) != end:
+                    heapq.heappush(self._ends, (end, job.seq, job))
+                    end_of[job] = end
 
     def lazy_end(self) -> int | None:
         """The step of the next lazy decoder's last token (None: none)."""
-        ends, lazy = self._ends, self.lazy
+        ends, lazy, end_of = self._ends, self.lazy, self._end_of
         assert lazy is not None
         while ends:
             step, _, job = ends[0]
@@ -145,6 +153,8 @@ class SimReplica(Replica):
             if since is not None and since + job.max_tokens - job.output == step:
                 return step
             heapq.heappop(ends)
+            if end_of.get(job) == step:
+                del end_of[job]
         return None
 
     def plan_step(self, now: int) -> float | None:
@@ -228,10 +238,12 @@ class SimReplica(Replica):
         plan = self._plan
         self._plan = {}
         tick = self.ticks.last
-        ends = self._ends
+        ends, end_of = self._ends, self._end_of
         ending: list[tuple[tuple[float, int, int], Job, int]] = []
         while ends and ends[0][0] <= tick:
             step, _, job = heapq.heappop(ends)
+            if end_of.get(job) == step:
+                del end_of[job]
             since = lazy.get(job)
             if since is not None and since + job.max_tokens - job.output == step:
                 del lazy[job]  # its key stays in lazy_keys until it is retired below, in order

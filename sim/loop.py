@@ -30,25 +30,35 @@ class Sleep:
 
 
 class Timer:
-    """A cancellable event's callback: cancelling drops what it holds (the heap keeps only this empty cell)."""
+    """A cancellable event's callback: cancelling drops what it holds (the heap keeps only this empty cell until the
+    loop sweeps such cells out)."""
 
-    __slots__ = ("args", "fn")
+    __slots__ = ("args", "fn", "loop")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], loop: Loop | None = None) -> None:
         self.fn: Callable[..., Any] | None = fn  # None once cancelled or run
         self.args = args
+        self.loop = loop  # told of a cancel: it counts the dead cells in its heap
 
     def cancel(self) -> None:
         """The event will run as a no-op; its callback and arguments are released now."""
-        self.fn, self.args = None, ()
+        loop = self.loop
+        if loop is not None and self.fn is not None:
+            loop.cancelled()
+        self.fn, self.args, self.loop = None, (), None
 
     def fire(self) -> None:
         """The loop's callback: run the event unless it was cancelled."""
         fn = self.fn
         if fn is not None:
-            self.fn = None
+            self.fn = self.loop = None
             fn(*self.args)
             self.args = ()
+
+
+def _fire(timer: Timer) -> None:
+    """A timer's event (one function for all of them: the loop's sweep knows their cells by it)."""
+    timer.fire()
 
 
 class Future:
@@ -78,6 +88,8 @@ class Future:
             self._waiters.append(fn)
 
 
+_SWEEP_MIN = 4096  # a heap smaller than this is not worth a sweep
+
 Coroutine = Generator[Any, Any, Any]  # yields Sleep | Future | list[Future]; returns the task's result
 
 
@@ -89,6 +101,7 @@ class Loop:
         self._heap: list[tuple[int, int, Callable[..., Any], tuple[Any, ...]]] = []
         self._seq = itertools.count()
         self.events = 0  # callbacks run so far (the speed benchmark's events/s)
+        self._dead = 0  # cancelled timers' cells in the heap, at most (a cell popped meanwhile is not subtracted)
 
     def at(self, t_ns: int, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` at ``t_ns`` (never in the past: a late time runs now)."""
@@ -97,9 +110,21 @@ class Loop:
     def timer(self, t_ns: int, fn: Callable[..., Any], *args: Any) -> Timer:
         """``at`` for an event that is usually cancelled (a client deadline): cancelling it frees ``args`` at
         once, where a plain event would keep them alive in the heap until its time."""
-        timer = Timer(fn, args)
-        self.at(t_ns, timer.fire)
+        timer = Timer(fn, args, self)
+        self.at(t_ns, _fire, timer)
         return timer
+
+    def cancelled(self) -> None:
+        """A timer in the heap was cancelled. Client deadlines are nearly all cancelled long before they are due (600 s
+        by default, an answer within seconds): left in the heap, they were four in five of its cells in the realistic
+        benchmark case, and every event's pop went through them. Once the dead may be half the heap, they go; the
+        live keep their (time, seq) keys, so the same events run in the same order."""
+        self._dead += 1
+        heap = self._heap
+        if self._dead * 2 > len(heap) >= _SWEEP_MIN:
+            heap[:] = [e for e in heap if e[2] is not _fire or e[3][0].fn is not None]
+            heapq.heapify(heap)
+            self._dead = 0
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` at the current instant, after what is already due now."""
