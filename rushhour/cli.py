@@ -41,6 +41,9 @@ class _App(typer.Typer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         debug = _take_debug_flag(sys.argv)
+        from sim.compiled import reexec_compiled
+
+        reexec_compiled(sys.argv[1:], debug)  # the simulator's verbs: again, compiled, when a build matches
         from rushhour.pipes import guard_stdout
 
         guard_stdout()  # `rushhour compare … | head -1`: a reader that leaves early is not a failure
@@ -563,7 +566,7 @@ def doctor(
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
+    app(prog_name="rushhour")  # also when started again as `python -m rushhour.cli` (the compiled simulator)
 
 
 if __name__ == "__main__":  # pragma: no cover

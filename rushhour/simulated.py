@@ -50,7 +50,7 @@ def simulate(
         raise _fail(str(exc)) from None
     st = result.stats
     console.print(f"simulated {st['simulated_s']:.0f} s on {st['replicas']} replica(s) in {st['wall_s']:.2f} s "
-                  f"({st['speedup']}× real time, {st['events']} events)", highlight=False)
+                  f"({st['speedup']}× real time, {st['events']} events; {st['code']})", highlight=False)
     if st["not_modelled"]:
         console.print(f"[yellow]warning:[/] not simulated: {', '.join(st['not_modelled'])}", highlight=False)
     if st.get("imitates"):
@@ -115,8 +115,10 @@ def plan(
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
     cells = len(ladder) * len(scales)
+    from sim.compiled import status
+
     console.print(f"plan {plan_id}: {len(ladder)} replica counts × {len(scales)} scales = {cells} simulated runs of "
-                  f"{base.duration_s:g} s", highlight=False)
+                  f"{base.duration_s:g} s ({status()})", highlight=False)
     started = time.monotonic()
     done: list[Step] = []
     notes: list[str] = []

@@ -27,6 +27,7 @@ from loadgen.traces import localise_traces
 from scenarios import load_scenario
 from scenarios.loader import resolve_scenario_path, revalidate
 from scenarios.model import MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
+from sim import compiled
 from sim.cluster import Cluster, build_config
 from sim.driver import Env, SimRoute, sim_route
 from sim.loop import NS, Loop, VirtualClock
@@ -222,6 +223,7 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
         "not_sent": env.counters["not_sent"],
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "not_modelled": not_modelled(scenario),
+        "code": compiled.status(),  # the same records either way (tests/sim/test_compiled.py); not the same speed
     }
     if not scenario.target.is_testbed:  # a real stack's URL: what ran is the testbed's imitation of its profile
         stats["imitates"] = (f"the target {scenario.target.url} was not contacted: its profile "
