@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/sim.py --only-target
     .venv/bin/python benchmarks/sim.py --realistic          # and the target's agents as people's agents
     .venv/bin/python benchmarks/sim.py --only-target --realistic --realistic-s 3600   # its whole hour
+    .venv/bin/python benchmarks/sim.py --only-target --code compiled                  # only the compiled build
 
 Each case runs ``rushhour simulate``'s engine (``sim.run.simulate_scenario``) in a fresh process, so peak
 RSS (``getrusage``) is the case's own, on one core. The workload: an agent swarm with the scenario
@@ -17,7 +18,10 @@ is extrapolated linearly from it, which the output says. A short run is not the 
 first 30 s are the ramp (10,000 task contexts hashed at once) and nothing in it has lived long, so
 memory that grows with the run's age is missed (a leak of ended attempts, fixed on 3 Dec 2026, grew
 a measured hour to 6.1 GB where 120 s peaked at 0.9 GB). ``--realistic-s 3600`` measures the realistic
-case's whole hour (≈ 2.5 min since 5 Dec 2026); the storm's hour would take ≈ 17 min.
+case's whole hour (≈ 2 min compiled, 2.5 min interpreted, since 6 Dec 2026); the storm's hour would take ≈ 17 min.
+
+``--code both`` (the default for the target cases) runs each target case with the compiled build
+(``sim/compiled.py``, made first if missing) and with the sources, alternating, and prints their ratio.
 """
 
 from __future__ import annotations
