@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/rushhour run demo
 
 ## compile: the simulator's hot modules compiled with mypyc into the venv (≈ 75 s the first time and after a
-## source edit; a no-op otherwise). `rushhour simulate`, `plan` and the simulated `sweep`/`study` run ≈ 1.4× faster
+## source edit; a no-op otherwise). `rushhour simulate`, `plan` and the simulated `sweep`/`study` run 1.2–1.5× faster
 ## with it; without a C compiler they run interpreted (same records either way). `make test` makes it first.
 compile: $(STAMP)
 	$(BIN)/python -m sim.compiled build --quiet --best-effort

@@ -1,7 +1,7 @@
 """The simulator's compiled build: its hot modules compiled with mypyc, for the processes that run the simulator.
 
 The simulator is the same Python as the testbed and the personas, so its speed is the interpreter's. mypyc
-(part of mypy) compiles those modules to C extensions that run the same code ≈ 1.35× faster (docs/capacity.md).
+(part of mypy) compiles those modules to C extensions that run the same code 1.2–1.5× faster (docs/capacity.md).
 The build lives in the venv (``<venv>/rushhour-compiled/<digest>/``), never next to the sources, and is used
 only by a process started with ``RUSHHOUR_COMPILED=1`` (``rushhour simulate``, ``plan`` and the simulated
 ``sweep``/``study`` restart themselves so) and only while it matches the sources byte for byte: any edit makes
@@ -119,8 +119,7 @@ def install() -> bool:
     global _active
     if _active:
         return True
-    loaded = [m for m in MODULES if m in sys.modules]
-    if loaded:  # too late: their interpreted classes are in use
+    if any(m in sys.modules for m in MODULES):  # too late: their interpreted classes are in use
         return False
     files = manifest()
     if files is None:
