@@ -22,7 +22,8 @@ from audit.classify import classify_frame, named_cause, normalise_profile
 from audit.crosscheck import crosscheck, twin_priorities
 from audit.errors import AuditError
 from audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
-from audit.gates import abort_verdicts, exit_code, tier_verdicts
+from audit.gates import abort_verdicts, exit_code, judge_of, tier_verdicts
+from audit.judged import not_judged_verdict, starved_verdict
 from audit.load import RunData, load_run
 from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
 from audit.outages import outage_mask, scheduled_outages
@@ -376,7 +377,8 @@ def _tier_summary(
         personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, unserved=r.unserved,
                                  drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms,
                                  abandoned=abandoned.get(r.key, 0),
-                                 abandon_rate=wilson(abandoned.get(r.key, 0), r.drop_rate.n))
+                                 abandon_rate=wilson(abandoned.get(r.key, 0), r.drop_rate.n),
+                                 patience=ctx.scenario.persona_patience.get(r.key))
                   for r in personas],
         route_detail=(_tier_routes(attempts, logical, ctx.breakers if ctx.breakers is not None else pd.DataFrame(),
                                    ctx.duration_s * NS_PER_S)
@@ -942,8 +944,12 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     validity = with_shortfall(validity, data.events)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
-        verdicts += tier_verdicts(tier, info.slo, judge)
+        starved = starved_verdict(tier, info.slo, judge_of(info.slo, judge))  # first: a starved tier never passes
+        verdicts += ([starved] if starved else []) + tier_verdicts(tier, info.slo, judge)
     verdicts += phase_verdicts
+    for info in infos:  # after the phases' checks: a tier is NOT JUDGED only if none of them judged anything
+        marker = not_judged_verdict(info.name, verdicts, info.slo, judge_of(info.slo, judge))
+        verdicts += [marker] if marker else []
     verdicts += abort_verdicts(data.manifest)
     passed, code = exit_code(validity, verdicts)
     findings = (_unclassified_findings(attempts, sc) + _named_findings(attempts, sc)

@@ -106,14 +106,58 @@ def _latency(tier: str, metric: str, pct: Percentiles, slo_spec: object, judge: 
     return out
 
 
+def vacuous(tier: str, check: str, threshold: float, judge: Judge, why: str) -> Verdict:
+    """A check that judges nothing in this run: not a pass, not a fail; said so in its line."""
+    return Verdict(tier=tier, check=check, threshold=threshold, observed=None, bound=None, judge=judge,
+                   passed=False, vacuous=True, message=f"{tier} {check}: vacuous: {why}")
+
+
+def _abandon(tier: TierSummary, limit: float, judge: Judge) -> list[Verdict]:
+    """``max_abandon_rate`` per persona; vacuous for a persona whose users never give up (no patience, none abandoned)."""
+    out, idle = [], []
+    for p in tier.personas:
+        if p.abandon_rate is None or not p.abandon_rate.n:
+            continue
+        if not p.patience and not p.abandoned:
+            idle.append(p.persona)
+            continue
+        out.append(_rate(tier.name, f"persona.{p.persona}.max_abandon_rate", limit, p.abandon_rate, judge, upper=True))
+    if not out:
+        why = (f"no patience set for {', '.join(idle)} (its users never give up)" if idle
+               else "no requests from any persona")
+        out.append(vacuous(tier.name, "max_abandon_rate", limit, judge, why))
+    return out
+
+
+def _deadlines(tier: TierSummary, limit: float, judge: Judge) -> list[Verdict]:
+    """``max_deadline_miss_rate`` on agent tasks and chat sessions; vacuous where none had a deadline."""
+    out = []
+    for label, stats in (("tasks", tier.tasks), ("sessions", tier.sessions)):
+        if stats is None:
+            continue
+        check = f"{label}.max_deadline_miss_rate"
+        if stats.with_deadline == 0 and stats.deadline_miss_rate.n:
+            out.append(vacuous(tier.name, check, limit, judge, f"none of its {stats.n} {label} had a deadline"))
+        else:
+            out.append(_rate(tier.name, check, limit, stats.deadline_miss_rate, judge, upper=True))
+    if not out:
+        out.append(vacuous(tier.name, "max_deadline_miss_rate", limit, judge, "no agent tasks or chat sessions"))
+    return out
+
+
 def _rate(tier: str, check: str, threshold: float, rate: Rate, judge: Judge, upper: bool) -> Verdict:
     bound = rate.high if upper else rate.low
     return _verdict(tier, check, threshold, rate.value, bound, judge, upper)
 
 
+def judge_of(slo: SLO, judge_override: str | None) -> Judge:
+    """The judge a tier's checks use: ``--judge`` when given, else the SLO's."""
+    return "bound" if (judge_override or slo.judge) == "bound" else "point"
+
+
 def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> list[Verdict]:
     """Every check the tier's SLO names."""
-    judge: Judge = "bound" if (judge_override or slo.judge) == "bound" else "point"
+    judge = judge_of(slo, judge_override)
     name = tier.name
     out: list[Verdict] = []
     for metric in ("ttft_ms", "ttft_from_intended_ms", "tpot_ms", "e2e_ms"):
@@ -123,10 +167,7 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
     if slo.max_drop_rate is not None:
         out.append(_rate(name, "max_drop_rate", slo.max_drop_rate, tier.drop_rate, judge, upper=True))
     if slo.max_abandon_rate is not None:  # the session SLA, judged per persona of the tier
-        for p in tier.personas:
-            if p.abandon_rate is not None and p.abandon_rate.n:
-                out.append(_rate(name, f"persona.{p.persona}.max_abandon_rate", slo.max_abandon_rate,
-                                 p.abandon_rate, judge, upper=True))
+        out += _abandon(tier, slo.max_abandon_rate, judge)
     for cls, limit in slo.max_drop_rate_by_class.items():
         rate = tier.drop_rate_by_class.get(cls) or Rate(k=0, n=tier.drop_rate.n, value=None, low=None, high=None)
         out.append(_rate(name, f"max_drop_rate_by_class.{cls}", limit, rate, judge, upper=True))
@@ -140,9 +181,7 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
         share = tier.floor.share
         low = tier.floor.rate.low if tier.floor.rate else None
         if tier.saturation is None and share is None:
-            out.append(Verdict(tier=name, check="floor_share", threshold=slo.floor_share, observed=None,
-                               bound=None, judge=judge, passed=True,
-                               message=f"{name} floor_share: no saturation window, nothing to judge"))
+            out.append(vacuous(name, "floor_share", slo.floor_share, judge, "no saturation window"))
         elif tier.floor.rate is None or not tier.floor.rate.n:
             # saturation windows exist but no tier got any goodput in them: this tier's share is 0
             ok = slo.floor_share <= 0.0
@@ -154,10 +193,7 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
         else:
             out.append(_verdict(name, "floor_share", slo.floor_share, share, low, judge, upper=False))
     if slo.max_deadline_miss_rate is not None:
-        for label, stats in (("tasks", tier.tasks), ("sessions", tier.sessions)):
-            if stats is not None:
-                out.append(_rate(name, f"{label}.max_deadline_miss_rate", slo.max_deadline_miss_rate,
-                                 stats.deadline_miss_rate, judge, upper=True))
+        out += _deadlines(tier, slo.max_deadline_miss_rate, judge)
     return out
 
 
@@ -178,10 +214,12 @@ def abort_verdicts(manifest: RunManifest) -> list[Verdict]:
 
 
 def exit_code(validity: Validity, verdicts: list[Verdict]) -> tuple[bool, int]:
-    """(passed, exit code): 2 when the run is invalid, 1 when a check failed, 2 when one is inconclusive or
-    there is no check at all (a gate that cannot fail is not a pass), else 0."""
+    """(passed, exit code): 2 when the run is invalid, 1 when a check failed, 2 when one is inconclusive (a
+    NOT JUDGED tier's ``judged`` check is) or no check judged anything (none at all, or only vacuous ones:
+    a gate that cannot fail is not a pass), else 0. Vacuous checks are neither a pass nor a fail."""
     if not validity.valid:
         return False, EXIT_INVALID
+    verdicts = [v for v in verdicts if not v.vacuous]
     if not verdicts:
         return False, EXIT_INVALID
     if any(not v.passed and not v.inconclusive for v in verdicts):

@@ -36,6 +36,7 @@ class RunScenario:
     seed: int = 0
     tiers: list[TierInfo] = field(default_factory=list)
     persona_kinds: dict[str, str] = field(default_factory=dict)
+    persona_patience: dict[str, bool] = field(default_factory=dict)  # users give up (patience_s set)?
     route_profiles: dict[str, str] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float | None = None
@@ -76,6 +77,7 @@ def from_manifest(manifest: RunManifest) -> RunScenario:
             seed=model.seed,
             tiers=[TierInfo(t.name, t.priority, t.slo) for t in model.tiers],
             persona_kinds={p.name: p.kind for p in model.personas},
+            persona_patience={p.name: getattr(p, "patience_s", None) is not None for p in model.personas},
             route_profiles={r.name: r.profile for r in model.resilience.fallback},
             phases=_phases([p.model_dump() for p in model.phases]),
             duration_s=model.duration_s,
@@ -102,6 +104,8 @@ def from_manifest(manifest: RunManifest) -> RunScenario:
         tiers=tiers,
         persona_kinds={str(p.get("name")): str(p.get("kind")) for p in raw.get("personas") or []
                        if isinstance(p, dict)},
+        persona_patience={str(p.get("name")): p.get("patience_s") is not None for p in raw.get("personas") or []
+                          if isinstance(p, dict)},
         phases=_phases(phases),
     )
 

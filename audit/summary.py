@@ -134,6 +134,9 @@ class PersonaSummary(_Model):
     ttft_p99_ms: float | None
     abandoned: int = Field(default=0, description="requests the persona's users gave up on (no first token in time)")
     abandon_rate: Rate | None = Field(default=None, description="abandoned / sent: judged by max_abandon_rate")
+    patience: bool | None = Field(default=None, description="the run's scenario gave the persona's users a patience "
+                                  "(patience_s); null: the scenario does not say. Without one and with nothing "
+                                  "abandoned, max_abandon_rate is vacuous")
 
 
 class TaskStats(_Model):
@@ -149,6 +152,8 @@ class TaskStats(_Model):
     makespan_s: Percentiles
     makespan_inflation_p50_x: float | None = None
     failed_by_class: dict[str, int] = Field(default_factory=dict)
+    with_deadline: int | None = Field(default=None, description="judged (not cancelled) tasks or sessions that had a "
+                                      "deadline; 0: max_deadline_miss_rate is vacuous (null: an older summary)")
 
 
 class SaturationSlice(_Model):
@@ -367,6 +372,10 @@ class Verdict(_Model):
     message: str
     inconclusive: bool = Field(default=False, description="too few samples (or a censored percentile below "
                                "the limit) to judge: not a pass; the gate exits 2")
+    vacuous: bool = Field(default=False, description="the check judged nothing in this run (floor_share with no "
+                          "saturation window, a deadline-miss rate with no deadline, an abandon rate with no "
+                          "patience): not a pass (passed is false) and not a fail; a tier whose checks are all "
+                          "vacuous is NOT JUDGED (its `judged` check is inconclusive: the gate exits 2)")
 
 
 class Validity(_Model):

@@ -61,6 +61,8 @@ def task_stats(tasks: pd.DataFrame, logical: pd.DataFrame) -> TaskStats | None:
         makespan_s=percentiles(makespan[~cancelled] / NS_PER_S),
         makespan_inflation_p50_x=float(np.median(inflation)) if len(inflation) else None,
         failed_by_class=_failing_classes(tasks[failed | missed], logical),
+        # a miss the generator wrote had a deadline even when the line lost it
+        with_deadline=int(((np.isfinite(deadline) | (outcome == "deadline_missed")) & ~cancelled).sum()),
     )
 
 

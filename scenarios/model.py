@@ -220,6 +220,13 @@ class SLO(Strict):
         default=None, ge=0, le=1, description="minimum share of goodput during saturation"
     )
     max_deadline_miss_rate: float | None = Field(default=None, ge=0, le=1)
+    min_served: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="fewest requests of the tier that must be served when it "
+        "sent any; unset: 1, checked (and shown) only when it fails (a tier that sent requests and had none served "
+        "never passes)")
+    allow_not_judged: bool = Field(
+        default=False, description="let the gate pass when every check of this tier was vacuous (e.g. floor_share "
+        "and no saturation): the tier is still shown NOT JUDGED; a starved tier still fails")
     judge: Literal["point", "bound"] = Field(
         default="point", description="judge on the point estimate, or on the 95% confidence bound"
     )
@@ -235,7 +242,7 @@ class SLO(Strict):
         return self
 
     def is_empty(self) -> bool:
-        return self == SLO(judge=self.judge)
+        return self == SLO(judge=self.judge, allow_not_judged=self.allow_not_judged)
 
 
 # --------------------------------------------------------------------------- target and tiers
