@@ -515,7 +515,7 @@ def slo_flips(base: Summary, cand: Summary) -> list[str]:
         old = before.get((v.tier, v.check))
         if old is None or not old.passed or v.passed:
             continue
-        state = "inconclusive" if v.inconclusive else "failed"
+        state = "vacuous" if v.vacuous else ("inconclusive" if v.inconclusive else "failed")
         out.append(f"{v.tier} {v.check}: passed in the baseline, {state} in the candidate ({v.message})")
     return out
 

@@ -113,7 +113,7 @@ def vacuous(tier: str, check: str, threshold: float, judge: Judge, why: str) -> 
 
 
 def _abandon(tier: TierSummary, limit: float, judge: Judge) -> list[Verdict]:
-    """``max_abandon_rate`` per persona; vacuous for a persona whose users never give up (no patience, none abandoned)."""
+    """``max_abandon_rate`` per persona; vacuous for one whose users never give up (no patience, none abandoned)."""
     out, idle = [], []
     for p in tier.personas:
         if p.abandon_rate is None or not p.abandon_rate.n:

@@ -70,7 +70,8 @@ def order_runs(runs: list[HistoryRun]) -> list[HistoryRun]:
 def _tier_passed(summary: Summary, tier: str) -> tuple[bool, list[str]]:
     mine = [v for v in summary.verdicts if v.tier in (tier, "run")]
     # an inconclusive check is no pass (fail closed) but no miss either: named as such, not as a failure
-    failed = [f"{v.check} (inconclusive)" if v.inconclusive else v.check for v in mine if not v.passed]
+    failed = [f"{v.check} (inconclusive)" if v.inconclusive else v.check for v in mine
+              if not v.passed and not v.vacuous]  # vacuous: judged nothing, so neither passed nor missed
     return summary.validity.valid and not failed, failed
 
 

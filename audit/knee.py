@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from audit import text
+from audit.judged import JUDGED_CHECK
 from audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
 
 SWEEP_SCHEMA = "rushhour.sweep/1"
@@ -156,7 +157,9 @@ def step_from_summary(summary: Summary, index: int, scale: float, replicas: int 
         duration = summary.measurement.measured_s
     rows: list[TierStep] = []
     for tier in summary.tiers:
-        checks = [judge_check(tier, v) for v in summary.verdicts if v.tier == tier.name]
+        # a check that judged nothing at this level (no saturation yet) says nothing about the knee either
+        checks = [judge_check(tier, v) for v in summary.verdicts
+                  if v.tier == tier.name and not v.vacuous and v.check != JUDGED_CHECK]
         status, confident = _tier_status(tier, checks)
         ttft = tier.latency.ttft_ms
         ci = ttft.ci.get("p99")

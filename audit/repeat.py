@@ -146,7 +146,7 @@ class RepeatSummary(BaseModel):
 
 def _tier_passed(summary: Summary, tier: str) -> bool:
     mine = [v for v in summary.verdicts if v.tier == tier]
-    return summary.validity.valid and all(v.passed for v in mine)
+    return summary.validity.valid and all(v.passed for v in mine if not v.vacuous)  # a NOT JUDGED tier's `judged` fails
 
 
 def _aggregate_checks(tier: RepeatTier, judge: Literal["point", "bound"],

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary
+from audit.judged import JUDGED_CHECK, TierState
+from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary, Verdict
 from audit.text import ms, p_value, pct, times
 
 # Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
@@ -183,3 +184,27 @@ def check_value(check: str, value: float | None) -> str:
     if any(word in name for word in ("rate", "share", "floor", "goodput", "ratio")):
         return pct(value, 1)
     return f"{value:g}"
+
+
+def verdict_result(v: Verdict) -> str:
+    """A check's result: PASS, FAIL, INCONCLUSIVE, VACUOUS (judged nothing) or NOT JUDGED (a tier's ``judged``)."""
+    if v.check == JUDGED_CHECK:
+        return "NOT JUDGED"
+    if v.vacuous:
+        return "VACUOUS"
+    if v.inconclusive:
+        return "INCONCLUSIVE"
+    return "PASS" if v.passed else "FAIL"
+
+
+def tier_label(state: TierState, unsure_word: str = "INCONCLUSIVE") -> str:
+    """A tier's SLO cell: 'PASS', 'PASS (1 vacuous)', 'FAIL 1/2', 'INCONCLUSIVE 1/2', 'NOT JUDGED' or '–'."""
+    if state.state == "none":
+        return "–"
+    if state.state == "fail":
+        return f"FAIL {state.failed}/{state.checks}"
+    if state.state == "not_judged":
+        return "NOT JUDGED (allowed)" if state.allowed else "NOT JUDGED"
+    if state.state == "inconclusive":
+        return f"{unsure_word} {state.unsure}/{state.checks}"
+    return "PASS" + (f" ({state.vacuous} vacuous)" if state.vacuous else "")

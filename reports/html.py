@@ -10,6 +10,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from audit.judged import tier_state
 from audit.summary import UNSERVED_CLASSES, Summary, TierSummary
 from reports import charts, control, drops, fmt, sentences, sidebyside
 
@@ -45,6 +46,7 @@ def _env() -> jinja2.Environment:
         "class_label",
         "class_colour",
         "check_value",
+        "verdict_result",
     ):
         env.filters[name] = getattr(fmt, name)
     return env
@@ -88,9 +90,7 @@ def _statuses(summary: Summary) -> list[str]:
 
 def _tier_row(summary: Summary, tier: TierSummary) -> dict[str, Any]:
     """The at-a-glance row of a tier."""
-    verdicts = [v for v in summary.verdicts if v.tier == tier.name]
-    failed = sum(1 for v in verdicts if not v.passed and not v.inconclusive)
-    unsure = sum(1 for v in verdicts if v.inconclusive)
+    state = tier_state(summary.verdicts, tier.name)
     served = tier.by_class.get("served", 0)
     return {
         "tier": tier,
@@ -100,10 +100,12 @@ def _tier_row(summary: Summary, tier: TierSummary) -> dict[str, Any]:
         "policy": fmt.policy_drop_count(tier.by_class),
         "s429": tier.by_status.get("429", 0),
         "s503": tier.by_status.get("503", 0),
-        "verdicts": len(verdicts),
-        "failed": failed,
-        "unsure": unsure,
-        "state": "none" if not verdicts else ("fail" if failed else ("inconclusive" if unsure else "pass")),
+        "verdicts": state.checks,
+        "failed": state.failed,
+        "unsure": state.unsure,
+        "vacuous": state.vacuous,
+        "state": state.state,
+        "label": fmt.tier_label(state),
     }
 
 
@@ -152,6 +154,7 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "run": summary.run,
         "colours": colours,
         "verdict_line": sentences.verdict_line(summary),
+        "gate_word": sentences.gate_word(summary),
         # the unclassified lines have their own box under the verdict
         "headline": [line for line in sentences.headline(summary)[1:]
                      if line not in sentences.unclassified_lines(summary)],

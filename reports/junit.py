@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from audit.judged import JUDGED_CHECK
 from audit.summary import Summary, Verdict
 from reports import fmt, sentences
 
@@ -26,9 +27,12 @@ def _timestamp(summary: Summary) -> str:
 def _case(suite: ET.Element, classname: str, verdict: Verdict) -> ET.Element:
     """A testcase for one verdict, with a failure element when it failed."""
     case = ET.SubElement(suite, "testcase", {"name": _clean(verdict.check), "classname": classname, "time": "0"})
-    if not verdict.passed:
+    if verdict.vacuous:
+        # judged nothing: neither a pass nor a failure (a NOT JUDGED tier's `judged` case fails the suite)
+        ET.SubElement(case, "skipped", {"message": _clean(verdict.message)})
+    elif not verdict.passed:
         # an inconclusive check is not a pass: it fails the case, typed so CI can tell it apart
-        kind = "inconclusive" if verdict.inconclusive else "slo"
+        kind = ("not_judged" if verdict.check == JUDGED_CHECK else "inconclusive") if verdict.inconclusive else "slo"
         failure = ET.SubElement(case, "failure", {"message": _clean(verdict.message), "type": kind})
         failure.text = _clean(
             f"tier {verdict.tier}: {verdict.check} threshold {fmt.check_value(verdict.check, verdict.threshold)}, "
@@ -58,15 +62,17 @@ def _suite(root: ET.Element, name: str, summary: Summary) -> ET.Element:
     return ET.SubElement(root, "testsuite", attrs)
 
 
-def _count(suite: ET.Element) -> tuple[int, int, int]:
-    """Write tests/failures/errors onto a suite and return them."""
+def _count(suite: ET.Element) -> tuple[int, int, int, int]:
+    """Write tests/failures/errors/skipped (vacuous checks) onto a suite and return them."""
     cases = suite.findall("testcase")
     failures = sum(1 for c in cases if c.find("failure") is not None)
     errors = sum(1 for c in cases if c.find("error") is not None)
+    skipped = sum(1 for c in cases if c.find("skipped") is not None)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
-    return len(cases), failures, errors
+    suite.set("skipped", str(skipped))
+    return len(cases), failures, errors, skipped
 
 
 def render_junit(summary: Summary) -> str:

@@ -38,7 +38,9 @@ def _status_badge(summary: Summary) -> str:
         return "✅ PASS"
     if not summary.verdicts:
         return "❔ NO SLOs"
-    return "❔ INCONCLUSIVE" if summary.exit_code == 2 else "❌ FAIL"
+    if summary.exit_code == 2:
+        return f"❔ {sentences.gate_word(summary)}"
+    return "❌ FAIL"
 
 
 def _token_line(f: TokenFidelity) -> str:
@@ -56,6 +58,8 @@ def _token_line(f: TokenFidelity) -> str:
 
 
 SIMULATED = "simulated (virtual time)"
+_RESULT = {"PASS": "✅ pass", "FAIL": "❌ FAIL", "INCONCLUSIVE": "❔ inconclusive", "VACUOUS": "➖ vacuous",
+           "NOT JUDGED": "❔ NOT JUDGED"}
 
 
 def render_markdown(summary: Summary) -> str:
@@ -83,7 +87,7 @@ def render_markdown(summary: Summary) -> str:
                 fmt.check_value(v.check, v.threshold),
                 fmt.check_value(v.check, v.observed),
                 fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
-                "❔ inconclusive" if v.inconclusive else ("✅ pass" if v.passed else "❌ FAIL"),
+                _RESULT[fmt.verdict_result(v)],
                 v.message,
             ]
             for v in summary.verdicts

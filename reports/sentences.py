@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from audit.judged import JUDGED_CHECK, tier_state
 from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES, Summary, TaskStats, TierSummary
 from reports import fmt
 
@@ -36,13 +37,47 @@ def interrupted_text(summary: Summary) -> str:
     return f"the run was interrupted (stop reason: {summary.run.stop_reason or 'unknown'})"
 
 
+def _not_judged(summary: Summary) -> tuple[list[str], list[str]]:
+    """Tiers whose every check was vacuous: (those that block the gate, those the SLO allows)."""
+    names = [t.name for t in summary.tiers]
+    names += sorted({v.tier for v in summary.verdicts} - set(names))
+    states = [(name, tier_state(summary.verdicts, name)) for name in names]
+    blocking = [name for name, st in states if st.state == "not_judged" and not st.allowed]
+    return blocking, [name for name, st in states if st.state == "not_judged" and st.allowed]
+
+
+def gate_word(summary: Summary) -> str:
+    """The run's badge: PASS, FAIL, INCONCLUSIVE, NOT JUDGED (a tier's checks all vacuous), NO SLOs or INVALID."""
+    if not summary.validity.valid:
+        return "INVALID"
+    if summary.passed:
+        return "PASS"
+    if not summary.verdicts:
+        return "NO SLOs"
+    if summary.exit_code != 2:
+        return "FAIL"
+    unsure = [v for v in summary.verdicts if v.inconclusive and v.check != JUDGED_CHECK]
+    return "INCONCLUSIVE" if unsure or not any(_not_judged(summary)) else "NOT JUDGED"
+
+
 def verdict_line(summary: Summary) -> str:
-    """One line: pass, fail, inconclusive or invalid, which checks failed, and whether the run was cut short."""
-    total = len(summary.verdicts)
-    failed = [v for v in summary.verdicts if not v.passed and not v.inconclusive]
-    unsure = [v for v in summary.verdicts if v.inconclusive]
+    """One line: pass, fail, inconclusive, not judged or invalid, which checks failed or judged nothing, and
+    whether the run was cut short. Vacuous checks are counted apart: they are neither passed nor failed."""
+    checks = [v for v in summary.verdicts if v.check != JUDGED_CHECK]
+    real = [v for v in checks if not v.vacuous]
+    vacuous = [v for v in checks if v.vacuous]
+    total = len(real)
+    failed = [v for v in real if not v.passed and not v.inconclusive]
+    unsure = [v for v in real if v.inconclusive]
+    blocking, allowed = _not_judged(summary)
     cut = interrupted_text(summary)
     tail = f"; {cut}." if cut else "."
+    blocked = f"; NOT JUDGED (every check vacuous): {', '.join(blocking)}" if blocking else ""
+    rest = f"; NOT JUDGED, allowed by allow_not_judged: {', '.join(allowed)}" if allowed else ""
+    if vacuous:
+        rest += (f"; {len(vacuous)} vacuous check(s) judged nothing ("
+                 + ", ".join(f"{v.tier} {v.check}" for v in vacuous) + ")")
+    notes = blocked + rest
     if not summary.validity.valid:
         head = "INVALID RUN: the numbers below cannot be trusted"
         why = "; ".join(summary.validity.reasons) or "see run validity"
@@ -52,14 +87,19 @@ def verdict_line(summary: Summary) -> str:
         text = f"FAIL: {len(failed)} of {total} SLO checks failed ({names})"
         if unsure:
             text += f", {len(unsure)} inconclusive"
-        return text + tail
+        return text + notes + tail
     if unsure:
         names = ", ".join(f"{v.tier} {v.check}" for v in unsure)
-        return f"INCONCLUSIVE: {len(unsure)} of {total} SLO checks could not be judged ({names}){tail}"
-    if not total:
+        return f"INCONCLUSIVE: {len(unsure)} of {total} SLO checks could not be judged ({names}){notes}{tail}"
+    if blocking:
+        return (f"NOT JUDGED: every SLO check of {', '.join(blocking)} was vacuous (a check that judges nothing "
+                f"is no pass); {total} other check(s) passed{rest}{tail}")
+    if not total and not vacuous:
         return ("NOT JUDGED: no SLO checks were configured (add `slo:` to a tier; a gate without checks "
                 "cannot fail)" + tail)
-    return f"PASS: all {total} SLO checks passed{tail}"
+    if not total:
+        return f"NOT JUDGED: no SLO check judged anything{notes}{tail}"
+    return f"PASS: all {total} SLO checks passed{notes}{tail}"
 
 
 def _windows_text(summary: Summary) -> str:

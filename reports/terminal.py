@@ -8,22 +8,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from audit.summary import Summary
+from audit.judged import tier_state
+from audit.summary import Summary, Verdict
 from reports import control, fmt, sentences
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
-    """'PASS', 'FAIL 1/2' or '–' for a tier."""
-    verdicts = [v for v in summary.verdicts if v.tier == tier]
-    if not verdicts:
-        return Text("–", style="dim")
-    failed = sum(1 for v in verdicts if not v.passed and not v.inconclusive)
-    if failed:
-        return Text(f"FAIL {failed}/{len(verdicts)}", style="bold red")
-    unsure = sum(1 for v in verdicts if v.inconclusive)
-    if unsure:
-        return Text(f"?? {unsure}/{len(verdicts)}", style="bold yellow")
-    return Text("PASS", style="bold green")
+    """'PASS', 'FAIL 1/2', '?? 1/2', 'NOT JUDGED' or '–' for a tier."""
+    state = tier_state(summary.verdicts, tier)
+    style = {"none": "dim", "fail": "bold red", "inconclusive": "bold yellow", "pass": "bold green",
+             "not_judged": "yellow" if state.allowed else "bold yellow"}[state.state]
+    return Text(fmt.tier_label(state, unsure_word="??"), style=style)
 
 
 def _banner(summary: Summary) -> Text:
@@ -81,7 +76,7 @@ def verdict_table(summary: Summary, wide: bool = True) -> Table:
             fmt.check_value(v.check, v.threshold),
             fmt.check_value(v.check, v.observed),
             fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
-            _result(v.passed, v.inconclusive),
+            _result(v),
         ]
         if wide:
             cells.append(Text(v.message))
@@ -89,10 +84,10 @@ def verdict_table(summary: Summary, wide: bool = True) -> Table:
     return table
 
 
-def _result(passed: bool, inconclusive: bool) -> Text:
-    if inconclusive:
-        return Text("INCONCLUSIVE", style="bold yellow")
-    return Text("PASS", style="bold green") if passed else Text("FAIL", style="bold red")
+def _result(v: Verdict) -> Text:
+    word = fmt.verdict_result(v)
+    style = {"PASS": "bold green", "FAIL": "bold red", "VACUOUS": "dim"}.get(word, "bold yellow")
+    return Text(word, style=style)
 
 
 def _unclassified(summary: Summary, console: Console) -> None:

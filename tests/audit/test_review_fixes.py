@@ -57,7 +57,9 @@ def test_floor_unjudged_without_windows_and_sentence_says_so(tmp_path: Path) -> 
     s = audit_run(b.close())
     batch = _tier(s, "batch")
     assert not s.windows and batch.floor.passed is None
-    assert next(v for v in s.verdicts if v.check == "floor_share").passed is True
+    floor = next(v for v in s.verdicts if v.check == "floor_share")  # issue 34: vacuous, no pass
+    assert floor.vacuous and floor.passed is False and floor.message.endswith("vacuous: no saturation window")
+    assert s.exit_code == 0  # max_429_share judged and passed beside it: the tier is judged
     line = sentences.fairness_line(batch)
     assert "floor not judged (no saturation)" in line
     assert "NOT held" not in line
