@@ -198,13 +198,17 @@ def verdict_result(v: Verdict) -> str:
 
 
 def tier_label(state: TierState, unsure_word: str = "INCONCLUSIVE") -> str:
-    """A tier's SLO cell: 'PASS', 'PASS (1 vacuous)', 'FAIL 1/2', 'INCONCLUSIVE 1/2', 'NOT JUDGED' or '–'."""
+    """A tier's SLO cell: 'PASS', 'PASS (1 vacuous)', 'FAIL 1/2', 'INCONCLUSIVE 1/2', 'NOT JUDGED' or '–'.
+
+    Vacuous checks are counted apart: they judged nothing, so they are neither among the passed nor the failed.
+    """
     if state.state == "none":
         return "–"
+    vacuous = f" ({state.vacuous} vacuous)" if state.vacuous else ""
     if state.state == "fail":
-        return f"FAIL {state.failed}/{state.checks}"
+        return f"FAIL {state.failed}/{state.checks}{vacuous}"
     if state.state == "not_judged":
         return "NOT JUDGED (allowed)" if state.allowed else "NOT JUDGED"
     if state.state == "inconclusive":
         return f"{unsure_word} {state.unsure}/{state.checks}"
-    return "PASS" + (f" ({state.vacuous} vacuous)" if state.vacuous else "")
+    return "PASS" + vacuous
