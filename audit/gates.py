@@ -114,19 +114,16 @@ def vacuous(tier: str, check: str, threshold: float, judge: Judge, why: str) -> 
 
 def _abandon(tier: TierSummary, limit: float, judge: Judge) -> list[Verdict]:
     """``max_abandon_rate`` per persona; vacuous for one whose users never give up (no patience, none abandoned)."""
-    out, idle = [], []
+    out = []
     for p in tier.personas:
         if p.abandon_rate is None or not p.abandon_rate.n:
             continue
+        check = f"persona.{p.persona}.max_abandon_rate"
         if not p.patience and not p.abandoned:
-            idle.append(p.persona)
-            continue
-        out.append(_rate(tier.name, f"persona.{p.persona}.max_abandon_rate", limit, p.abandon_rate, judge, upper=True))
-    if not out:
-        why = (f"no patience set for {', '.join(idle)} (its users never give up)" if idle
-               else "no requests from any persona")
-        out.append(vacuous(tier.name, "max_abandon_rate", limit, judge, why))
-    return out
+            out.append(vacuous(tier.name, check, limit, judge, "no patience set (its users never give up)"))
+        else:
+            out.append(_rate(tier.name, check, limit, p.abandon_rate, judge, upper=True))
+    return out or [vacuous(tier.name, "max_abandon_rate", limit, judge, "no requests from any persona")]
 
 
 def _deadlines(tier: TierSummary, limit: float, judge: Judge) -> list[Verdict]:

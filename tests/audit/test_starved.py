@@ -78,7 +78,8 @@ def test_vacuous_lines_name_why(tmp_path: Path) -> None:
         "floor_share": "low floor_share: vacuous: no saturation window",
         "sessions.max_deadline_miss_rate": "low sessions.max_deadline_miss_rate: vacuous: none of its 30 sessions "
                                            "had a deadline",
-        "max_abandon_rate": "low max_abandon_rate: vacuous: no patience set for chat-low (its users never give up)",
+        "persona.chat-low.max_abandon_rate": "low persona.chat-low.max_abandon_rate: vacuous: no patience set (its "
+                                             "users never give up)",
     }
 
 
@@ -90,8 +91,8 @@ def test_only_vacuous_checks_is_not_judged(tmp_path: Path) -> None:
     assert MIN_SERVED_CHECK not in checks  # served: the implicit minimum is met and not shown
     marker = checks[JUDGED_CHECK]
     assert marker.inconclusive and not marker.passed and not marker.vacuous
-    assert marker.message == ("low judged: NOT JUDGED: every check was vacuous (max_abandon_rate: no patience set "
-                              "for chat-low (its users never give up); floor_share: no saturation window)")
+    assert marker.message == ("low judged: NOT JUDGED: every check was vacuous (persona.chat-low.max_abandon_rate: "
+                              "no patience set (its users never give up); floor_share: no saturation window)")
     state = tier_state(s.verdicts, "low")
     assert (state.state, state.checks, state.vacuous, state.allowed) == ("not_judged", 0, 2, False)
     assert tier_state(s.verdicts, "gold").state == "pass"
@@ -196,3 +197,10 @@ def test_starved_verdict_needs_an_slo_and_a_request() -> None:
     empty = TierSummary.model_construct(name="t", drop_rate=Rate(k=0, n=0, value=None, low=None, high=None))
     assert starved_verdict(empty, SLO(floor_share=0.1), "point") is None  # no demand: nothing starved
     assert starved_verdict(empty, SLO(min_served=1), "point") is not None  # named: judged on no requests too
+
+
+def test_users_who_did_give_up_are_judged_without_a_named_patience(tmp_path: Path) -> None:
+    """No patience in the scenario, but the records say users abandoned: the abandon rate judges that."""
+    s = _run(tmp_path, {"max_abandon_rate": 0.1}, "abandoned")
+    v = _checks(s)["persona.chat-low.max_abandon_rate"]
+    assert not v.vacuous and not v.passed and v.observed == 1.0

@@ -92,7 +92,8 @@ def test_starved_tiers_fail_the_gate(starved: tuple[subprocess.CompletedProcess[
     for tier in ("refused", "quota"):
         assert by_tier[tier]["by_status"].get("429", 0) == by_tier[tier]["attempts"] > 0
     verdicts = _verdicts(run_dir)
-    vacuous = {"gaveup": "floor_share", "refused": "sessions.max_deadline_miss_rate", "quota": "max_abandon_rate"}
+    vacuous = {"gaveup": "floor_share", "refused": "sessions.max_deadline_miss_rate",
+               "quota": "persona.quota-chat.max_abandon_rate"}
     for tier, check in vacuous.items():
         starved_check = verdicts[(tier, "min_served")]
         assert not starved_check["passed"] and "starved: none of its" in starved_check["message"]
