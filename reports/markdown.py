@@ -30,17 +30,13 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] | None = No
     return lines
 
 
+_BADGE = {"INVALID": "⚠️ INVALID RUN", "PASS": "✅ PASS", "FAIL": "❌ FAIL", "NO SLOs": "❔ NO SLOs",
+          "INCONCLUSIVE": "❔ INCONCLUSIVE", "NOT JUDGED": "❔ NOT JUDGED"}
+
+
 def _status_badge(summary: Summary) -> str:
-    """'✅ PASS', '❌ FAIL', '❔ INCONCLUSIVE', '❔ NO SLOs' or '⚠️ INVALID'."""
-    if not summary.validity.valid:
-        return "⚠️ INVALID RUN"
-    if summary.passed:
-        return "✅ PASS"
-    if not summary.verdicts:
-        return "❔ NO SLOs"
-    if summary.exit_code == 2:
-        return f"❔ {sentences.gate_word(summary)}"
-    return "❌ FAIL"
+    """'✅ PASS', '❌ FAIL', '❔ INCONCLUSIVE', '❔ NOT JUDGED', '❔ NO SLOs' or '⚠️ INVALID RUN'."""
+    return _BADGE[sentences.gate_word(summary)]
 
 
 def _token_line(f: TokenFidelity) -> str:
