@@ -220,7 +220,7 @@ def prepare(
         key = credential(loaded.tiers[0])
         options = loaded.target.metrics
         token = read_credential(options.credential) if options is not None and options.credential else None
-    except (ScenarioError, TierError) as exc:
+    except (ScenarioError, TierError, FileNotFoundError) as exc:  # FileNotFoundError: no such scenario
         raise DoctorError(str(exc)) from None
     except ValidationError as exc:  # the options made a scenario that does not validate (e.g. --target ftp://…)
         first = exc.errors()[0]

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rushhour.consoles import make_console
+from rushhour.consoles import make_console, widen_help
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_FLAG = "--debug"
@@ -47,6 +47,7 @@ class _App(typer.Typer):
         from rushhour.pipes import guard_stdout
 
         guard_stdout()  # `rushhour compare … | head -1`: a reader that leaves early is not a failure
+        widen_help()
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # the last line of defence: the user sees one line, never a traceback
@@ -222,6 +223,12 @@ def run(
         raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
     if (junit or markdown) and not gate_run:
         raise _fail("--junit and --markdown are the gate's files: give --gate with them")
+    if expect_workers and not dry_run:
+        from rushhour.ports import listen_problem
+
+        busy = listen_problem(master_bind, master_port, "--master-port")
+        if busy:
+            raise _fail(busy)
     if gate_run and dry_run:
         raise _fail("--gate judges a run, and a dry run sends nothing: leave one of them out")
     options = RunOptions(
@@ -306,7 +313,8 @@ def worker(
 
 @app.command()
 def k8s(
-    scenario: Annotated[Path, typer.Argument(help="scenario file (it goes into a ConfigMap as is)")],
+    scenario: Annotated[str, typer.Argument(
+        help="scenario file or built-in name (it goes into a ConfigMap as is)")],
     workers: Annotated[int, typer.Option(help="worker pods (one Locust process each)")],
     image: Annotated[str, typer.Option(help="image built with deploy/Dockerfile")] = "rushhour:0.1.0",
     name: Annotated[str, typer.Option(help="prefix of every object's name")] = "rushhour",
@@ -318,14 +326,14 @@ def k8s(
 ) -> None:
     """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
     from rushhour.k8s import K8sOptions, render
-    from scenarios import ScenarioError, load_scenario
+    from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     try:
         loaded = load_scenario(scenario)  # refuse a broken scenario here, not in the cluster
         if (target or loaded.target.url) == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
             raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
                              "give --target the URL of the stack under test")
-        text = scenario.read_text()
+        text = resolve_scenario_path(scenario).read_text()  # a built-in name too, as every other verb takes
         out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
                                           target=target, profile=profile, duration=duration, secret=secret)),
                   end="", markup=False, highlight=False, soft_wrap=True)

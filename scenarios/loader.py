@@ -343,8 +343,10 @@ def resolve_scenario_path(name: str | Path) -> Path:
     for candidate in (LIBRARY_DIR / f"{name}.yaml", LIBRARY_DIR / str(name)):
         if candidate.exists():
             return candidate
-    available = ", ".join(sorted(p.stem for p in LIBRARY_DIR.glob("*.yaml")))
-    raise FileNotFoundError(f"no scenario file {str(name)!r} (built-in scenarios: {available})")
+    builtins = sorted(p.stem for p in LIBRARY_DIR.glob("*.yaml"))
+    close = difflib.get_close_matches(Path(name).stem, builtins, n=1, cutoff=0.6)
+    hint = f": did you mean {close[0]!r}?" if close else ""
+    raise FileNotFoundError(f"no scenario file {str(name)!r}{hint} (built-in scenarios: {', '.join(builtins)})")
 
 
 def read_scenario_text(path: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import os
 import signal
@@ -50,6 +51,21 @@ def write_port_file(path: str, port: int) -> None:
     os.replace(tmp, target)
 
 
+class BindError(RuntimeError):
+    """The server could not listen on its address (one line for the user, what to do included)."""
+
+
+def bind_problem(exc: OSError, host: str, port: int) -> str:
+    """Why binding ``host:port`` failed, in one line that says what to do."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is in use: pass --port N (0 picks a free one)"
+    if exc.errno == errno.EACCES:
+        return f"port {port} needs privileges this user lacks: pass --port N above 1023 (0 picks a free one)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine: pass --host 127.0.0.1 (or one of its addresses)"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
 GC_FREEZE_S = 0.05  # survivors of young collections are frozen this often
 GC_YOUNG_THRESHOLD = 2000  # allocations between young collections (a ~1 ms sweep)
 
@@ -94,7 +110,11 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=4096)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise BindError(bind_problem(exc, args.host, args.port)) from None
     server = site._server
     assert server is not None
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
@@ -127,5 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:  # optional speed-up
         pass
-    asyncio.run(serve(cfg, args))
+    try:
+        asyncio.run(serve(cfg, args))
+    except BindError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
