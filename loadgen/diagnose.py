@@ -235,11 +235,19 @@ def prepare(
 
 
 def diagnose(plan: Plan, runs_dir: Path, fillers: int) -> Collected:
-    """List the models, probe, scrape once; the result carries the judgement's input."""
+    """List the models, probe, scrape once; the result carries the judgement's input.
+
+    Raises ``DoctorError`` before any probe when the stack lists its models and the requested one is not among them.
+    """
     models, models_error = served_models(plan.url, plan.key)
     scenario = plan.scenario
     if not scenario.target.model and models:  # no model named anywhere: probe what the stack serves first
         scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"model": models[0]})})
+    if models and scenario.target.model not in models:
+        # every probe would be refused for its model, which says nothing of the tiers: say so before sending any
+        listed = ", ".join(models[:5]) + (", …" if len(models) > 5 else "")
+        raise DoctorError(f"model {scenario.target.model!r} is not served by {plan.url} (served: {listed}): "
+                          f"pass --model {models[0]} (or set target.model in the scenario)")
     got = collect(scenario, plan.url, runs_dir, fillers, plan.metrics_url, plan.metrics_token)
     got.scenario, got.models, got.models_error = scenario, models, models_error
     return got

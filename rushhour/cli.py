@@ -567,7 +567,10 @@ def doctor(
         raise _fail(str(exc)) from None
     console.print(f"doctor: probing {plan.url} as profile {plan.profile} "
                   f"({len(plan.scenario.tiers)} tiers, {fillers} fillers) …", highlight=False)
-    found = diagnose(plan, out_dir, fillers)
+    try:
+        found = diagnose(plan, out_dir, fillers)
+    except DoctorError as exc:
+        raise _fail(str(exc)) from None
     checks = judge(doctor_input(plan, found))
     print_doctor(checks, out, target=plan.url, profile=plan.profile, folder=str(found.folder))
     raise typer.Exit(exit_code(checks))
