@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 import stacks
 from scenarios.distributions import (
@@ -28,6 +29,7 @@ from scenarios.distributions import (
     Uniform,
     as_dist_input,
 )
+from scenarios.references import reference_problems
 from scenarios.tools import BUILTIN_TOOLS, check_tools
 
 PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 else:  # a Literal built from the registry: the schema lists the names, and a typo is named as one
     Profile = Literal[PROFILES]
 Dialect = Literal["openai-chat", "openai-completions", "anthropic-messages"]
+CROSS_REFERENCE = "cross_reference"  # the error type of a name that refers to nothing (scenarios/references.py)
 
 # Upper bounds (docs/scenarios.md, "Limits"): generous for any real test, small enough that a typo such
 # as `rate: 1e9` or `tenants: 1e9` is refused at validation instead of hanging or flooding the run.
@@ -536,6 +539,12 @@ class AgentSwarmPersona(Strict):
     def _tools_shape(cls, value: bool | list[dict[str, Any]]) -> bool | list[dict[str, Any]]:
         return value if isinstance(value, bool) else check_tools(value)
 
+    @model_validator(mode="after")
+    def _arrivals_need_a_rate(self) -> AgentSwarmPersona:
+        if self.start == "arrivals" and not self.task_rate:
+            raise ValueError("start 'arrivals' needs task_rate (tasks per second)")
+        return self
+
     @property
     def tool_schemas(self) -> list[dict[str, Any]] | None:
         """The tools the swarm's requests carry (None: none)."""
@@ -698,38 +707,28 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Scenario:
-        names = [t.name for t in self.tiers]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tier names must be unique: {names}")
-        persona_names = [p.name for p in self.personas]
-        if len(set(persona_names)) != len(persona_names):
-            raise ValueError(f"persona names must be unique: {persona_names}")
-        for persona in self.personas:
-            if persona.tier not in names:
-                raise ValueError(f"persona {persona.name!r} uses unknown tier {persona.tier!r} (tiers: {names})")
-            if isinstance(persona, AgentSwarmPersona) and persona.start == "arrivals" and not persona.task_rate:
-                raise ValueError(f"persona {persona.name!r}: start 'arrivals' needs task_rate")
+        problems = reference_problems(self._references())
+        if problems:  # the loader reports these located, from the YAML, beside every field error
+            text = "; ".join(f"{'.'.join(map(str, p.loc))}: {p.message}" + (f" ({p.hint})" if p.hint else "")
+                             for p in problems)
+            raise PydanticCustomError(CROSS_REFERENCE, "{text}", {"text": text})
         self._within_limits()
         self._measured_phases()
-        if self.budget:
-            for tier_name in self.budget.per_tier:
-                if tier_name not in names:
-                    raise ValueError(f"budget.per_tier names unknown tier {tier_name!r}")
         return self
 
+    def _references(self) -> dict[str, Any]:
+        """The names parts of the scenario give each other, as plain data (``scenarios.references`` checks them)."""
+        return {
+            "tiers": [{"name": t.name, "slo": {"phases": dict.fromkeys(t.slo.phases)}} for t in self.tiers],
+            "personas": [{"name": p.name, "tier": p.tier} for p in self.personas],
+            "phases": [{"name": p.name} for p in self.phases],
+            "budget": {"per_tier": dict.fromkeys(self.budget.per_tier)} if self.budget else None,
+        }
+
     def _measured_phases(self) -> None:
-        """Phase names are unique when an SLO names one; something must be measured; SLO phases exist."""
-        phase_names = [p.name for p in self.phases]
+        """Something must be measured."""
         if not any(p.measured for p in self.phases) and any(p.measure is False for p in self.phases):
             raise ValueError("every phase has measure: false: nothing would be judged (measure at least one)")
-        for tier in self.tiers:
-            for name in tier.slo.phases:
-                if name not in phase_names:
-                    raise ValueError(f"tier {tier.name!r}: slo.phases names unknown phase {name!r} "
-                                     f"(phases: {phase_names})")
-                if phase_names.count(name) > 1:
-                    raise ValueError(f"tier {tier.name!r}: slo.phases names phase {name!r}, "
-                                     "which is not unique")
 
     def _within_limits(self) -> None:
         """Limits that span fields: the busiest phase's rate, the scaled swarm, the total duration."""
