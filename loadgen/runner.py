@@ -121,6 +121,9 @@ class RunOptions:
     # builds the watcher for a scenario with an `abort:` (rushhour passes audit.early.Watcher: the parent
     # side of loadgen may not import the audit); a scenario asking for an abort without one is refused
     watcher: Callable[[Scenario], Watch] | None = None
+    # lines a dry run adds for the scenario as it would run (rushhour passes rushhour.fits.dry_run_notes: the
+    # testbed it would start, and the trace rows or conversations that exceed its context)
+    dry_run_notes: Callable[[Scenario], list[str]] | None = None
 
 
 @dataclass
@@ -359,7 +362,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
     if options.dry_run:
-        return _dry_run(scenario, console)
+        return _dry_run(scenario, console, options.dry_run_notes)
     run_id = new_run_id()
     run_dir = (Path(options.out_dir) / run_id).resolve()
     try:
@@ -630,12 +633,14 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     return info
 
 
-def _dry_run(scenario: Scenario, console: Any) -> RunResult:
+def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[str]] | None = None) -> RunResult:
     from loadgen.dryrun import plan, render_plan
 
     result = plan(scenario)
     if console is not None:
         console.print(render_plan(result))
+        for line in notes(scenario) if notes else []:
+            console.print(line, markup=False, highlight=False)
         for warning in result.budget_warnings:
             console.print(f"[yellow]warning:[/] {warning}")
         cal = scenario.calibration

@@ -115,6 +115,7 @@ def scenario_check(
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
     from loadgen.traces import localise_traces
+    from rushhour.fits import context_warnings
     from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     bad = 0
@@ -141,6 +142,8 @@ def scenario_check(
             f"{scenario.duration_s:.0f} s against {scenario.target.url} ({scenario.target.profile})",
             highlight=False,
         )
+        for warning in context_warnings(scenario):  # it runs, but these requests will be refused
+            console.print(f"warning: {name}: {warning}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(EXIT_USAGE if bad else EXIT_OK)
 
 
@@ -217,6 +220,7 @@ def run(
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from audit.early import Watcher
     from loadgen.runner import RunOptions, run_scenario
+    from rushhour.fits import dry_run_notes
     from scenarios import ScenarioError
 
     if expect_workers < 0 or (expect_workers and processes != 1):
@@ -235,7 +239,7 @@ def run(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
-        abort=_abort_modes(abort), watcher=Watcher,
+        abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
@@ -371,11 +375,18 @@ def serve(
     host: Annotated[str, typer.Option(help="loopback address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0 = ephemeral)")] = 8000,
     ledger: Annotated[Path | None, typer.Option(help="write the ground-truth ledger here (JSONL)")] = None,
-    preset: Annotated[str | None, typer.Option(help="GPU/model preset")] = None,
-    replicas: Annotated[int | None, typer.Option(help="simulated replicas")] = None,
+    preset: Annotated[str | None, typer.Option(help="GPU/model preset; default h100-llama8b (256 sequences, a "
+                                               "430,000-token context), where a scenario's `url: testbed` starts "
+                                               "`tiny` (4 sequences, a 4,096-token context)")] = None,
+    replicas: Annotated[int | None, typer.Option(
+        help="simulated replicas; default 2 (a scenario's testbed: 1)")] = None,
     speed: Annotated[float | None, typer.Option(help="time scale of the simulated GPUs")] = None,
 ) -> None:
-    """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger."""
+    """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger.
+
+    Alone it imitates 2 × H100 serving Llama-3.1-8B (models `testbed` and meta-llama/Llama-3.1-8B-Instruct); a
+    scenario's `url: testbed` starts its own, as its target.testbed says (default: one `tiny` replica).
+    """
     import testbed
 
     argv = ["--profile", profile, "--host", host, "--port", str(port)]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
+from testbed.presets import get_preset
 
 
 def _port(text: str) -> int:
@@ -49,6 +50,15 @@ def write_port_file(path: str, port: int) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(f"{port}\n")
     os.replace(tmp, target)
+
+
+def describe(cfg: TestbedConfig) -> str:
+    """One line: what this testbed imitates, its capacity and context, and the models it serves."""
+    preset = get_preset(cfg.preset)
+    seqs = cfg.max_num_seqs or preset.max_num_seqs
+    context = cfg.kv_capacity_tokens or preset.kv_capacity_tokens
+    return (f"profile {cfg.profile}, preset {cfg.preset} × {cfg.replicas} replica(s): {seqs} sequences and a "
+            f"{context:,}-token context each; models: {', '.join(cfg.models)}")
 
 
 class BindError(RuntimeError):
@@ -122,6 +132,7 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
         write_port_file(args.port_file, port)
     gc_task = asyncio.create_task(gc_policy(lambda: len(app[SERVER_KEY].live)))
     print(f"testbed listening on http://{args.host}:{port}", flush=True)
+    print(describe(cfg), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -141,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as exc:
         print(f"testbed: config error: {exc}", file=sys.stderr)
         return 2
+    if args.config is None:  # alone (`rushhour serve`): the preset's model name is served too, as a real stack's is
+        cfg.models = list(dict.fromkeys([*cfg.models, get_preset(cfg.preset).model]))
     try:
         import uvloop
 
