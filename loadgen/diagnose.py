@@ -26,6 +26,7 @@ from loadgen.testbed_proc import child_env, stop_pid
 from loadgen.tiers import TierError, credential
 from scenarios import ScenarioError, load_scenario
 from scenarios.model import Scenario
+from scenarios.names import did_you_mean
 
 PLAN_FILE = "doctor.json"
 FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
@@ -201,7 +202,9 @@ def prepare(
 ) -> Plan:
     """The probe plan from a scenario (overridden by the options) or from ``--target`` and ``--profile`` alone."""
     if profile is not None and profile not in stacks.NAMES:
-        raise DoctorError(f"unknown profile {profile!r}; one of: {', '.join(stacks.NAMES)}")
+        near = did_you_mean(profile, stacks.NAMES)
+        raise DoctorError(f"unknown profile {profile!r}" + (f": {near}" if near else "")
+                          + f" (one of: {', '.join(stacks.NAMES)})")
     try:
         if scenario_name is not None:
             loaded = load_scenario(scenario_name)

@@ -38,6 +38,7 @@ from loadgen.traces import localise_traces
 from scenarios import ScenarioError, load_scenario
 from scenarios.loader import Problem, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
+from scenarios.names import did_you_mean
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
@@ -180,7 +181,8 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
                 "--profile",
                 [
                     Problem(
-                        "target.profile", None, f"unknown profile {options.profile!r}", f"known: {', '.join(PROFILES)}"
+                        "target.profile", None, f"unknown profile {options.profile!r}",
+                        did_you_mean(options.profile, PROFILES) or f"known: {', '.join(PROFILES)}"
                     )
                 ],
             )

@@ -388,7 +388,13 @@ def serve(
     scenario's `url: testbed` starts its own, as its target.testbed says (default: one `tiny` replica).
     """
     import testbed
+    from scenarios.names import did_you_mean
+    from testbed.config import PROFILES
 
+    if profile not in PROFILES:
+        near = did_you_mean(profile, PROFILES)
+        raise _fail(f"unknown profile {profile!r}" + (f": {near}" if near else "") + f" (testbed profiles: "
+                    f"{', '.join(PROFILES)})")
     argv = ["--profile", profile, "--host", host, "--port", str(port)]
     for flag, value in (("--config", config), ("--ledger", ledger), ("--preset", preset),
                         ("--replicas", replicas), ("--speed", speed)):

@@ -89,3 +89,15 @@ def test_piped_help_is_as_wide_as_the_piped_tables() -> None:
     assert "override target URL ('testbed' for the embedded one)" in done.stdout
     narrow = _rushhour("run", "--help", columns="80")  # a COLUMNS the user set is kept
     assert "override target URL ('testbed' for the embedded one)" not in narrow.stdout
+
+
+@pytest.mark.parametrize("verb", [
+    ["run", "demo", "--profile", "vLLM", "--dry-run"],
+    ["doctor", "--target", "http://127.0.0.1:9", "--profile", "vLLM"],
+    ["serve", "--profile", "vLLM", "--port", "0"],
+])
+def test_a_profile_in_the_wrong_case_gets_the_case_to_use(verb: list[str]) -> None:
+    done = _rushhour(*verb, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "unknown profile 'vLLM'" in done.stderr and "names are case-sensitive: 'vllm'" in done.stderr
+    assert "Traceback" not in done.stderr
