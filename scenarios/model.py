@@ -277,10 +277,13 @@ class MetricsOptions(Strict):
 class Target(Strict):
     url: str = Field(default="testbed", description="base URL, or 'testbed' for the embedded testbed")
     profile: Profile = "llm-d"
-    model: str = "testbed"
+    model: str = Field(default="testbed", description="the model every request names; 'testbed' is the name the "
+                       "embedded testbed serves (`rushhour serve` also serves its preset's model)")
     dialect: Dialect = "openai-chat"
     stream: bool = True
-    testbed: TestbedOptions = Field(default_factory=TestbedOptions)
+    testbed: TestbedOptions = Field(default_factory=TestbedOptions, description="the testbed `url: testbed` "
+                                    "starts: default one 'tiny' replica (4 sequences, 4,096-token context), not "
+                                    "the 2 x H100 of `rushhour serve`")
     metrics: MetricsOptions | None = Field(default_factory=MetricsOptions)
     tokenizer: str | None = Field(
         default=None,
