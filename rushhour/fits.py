@@ -100,8 +100,17 @@ def _dataset_over(persona: ChatPersona | AgentSwarmPersona, shape: TestbedShape)
             f"exceed the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
 
 
+def _shared_over(persona: AgentSwarmPersona, shape: TestbedShape) -> str | None:
+    """Every call of a swarm carries its shared context: over the context, not one call can be served."""
+    if persona.shared_context_tokens < shape.context:
+        return None
+    return (f"persona {persona.name!r}: every call carries shared_context_tokens {persona.shared_context_tokens:,}, "
+            f"over the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
+
+
 def context_warnings(scenario: Scenario) -> list[str]:
-    """One line per persona whose trace rows or dataset conversations cannot fit the testbed's context."""
+    """One line per persona whose trace rows or dataset conversations cannot fit the testbed's context (and per
+    swarm whose shared context alone cannot)."""
     shape = testbed_shape(scenario)
     if shape is None:
         return []
@@ -111,6 +120,8 @@ def context_warnings(scenario: Scenario) -> list[str]:
             line = _trace_over(persona, scenario, shape)
         elif persona.dataset is not None:
             line = _dataset_over(persona, shape)
+        elif isinstance(persona, AgentSwarmPersona):
+            line = _shared_over(persona, shape)
         else:
             continue
         if line:

@@ -140,3 +140,12 @@ def test_the_readme_scenario_runs_against_rushhour_serve(served: str, tmp_path: 
                 statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
     assert statuses.get(200, 0) > 0 and 404 not in statuses, statuses  # the model is served: no 404
     assert time.monotonic() - started < 120
+
+
+def test_a_swarm_whose_shared_context_alone_is_over_is_named() -> None:
+    text = _readme_scenario().replace('url: "http://127.0.0.1:8000"', "url: testbed")
+    (line,) = context_warnings(parse_scenario(text))
+    assert line.startswith("persona 'coding-agents': every call carries shared_context_tokens 12,000, over the "
+                           "testbed's 4,096-token context (preset tiny)"), line
+    bigger = text.replace("url: testbed", "url: testbed, testbed: {preset: h100-llama8b}")
+    assert context_warnings(parse_scenario(bigger)) == []
