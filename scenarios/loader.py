@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scenarios.model import CROSS_REFERENCE, Scenario, parse_duration
+from scenarios.model import CROSS_REFERENCE, Scenario, parse_duration, span_problems
 from scenarios.names import did_you_mean
 from scenarios.references import reference_problems
 
@@ -315,7 +315,7 @@ def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
     # names one part gives another are checked on the YAML itself, so they come with every field error at
     # once, each at its own line (the model checks them only once all its fields are valid)
     references = [Problem(".".join(map(str, r.loc)), _line_of(doc, r.loc), r.message, r.hint)
-                  for r in reference_problems(doc)]
+                  for r in reference_problems(doc) + span_problems(doc)]
     try:
         scenario = Scenario.model_validate(_plain(doc))
     except ValidationError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -29,7 +29,7 @@ from scenarios.distributions import (
     Uniform,
     as_dist_input,
 )
-from scenarios.references import reference_problems
+from scenarios.references import Reference, reference_problems
 from scenarios.tools import BUILTIN_TOOLS, check_tools
 
 PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
@@ -710,48 +710,83 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Scenario:
-        problems = reference_problems(self._references())
+        data = self.model_dump()
+        problems = reference_problems(data) + span_problems(data)
         if problems:  # the loader reports these located, from the YAML, beside every field error
             text = "; ".join(f"{'.'.join(map(str, p.loc))}: {p.message}" + (f" ({p.hint})" if p.hint else "")
                              for p in problems)
             raise PydanticCustomError(CROSS_REFERENCE, "{text}", {"text": text})
-        self._within_limits()
-        self._measured_phases()
         return self
 
-    def _references(self) -> dict[str, Any]:
-        """The names parts of the scenario give each other, as plain data (``scenarios.references`` checks them)."""
-        return {
-            "tiers": [{"name": t.name, "slo": {"phases": dict.fromkeys(t.slo.phases)}} for t in self.tiers],
-            "personas": [{"name": p.name, "tier": p.tier} for p in self.personas],
-            "phases": [{"name": p.name} for p in self.phases],
-            "budget": {"per_tier": dict.fromkeys(self.budget.per_tier)} if self.budget else None,
-        }
 
-    def _measured_phases(self) -> None:
-        """Something must be measured."""
-        if not any(p.measured for p in self.phases) and any(p.measure is False for p in self.phases):
-            raise ValueError("every phase has measure: false: nothing would be judged (measure at least one)")
+def _number(value: Any) -> float | None:
+    """A finite number from plain data, else None (a wrong type is a field error of its own)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
-    def _within_limits(self) -> None:
-        """Limits that span fields: the busiest phase's rate, the scaled swarm, the total duration."""
-        if self.duration_s > MAX_DURATION_S:
-            raise ValueError(
-                f"phases last {self.duration_s:.0f} s in all; the limit is {MAX_DURATION_S:.0f} s (7 days)"
-            )
-        for persona in self.personas:
-            base = persona.arrival.rate if isinstance(persona, ChatPersona) else (
-                persona.task_rate if isinstance(persona, AgentSwarmPersona) else None)
-            for phase in self.phases:
-                if base is not None and base * phase.rate_scale > MAX_RATE:
-                    raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: rate {base:g}/s × scale "
-                                     f"{phase.rate_scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s")
-                if isinstance(persona, AgentSwarmPersona):
-                    agents = persona.agents * (phase.agents_scale if phase.agents_scale is not None
-                                               else phase.rate_scale)
-                    if agents > MAX_AGENTS:
-                        raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: {agents:,.0f} agents "
-                                         f"is over the limit of {MAX_AGENTS:,}")
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
+def span_problems(data: Any) -> list[Reference]:
+    """Limits that span fields — the busiest phase's rate, a scaled swarm, all phases together — and that some
+    phase is measured, on a scenario's plain data (the YAML's, or a model's dump): located, beside field errors."""
+    if not isinstance(data, Mapping):
+        return []
+    raw_phases = data.get("phases")
+    phases = [dict(p) for p in raw_phases if isinstance(p, Mapping)] if isinstance(raw_phases, list) else []
+    if raw_phases is None:
+        phases = [{"name": "steady", "duration": 60.0}]
+    out: list[Reference] = []
+    total = sum(d for d in (_seconds(p.get("duration")) for p in phases) if d is not None)
+    if total > MAX_DURATION_S:
+        out.append(Reference(("phases",), f"phases last {total:.0f} s in all; the limit is {MAX_DURATION_S:.0f} s "
+                                          "(7 days)"))
+    flags = [p.get("measure") for p in phases]
+    measured = [f if isinstance(f, bool) else not is_warm_or_cool(str(p.get("name", ""))) for f, p in
+                zip(flags, phases, strict=True)]
+    if phases and not any(measured) and False in flags:
+        out.append(Reference(("phases",), "every phase has measure: false: nothing would be judged",
+                             "measure at least one"))
+    personas = data.get("personas")
+    for i, persona in enumerate(personas if isinstance(personas, list) else []):
+        if isinstance(persona, Mapping):
+            out += _persona_spans(i, persona, phases)
+    return out
+
+
+def _persona_spans(i: int, persona: Mapping[str, Any], phases: list[dict[str, Any]]) -> list[Reference]:
+    """A persona's rate at each phase's scale, and a swarm's size at each phase's scale (the first phase over)."""
+    kind, name = persona.get("kind"), persona.get("name")
+    arrival = persona.get("arrival")
+    where: tuple[str | int, ...]
+    if kind == "chat" and isinstance(arrival, Mapping):
+        base, where = _number(arrival.get("rate")), ("personas", i, "arrival", "rate")
+    elif kind == "agent_swarm":
+        base, where = _number(persona.get("task_rate")), ("personas", i, "task_rate")
+    else:
+        return []
+    out: list[Reference] = []
+    for phase in phases:
+        scale = _number(phase.get("rate_scale", 1.0))
+        if base is not None and scale is not None and base * scale > MAX_RATE:
+            out.append(Reference(where, f"persona {name!r} in phase {phase.get('name')!r}: rate {base:g}/s × "
+                                        f"scale {scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s"))
+            break
+    agents = _number(persona.get("agents", 10))
+    for phase in phases if kind == "agent_swarm" and agents is not None else []:
+        scale = _number(phase.get("agents_scale")) if phase.get("agents_scale") is not None else \
+            _number(phase.get("rate_scale", 1.0))
+        if scale is not None and agents is not None and agents * scale > MAX_AGENTS:
+            out.append(Reference(("personas", i, "agents"), f"persona {name!r} in phase {phase.get('name')!r}: "
+                                 f"{agents * scale:,.0f} agents is over the limit of {MAX_AGENTS:,}"))
+            break
+    return out
 
 
 Budget.model_rebuild()

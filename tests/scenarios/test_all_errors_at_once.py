@@ -100,3 +100,27 @@ def test_scenario_check_prints_them_all_and_exits_2(tmp_path: Path) -> None:
     assert "invalid scenario b.yaml (10 problems):" in done.stderr
     for expected in EXPECTED:
         assert expected in done.stderr, expected
+
+
+def test_limits_spanning_fields_come_with_the_field_errors_located() -> None:
+    text = """\
+name: spans
+tiers:
+  - {name: a, prioriti: 1}
+personas:
+  - {kind: chat, name: c, tier: a, arrival: {rate: 5000}}
+  - {kind: agent_swarm, name: s, tier: a, agents: 5000}
+phases:
+  - {name: warm-up, duration: 5, measure: false}
+  - {name: burst, duration: 5, rate_scale: 3, measure: false}
+"""
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, "s.yaml")
+    lines = [line.strip() for line in str(info.value).splitlines()[1:]]
+    assert lines == [
+        "s.yaml:3: tiers.0.prioriti: unknown key 'prioriti' — did you mean 'priority'?",
+        "s.yaml:5: personas.0.arrival.rate: persona 'c' in phase 'burst': rate 5000/s × scale 3 is over the limit "
+        "of 10,000 arrivals/s",
+        "s.yaml:6: personas.1.agents: persona 's' in phase 'burst': 15,000 agents is over the limit of 10,000",
+        "s.yaml:7: phases: every phase has measure: false: nothing would be judged — measure at least one",
+    ], lines
