@@ -36,7 +36,7 @@ from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_r
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
 from scenarios import ScenarioError, load_scenario
-from scenarios.loader import Problem, resolve_scenario_path
+from scenarios.loader import Problem, located, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
 from scenarios.names import did_you_mean
 
@@ -238,7 +238,7 @@ def check_mapping(scenario: Scenario, where: str) -> None:
         except ValueError as exc:
             problems.append(Problem("target.metrics.credential", None, str(exc)))
     if problems:
-        raise ScenarioError(where, problems)
+        raise ScenarioError(where, located(where, problems))
 
 
 def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scenario:
@@ -254,7 +254,7 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     try:
         load(given)
     except TokenizerError as exc:
-        raise ScenarioError(where, [Problem("target.tokenizer", None, str(exc))]) from None
+        raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, str(exc))])) from None
     target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
     return scenario.model_copy(update={"target": target})
 
@@ -274,7 +274,7 @@ def check_routes(scenario: Scenario, where: str) -> None:
         except ValueError as exc:
             problems.append(Problem(field_name, None, f"cannot build a route to {url!r}: {exc}"))
     if problems:
-        raise ScenarioError(where, problems)
+        raise ScenarioError(where, located(where, problems))
 
 
 FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, gevent's hub

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +399,39 @@ def read_scenario_text(path: Path) -> str:
     if "\x00" in text:
         raise ScenarioError(str(path), [Problem("", None, "binary data (a NUL byte): a scenario is a YAML file")])
     return text
+
+
+def located(where: str, problems: list[Problem]) -> list[Problem]:
+    """Problems found after loading (a trace not found, a tier that cannot be mapped) with the line of their field
+    in the scenario file ``where`` names; as they are when it names none (an option such as ``--profile``)."""
+    if all(p.line for p in problems):
+        return problems
+    try:
+        path = resolve_scenario_path(where)
+        doc = _load_doc(read_scenario_text(path), str(path))
+    except (OSError, ScenarioError):
+        return problems
+    return [p if p.line or not p.field else replace(p, line=_line_of(doc, _loc_of(doc, p.field))) for p in problems]
+
+
+def _loc_of(doc: Any, field: str) -> Loc:
+    """A dotted field path as a location in the YAML: list items by index or by their ``name``."""
+    loc: list[str | int] = []
+    node = doc
+    for part in field.split("."):
+        if isinstance(node, list):
+            names = [item.get("name") if isinstance(item, dict) else None for item in node]
+            index = int(part) if part.isdigit() else (names.index(part) if part in names else None)
+            if index is None or index >= len(node):
+                break
+            loc.append(index)
+            node = node[index]
+        elif isinstance(node, dict) and part in node:
+            loc.append(part)
+            node = node[part]
+        else:
+            break
+    return tuple(loc)
 
 
 def load_scenario(name: str | Path) -> Scenario:

@@ -124,3 +124,27 @@ phases:
         "s.yaml:6: personas.1.agents: persona 's' in phase 'burst': 15,000 agents is over the limit of 10,000",
         "s.yaml:7: phases: every phase has measure: false: nothing would be judged — measure at least one",
     ], lines
+
+
+def test_problems_found_after_loading_are_located_too(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text("""\
+name: t
+tiers:
+  - {name: a}
+  - {name: gold, credential: env:RUSHHOUR_TEST_UNSET_KEY}
+personas:
+  - {kind: trace_replay, name: r, tier: a, trace: mooncake_trace.jsonl}
+""")
+    env = {k: v for k, v in os.environ.items() if k != "RUSHHOUR_TEST_UNSET_KEY"}
+    env["PYTHONPATH"] = str(REPO)
+    check = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", "t.yaml"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert check.returncode == 2
+    assert ("t.yaml:6: personas.0.trace: trace file 'mooncake_trace.jsonl' not found — did you mean "
+            "'mooncake_fast25_conversation_trace.jsonl'?") in check.stderr, check.stderr
+    fixed = (tmp_path / "t.yaml").read_text().replace("mooncake_trace", "mooncake_fast25_conversation_trace")
+    (tmp_path / "t.yaml").write_text(fixed)
+    dry = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", "t.yaml", "--dry-run"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert dry.returncode == 2
+    assert "t.yaml:4: tiers.gold: tier 'gold': environment variable RUSHHOUR_TEST_UNSET_KEY" in dry.stderr, dry.stderr
