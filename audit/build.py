@@ -27,7 +27,7 @@ from audit.judged import not_judged_verdict, starved_verdict
 from audit.load import RunData, load_run
 from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
 from audit.outages import outage_mask, scheduled_outages
-from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file
+from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file, testbed_label
 from audit.spend import spend
 from audit.stats import cdf_points, group_quantiles, percentiles, wait_percentiles, wilson
 from audit.summary import (
@@ -619,6 +619,7 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         scenario=sc.name or m.scenario_name,
         description=sc.description,
         target=str(target_url or sc.target),
+        testbed=testbed_label(sc.model_obj),
         profile=m.profile or sc.profile,
         model=m.model or sc.model,
         seed=int(m.seed or sc.seed or 0),

@@ -414,6 +414,17 @@ def _fin(value: float) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
+def _target_pair(base: Summary, cand: Summary) -> tuple[str, str, str]:
+    """What to compare as the runs' target: two embedded testbeds by what they were (their ports are
+    ephemeral), anything else by its URL."""
+    if base.run.testbed and cand.run.testbed:
+        return "testbed", base.run.testbed, cand.run.testbed
+    def where(run: Summary) -> str:
+        return f"testbed {run.run.testbed}" if run.run.testbed else run.run.target
+
+    return "target", where(base), where(cand)
+
+
 def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summary,
                  cand_samples: dict[str, TierSamples], rule: RegressionRule | None = None, seed: int = 0,
                  n_boot: int = 2000, base_dir: Path | str = "", cand_dir: Path | str = "") -> Comparison:
@@ -422,7 +433,7 @@ def compare_pair(base: Summary, base_samples: dict[str, TierSamples], cand: Summ
     warnings: list[str] = []
     base_side, cand_side = _side(Path(base_dir), base), _side(Path(cand_dir), cand)
     changes = [f"{what} changed: {a!r} → {b!r}" for what, a, b in (
-        ("scenario", base.run.scenario, cand.run.scenario), ("target", base.run.target, cand.run.target),
+        ("scenario", base.run.scenario, cand.run.scenario), _target_pair(base, cand),
         ("profile", base.run.profile, cand.run.profile)) if a != b]
     warnings += [f"{c}: the runs may not be comparable" for c in changes]
     for label, side in (("baseline", base_side), ("candidate", cand_side)):

@@ -102,7 +102,9 @@ def check_model(inp: DoctorInput) -> Check:
     if inp.model in inp.models:
         return Check("model", "pass", f"{inp.model!r} is served")
     listed = ", ".join(inp.models[:5]) or "none"
-    return Check("model", "fail", f"{inp.model!r} is not among the served models ({listed}): give --model")
+    fix = f"pass --model {inp.models[0]}" if inp.models else "pass --model NAME"
+    return Check("model", "fail", f"model {inp.model!r} is not served (served: {listed}): {fix} "
+                 "(or set target.model in the scenario)")
 
 
 def check_streaming(inp: DoctorInput) -> list[Check]:
@@ -354,7 +356,15 @@ def judge(inp: DoctorInput) -> list[Check]:
     reach = check_reachable(inp)
     if reach.status == "fail":
         return [reach, check_metrics(inp)]
-    checks = [reach, check_model(inp), *check_streaming(inp), *check_tiers(inp), *check_tools(inp)]
+    model = check_model(inp)
+    if model.status == "fail":
+        # every probe asked for a model the stack does not serve: its refusals say nothing of the tiers'
+        # mapping, the polarity or the tools, so none of them is blamed; the model is the one thing to fix
+        shapes = [c for c in check_error_shapes(inp) if c.name == "error shape: model"]
+        return [reach, model, Check("tiers", "info", "not judged: every probe named a model the stack does not "
+                                    "serve (fix the model, then run the doctor again)"),
+                *shapes, check_unrecognised(inp), check_metrics(inp)]
+    checks = [reach, model, *check_streaming(inp), *check_tiers(inp), *check_tools(inp)]
     polarity = check_polarity(inp)
     if polarity is not None:
         checks.append(polarity)

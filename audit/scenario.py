@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+import stacks
 from audit.errors import AuditError
 from audit.phases import measured_flags
 from loadgen.manifest import RunManifest
@@ -108,6 +111,23 @@ def from_manifest(manifest: RunManifest) -> RunScenario:
                           if isinstance(p, dict)},
         phases=_phases(phases),
     )
+
+
+def testbed_label(scenario: Scenario | None) -> str | None:
+    """What the embedded testbed of a run was ("llm-d · tiny × 1"), None when the run did not target one.
+
+    Two testbed runs differ in their ephemeral ports, never in that; what tells them apart is this.
+    """
+    if scenario is None or not scenario.target.is_testbed:
+        return None
+    options = scenario.target.testbed
+    label = f"{stacks.testbed_profile(scenario.target.profile)} · {options.preset} × {options.replicas}"
+    if options.speed != 1.0:
+        label += f" at speed {options.speed:g}"
+    if options.config:  # config overrides change the stack: a short digest tells two configs apart
+        text = json.dumps(options.config, sort_keys=True, default=str)
+        label += f" · config {hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return label
 
 
 def load_slo_file(path: Path) -> dict[str, SLO]:

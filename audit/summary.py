@@ -454,6 +454,8 @@ class RunInfo(_Model):
     scenario: str
     description: str = ""
     target: str
+    testbed: str | None = Field(default=None, description="the embedded testbed the run targeted (its profile, "
+                                "preset × replicas): `target` is then an ephemeral loopback port")
     profile: str
     model: str
     seed: int

@@ -26,6 +26,7 @@ from loadgen.testbed_proc import child_env, stop_pid
 from loadgen.tiers import TierError, credential
 from scenarios import ScenarioError, load_scenario
 from scenarios.model import Scenario
+from scenarios.names import did_you_mean
 
 PLAN_FILE = "doctor.json"
 FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
@@ -201,7 +202,9 @@ def prepare(
 ) -> Plan:
     """The probe plan from a scenario (overridden by the options) or from ``--target`` and ``--profile`` alone."""
     if profile is not None and profile not in stacks.NAMES:
-        raise DoctorError(f"unknown profile {profile!r}; one of: {', '.join(stacks.NAMES)}")
+        near = did_you_mean(profile, stacks.NAMES)
+        raise DoctorError(f"unknown profile {profile!r}" + (f": {near}" if near else "")
+                          + f" (one of: {', '.join(stacks.NAMES)})")
     try:
         if scenario_name is not None:
             loaded = load_scenario(scenario_name)
@@ -220,7 +223,7 @@ def prepare(
         key = credential(loaded.tiers[0])
         options = loaded.target.metrics
         token = read_credential(options.credential) if options is not None and options.credential else None
-    except (ScenarioError, TierError) as exc:
+    except (ScenarioError, TierError, FileNotFoundError) as exc:  # FileNotFoundError: no such scenario
         raise DoctorError(str(exc)) from None
     except ValidationError as exc:  # the options made a scenario that does not validate (e.g. --target ftp://…)
         first = exc.errors()[0]
@@ -235,11 +238,19 @@ def prepare(
 
 
 def diagnose(plan: Plan, runs_dir: Path, fillers: int) -> Collected:
-    """List the models, probe, scrape once; the result carries the judgement's input."""
+    """List the models, probe, scrape once; the result carries the judgement's input.
+
+    Raises ``DoctorError`` before any probe when the stack lists its models and the requested one is not among them.
+    """
     models, models_error = served_models(plan.url, plan.key)
     scenario = plan.scenario
     if not scenario.target.model and models:  # no model named anywhere: probe what the stack serves first
         scenario = scenario.model_copy(update={"target": scenario.target.model_copy(update={"model": models[0]})})
+    if models and scenario.target.model not in models:
+        # every probe would be refused for its model, which says nothing of the tiers: say so before sending any
+        listed = ", ".join(models[:5]) + (", …" if len(models) > 5 else "")
+        raise DoctorError(f"model {scenario.target.model!r} is not served by {plan.url} (served: {listed}): "
+                          f"pass --model {models[0]} (or set target.model in the scenario)")
     got = collect(scenario, plan.url, runs_dir, fillers, plan.metrics_url, plan.metrics_token)
     got.scenario, got.models, got.models_error = scenario, models, models_error
     return got

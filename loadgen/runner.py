@@ -36,8 +36,9 @@ from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_r
 from loadgen.tiers import TierError, map_tier
 from loadgen.traces import localise_traces
 from scenarios import ScenarioError, load_scenario
-from scenarios.loader import Problem, resolve_scenario_path
+from scenarios.loader import Problem, located, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
+from scenarios.names import did_you_mean
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
@@ -121,6 +122,9 @@ class RunOptions:
     # builds the watcher for a scenario with an `abort:` (rushhour passes audit.early.Watcher: the parent
     # side of loadgen may not import the audit); a scenario asking for an abort without one is refused
     watcher: Callable[[Scenario], Watch] | None = None
+    # lines a dry run adds for the scenario as it would run (rushhour passes rushhour.fits.dry_run_notes: the
+    # testbed it would start, and the trace rows or conversations that exceed its context)
+    dry_run_notes: Callable[[Scenario], list[str]] | None = None
 
 
 @dataclass
@@ -177,7 +181,8 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
                 "--profile",
                 [
                     Problem(
-                        "target.profile", None, f"unknown profile {options.profile!r}", f"known: {', '.join(PROFILES)}"
+                        "target.profile", None, f"unknown profile {options.profile!r}",
+                        did_you_mean(options.profile, PROFILES) or f"known: {', '.join(PROFILES)}"
                     )
                 ],
             )
@@ -233,7 +238,7 @@ def check_mapping(scenario: Scenario, where: str) -> None:
         except ValueError as exc:
             problems.append(Problem("target.metrics.credential", None, str(exc)))
     if problems:
-        raise ScenarioError(where, problems)
+        raise ScenarioError(where, located(where, problems))
 
 
 def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scenario:
@@ -249,7 +254,7 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     try:
         load(given)
     except TokenizerError as exc:
-        raise ScenarioError(where, [Problem("target.tokenizer", None, str(exc))]) from None
+        raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, str(exc))])) from None
     target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
     return scenario.model_copy(update={"target": target})
 
@@ -269,7 +274,7 @@ def check_routes(scenario: Scenario, where: str) -> None:
         except ValueError as exc:
             problems.append(Problem(field_name, None, f"cannot build a route to {url!r}: {exc}"))
     if problems:
-        raise ScenarioError(where, problems)
+        raise ScenarioError(where, located(where, problems))
 
 
 FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, gevent's hub
@@ -359,7 +364,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
     if options.dry_run:
-        return _dry_run(scenario, console)
+        return _dry_run(scenario, console, options.dry_run_notes)
     run_id = new_run_id()
     run_dir = (Path(options.out_dir) / run_id).resolve()
     try:
@@ -630,12 +635,14 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     return info
 
 
-def _dry_run(scenario: Scenario, console: Any) -> RunResult:
+def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[str]] | None = None) -> RunResult:
     from loadgen.dryrun import plan, render_plan
 
     result = plan(scenario)
     if console is not None:
         console.print(render_plan(result))
+        for line in notes(scenario) if notes else []:
+            console.print(line, markup=False, highlight=False)
         for warning in result.budget_warnings:
             console.print(f"[yellow]warning:[/] {warning}")
         cal = scenario.calibration

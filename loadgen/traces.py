@@ -200,7 +200,12 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
     candidates = [name] if name.is_absolute() else [base / name for base in bases]
     found = next((c for c in candidates if c.exists()), None)
     if found is None:
-        raise TraceError(f"trace file {trace!r} not found (looked in {', '.join(str(b) for b in bases) or trace})")
+        from scenarios.names import did_you_mean
+
+        near = "" if name.is_absolute() else did_you_mean(
+            name.name, sorted(p.name for folder in shipped for p in folder.iterdir() if p.is_file()), cutoff=0.5)
+        raise TraceError(f"trace file {trace!r} not found" + (f" — {near}" if near else "")
+                         + f" (looked in {', '.join(str(b) for b in bases) or trace})")
     path = found.resolve()
     if not any(_under(path, root) for root in roots):
         raise TraceError(
@@ -247,7 +252,7 @@ def localise_traces(scenario: Any, scenario_dir: Path | None, allowed: Sequence[
     The load processes run elsewhere (another working directory, another machine's checkout): an
     absolute path means they read exactly the file checked here. Problems raise one ``ScenarioError``.
     """
-    from scenarios.loader import Problem, ScenarioError
+    from scenarios.loader import Problem, ScenarioError, located
 
     data = scenario.model_dump(mode="json")
     refs = trace_refs(data)
@@ -262,7 +267,7 @@ def localise_traces(scenario: Any, scenario_dir: Path | None, allowed: Sequence[
         except TraceError as exc:
             problems.append(Problem(ref.field, None, str(exc)))
     if problems:
-        raise ScenarioError(where, problems)
+        raise ScenarioError(where, located(where, problems))
     return type(scenario).model_validate(_replace_traces(data, paths))
 
 

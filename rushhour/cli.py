@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rushhour.consoles import make_console
+from rushhour.consoles import make_console, widen_help
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_FLAG = "--debug"
@@ -47,6 +47,7 @@ class _App(typer.Typer):
         from rushhour.pipes import guard_stdout
 
         guard_stdout()  # `rushhour compare … | head -1`: a reader that leaves early is not a failure
+        widen_help()
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # the last line of defence: the user sees one line, never a traceback
@@ -114,6 +115,7 @@ def scenario_check(
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
     from loadgen.traces import localise_traces
+    from rushhour.fits import context_warnings
     from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     bad = 0
@@ -140,6 +142,8 @@ def scenario_check(
             f"{scenario.duration_s:.0f} s against {scenario.target.url} ({scenario.target.profile})",
             highlight=False,
         )
+        for warning in context_warnings(scenario):  # it runs, but these requests will be refused
+            console.print(f"warning: {name}: {warning}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(EXIT_USAGE if bad else EXIT_OK)
 
 
@@ -216,19 +220,26 @@ def run(
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from audit.early import Watcher
     from loadgen.runner import RunOptions, run_scenario
+    from rushhour.fits import dry_run_notes
     from scenarios import ScenarioError
 
     if expect_workers < 0 or (expect_workers and processes != 1):
         raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
     if (junit or markdown) and not gate_run:
         raise _fail("--junit and --markdown are the gate's files: give --gate with them")
+    if expect_workers and not dry_run:
+        from rushhour.ports import listen_problem
+
+        busy = listen_problem(master_bind, master_port, "--master-port")
+        if busy:
+            raise _fail(busy)
     if gate_run and dry_run:
         raise _fail("--gate judges a run, and a dry run sends nothing: leave one of them out")
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
-        abort=_abort_modes(abort), watcher=Watcher,
+        abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
@@ -306,7 +317,8 @@ def worker(
 
 @app.command()
 def k8s(
-    scenario: Annotated[Path, typer.Argument(help="scenario file (it goes into a ConfigMap as is)")],
+    scenario: Annotated[str, typer.Argument(
+        help="scenario file or built-in name (it goes into a ConfigMap as is)")],
     workers: Annotated[int, typer.Option(help="worker pods (one Locust process each)")],
     image: Annotated[str, typer.Option(help="image built with deploy/Dockerfile")] = "rushhour:0.1.0",
     name: Annotated[str, typer.Option(help="prefix of every object's name")] = "rushhour",
@@ -318,14 +330,14 @@ def k8s(
 ) -> None:
     """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
     from rushhour.k8s import K8sOptions, render
-    from scenarios import ScenarioError, load_scenario
+    from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     try:
         loaded = load_scenario(scenario)  # refuse a broken scenario here, not in the cluster
         if (target or loaded.target.url) == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
             raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
                              "give --target the URL of the stack under test")
-        text = scenario.read_text()
+        text = resolve_scenario_path(scenario).read_text()  # a built-in name too, as every other verb takes
         out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
                                           target=target, profile=profile, duration=duration, secret=secret)),
                   end="", markup=False, highlight=False, soft_wrap=True)
@@ -363,13 +375,26 @@ def serve(
     host: Annotated[str, typer.Option(help="loopback address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0 = ephemeral)")] = 8000,
     ledger: Annotated[Path | None, typer.Option(help="write the ground-truth ledger here (JSONL)")] = None,
-    preset: Annotated[str | None, typer.Option(help="GPU/model preset")] = None,
-    replicas: Annotated[int | None, typer.Option(help="simulated replicas")] = None,
+    preset: Annotated[str | None, typer.Option(help="GPU/model preset; default h100-llama8b (256 sequences, a "
+                                               "430,000-token context), where a scenario's `url: testbed` starts "
+                                               "`tiny` (4 sequences, a 4,096-token context)")] = None,
+    replicas: Annotated[int | None, typer.Option(
+        help="simulated replicas; default 2 (a scenario's testbed: 1)")] = None,
     speed: Annotated[float | None, typer.Option(help="time scale of the simulated GPUs")] = None,
 ) -> None:
-    """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger."""
-    import testbed
+    """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger.
 
+    Alone it imitates 2 × H100 serving Llama-3.1-8B (models `testbed` and meta-llama/Llama-3.1-8B-Instruct); a
+    scenario's `url: testbed` starts its own, as its target.testbed says (default: one `tiny` replica).
+    """
+    import testbed
+    from scenarios.names import did_you_mean
+    from testbed.config import PROFILES
+
+    if profile not in PROFILES:
+        near = did_you_mean(profile, PROFILES)
+        raise _fail(f"unknown profile {profile!r}" + (f": {near}" if near else "") + f" (testbed profiles: "
+                    f"{', '.join(PROFILES)})")
     argv = ["--profile", profile, "--host", host, "--port", str(port)]
     for flag, value in (("--config", config), ("--ledger", ledger), ("--preset", preset),
                         ("--replicas", replicas), ("--speed", speed)):
@@ -559,7 +584,10 @@ def doctor(
         raise _fail(str(exc)) from None
     console.print(f"doctor: probing {plan.url} as profile {plan.profile} "
                   f"({len(plan.scenario.tiers)} tiers, {fillers} fillers) …", highlight=False)
-    found = diagnose(plan, out_dir, fillers)
+    try:
+        found = diagnose(plan, out_dir, fillers)
+    except DoctorError as exc:
+        raise _fail(str(exc)) from None
     checks = judge(doctor_input(plan, found))
     print_doctor(checks, out, target=plan.url, profile=plan.profile, folder=str(found.folder))
     raise typer.Exit(exit_code(checks))

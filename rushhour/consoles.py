@@ -37,3 +37,11 @@ def make_console(*, stderr: bool = False) -> Console:
     if _is_terminal(sys.stderr if stderr else sys.stdout):
         return Console(stderr=stderr)
     return Console(stderr=stderr, width=log_width(), soft_wrap=True)
+
+
+def widen_help() -> None:
+    """Typer's help off a terminal with no ``COLUMNS``: as wide as the piped tables, not Rich's 80 columns."""
+    import typer.rich_utils
+
+    if typer.rich_utils.MAX_WIDTH is None and "COLUMNS" not in os.environ and not _is_terminal(sys.stdout):
+        typer.rich_utils.MAX_WIDTH = LOG_WIDTH

@@ -5,14 +5,16 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scenarios.model import Scenario
+from scenarios.model import CROSS_REFERENCE, Scenario, parse_duration, span_problems
+from scenarios.names import did_you_mean
+from scenarios.references import reference_problems
 
 LIBRARY_DIR = Path(__file__).parent / "library"
 
@@ -259,12 +261,27 @@ def _problem(doc: Any, error: Any) -> Problem:
         expected = ctx.get("expected") or ctx.get("expected_tags", "")
         got = ctx.get("tag", error.get("input"))
         options = [o.strip(" '") for o in str(expected).replace(" or ", ",").split(",") if o.strip(" '")]
-        close = difflib.get_close_matches(str(got), options, n=1, cutoff=0.5) if got is not None else []
         message = f"{got!r} is not one of {expected}"
-        hint = f"did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(str(got), options, cutoff=0.5) if got is not None else ""
     elif error["type"] == "missing":
         message = "required key is missing"
+    elif error["type"] in ("float_parsing", "float_type", "int_parsing", "int_type"):
+        message, hint = _unit_hint(loc, error.get("input"), message)
+    elif error["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
     return Problem(field=field, line=_line_of(doc, loc), message=message, hint=hint)
+
+
+def _unit_hint(loc: Loc, value: Any, message: str) -> tuple[str, str]:
+    """A duration where a number of milliseconds is wanted (``p99: 2s``): say the unit and the number meant."""
+    in_ms = any(isinstance(part, str) and part.endswith("_ms") for part in loc)
+    if not in_ms or not isinstance(value, str):
+        return message, ""
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        return f"{value!r} is not a number", "milliseconds expected"
+    return f"{value!r} is not a number", f"milliseconds expected: {seconds * 1000:g}"
 
 
 def load_yaml(text: str, path: str = "<yaml>") -> Any:
@@ -295,11 +312,24 @@ def parse_scenario(text: str, path: str = "<scenario>") -> Scenario:
     doc = _load_doc(text, path)
     if not isinstance(doc, dict):
         raise ScenarioError(path, [Problem("", 1, "a scenario is a YAML mapping (name:, tiers:, personas:, …)")])
+    # names one part gives another are checked on the YAML itself, so they come with every field error at
+    # once, each at its own line (the model checks them only once all its fields are valid)
+    references = [Problem(".".join(map(str, r.loc)), _line_of(doc, r.loc), r.message, r.hint)
+                  for r in reference_problems(doc) + span_problems(doc)]
     try:
-        return Scenario.model_validate(_plain(doc))
+        scenario = Scenario.model_validate(_plain(doc))
     except ValidationError as exc:
-        problems = [_problem(doc, err) for err in exc.errors()]
-        raise ScenarioError(path, _dedupe(problems)) from None
+        problems = [_problem(doc, err) for err in exc.errors()
+                    if not (references and err["type"] == CROSS_REFERENCE)]
+        raise ScenarioError(path, _by_line(_dedupe(problems + references))) from None
+    if references:  # the model found none: it cannot be, but a located problem is never dropped
+        raise ScenarioError(path, references)
+    return scenario
+
+
+def _by_line(problems: list[Problem]) -> list[Problem]:
+    """Problems in the file's order (those with no line first: they concern the whole file)."""
+    return sorted(problems, key=lambda p: p.line or 0)
 
 
 def validate_data(data: dict[str, Any], what: str) -> Scenario:
@@ -343,8 +373,10 @@ def resolve_scenario_path(name: str | Path) -> Path:
     for candidate in (LIBRARY_DIR / f"{name}.yaml", LIBRARY_DIR / str(name)):
         if candidate.exists():
             return candidate
-    available = ", ".join(sorted(p.stem for p in LIBRARY_DIR.glob("*.yaml")))
-    raise FileNotFoundError(f"no scenario file {str(name)!r} (built-in scenarios: {available})")
+    builtins = sorted(p.stem for p in LIBRARY_DIR.glob("*.yaml"))
+    near = did_you_mean(Path(name).stem, builtins)
+    hint = f": {near}" if near else ""
+    raise FileNotFoundError(f"no scenario file {str(name)!r}{hint} (built-in scenarios: {', '.join(builtins)})")
 
 
 def read_scenario_text(path: Path) -> str:
@@ -367,6 +399,39 @@ def read_scenario_text(path: Path) -> str:
     if "\x00" in text:
         raise ScenarioError(str(path), [Problem("", None, "binary data (a NUL byte): a scenario is a YAML file")])
     return text
+
+
+def located(where: str, problems: list[Problem]) -> list[Problem]:
+    """Problems found after loading (a trace not found, a tier that cannot be mapped) with the line of their field
+    in the scenario file ``where`` names; as they are when it names none (an option such as ``--profile``)."""
+    if all(p.line for p in problems):
+        return problems
+    try:
+        path = resolve_scenario_path(where)
+        doc = _load_doc(read_scenario_text(path), str(path))
+    except (OSError, ScenarioError):
+        return problems
+    return [p if p.line or not p.field else replace(p, line=_line_of(doc, _loc_of(doc, p.field))) for p in problems]
+
+
+def _loc_of(doc: Any, field: str) -> Loc:
+    """A dotted field path as a location in the YAML: list items by index or by their ``name``."""
+    loc: list[str | int] = []
+    node = doc
+    for part in field.split("."):
+        if isinstance(node, list):
+            names = [item.get("name") if isinstance(item, dict) else None for item in node]
+            index = int(part) if part.isdigit() else (names.index(part) if part in names else None)
+            if index is None or index >= len(node):
+                break
+            loc.append(index)
+            node = node[index]
+        elif isinstance(node, dict) and part in node:
+            loc.append(part)
+            node = node[part]
+        else:
+            break
+    return tuple(loc)
 
 
 def load_scenario(name: str | Path) -> Scenario:

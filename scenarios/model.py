@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 import stacks
 from scenarios.distributions import (
@@ -28,6 +29,7 @@ from scenarios.distributions import (
     Uniform,
     as_dist_input,
 )
+from scenarios.references import Reference, reference_problems
 from scenarios.tools import BUILTIN_TOOLS, check_tools
 
 PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 else:  # a Literal built from the registry: the schema lists the names, and a typo is named as one
     Profile = Literal[PROFILES]
 Dialect = Literal["openai-chat", "openai-completions", "anthropic-messages"]
+CROSS_REFERENCE = "cross_reference"  # the error type of a name that refers to nothing (scenarios/references.py)
 
 # Upper bounds (docs/scenarios.md, "Limits"): generous for any real test, small enough that a typo such
 # as `rate: 1e9` or `tenants: 1e9` is refused at validation instead of hanging or flooding the run.
@@ -281,10 +284,13 @@ class MetricsOptions(Strict):
 class Target(Strict):
     url: str = Field(default="testbed", description="base URL, or 'testbed' for the embedded testbed")
     profile: Profile = "llm-d"
-    model: str = "testbed"
+    model: str = Field(default="testbed", description="the model every request names; 'testbed' is the name the "
+                       "embedded testbed serves (`rushhour serve` also serves its preset's model)")
     dialect: Dialect = "openai-chat"
     stream: bool = True
-    testbed: TestbedOptions = Field(default_factory=TestbedOptions)
+    testbed: TestbedOptions = Field(default_factory=TestbedOptions, description="the testbed `url: testbed` "
+                                    "starts: default one 'tiny' replica (4 sequences, 4,096-token context), not "
+                                    "the 2 x H100 of `rushhour serve`")
     metrics: MetricsOptions | None = Field(default_factory=MetricsOptions)
     tokenizer: str | None = Field(
         default=None,
@@ -543,6 +549,12 @@ class AgentSwarmPersona(Strict):
     def _tools_shape(cls, value: bool | list[dict[str, Any]]) -> bool | list[dict[str, Any]]:
         return value if isinstance(value, bool) else check_tools(value)
 
+    @model_validator(mode="after")
+    def _arrivals_need_a_rate(self) -> AgentSwarmPersona:
+        if self.start == "arrivals" and not self.task_rate:
+            raise ValueError("start 'arrivals' needs task_rate (tasks per second)")
+        return self
+
     @property
     def tool_schemas(self) -> list[dict[str, Any]] | None:
         """The tools the swarm's requests carry (None: none)."""
@@ -705,58 +717,83 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Scenario:
-        names = [t.name for t in self.tiers]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tier names must be unique: {names}")
-        persona_names = [p.name for p in self.personas]
-        if len(set(persona_names)) != len(persona_names):
-            raise ValueError(f"persona names must be unique: {persona_names}")
-        for persona in self.personas:
-            if persona.tier not in names:
-                raise ValueError(f"persona {persona.name!r} uses unknown tier {persona.tier!r} (tiers: {names})")
-            if isinstance(persona, AgentSwarmPersona) and persona.start == "arrivals" and not persona.task_rate:
-                raise ValueError(f"persona {persona.name!r}: start 'arrivals' needs task_rate")
-        self._within_limits()
-        self._measured_phases()
-        if self.budget:
-            for tier_name in self.budget.per_tier:
-                if tier_name not in names:
-                    raise ValueError(f"budget.per_tier names unknown tier {tier_name!r}")
+        data = self.model_dump()
+        problems = reference_problems(data) + span_problems(data)
+        if problems:  # the loader reports these located, from the YAML, beside every field error
+            text = "; ".join(f"{'.'.join(map(str, p.loc))}: {p.message}" + (f" ({p.hint})" if p.hint else "")
+                             for p in problems)
+            raise PydanticCustomError(CROSS_REFERENCE, "{text}", {"text": text})
         return self
 
-    def _measured_phases(self) -> None:
-        """Phase names are unique when an SLO names one; something must be measured; SLO phases exist."""
-        phase_names = [p.name for p in self.phases]
-        if not any(p.measured for p in self.phases) and any(p.measure is False for p in self.phases):
-            raise ValueError("every phase has measure: false: nothing would be judged (measure at least one)")
-        for tier in self.tiers:
-            for name in tier.slo.phases:
-                if name not in phase_names:
-                    raise ValueError(f"tier {tier.name!r}: slo.phases names unknown phase {name!r} "
-                                     f"(phases: {phase_names})")
-                if phase_names.count(name) > 1:
-                    raise ValueError(f"tier {tier.name!r}: slo.phases names phase {name!r}, "
-                                     "which is not unique")
 
-    def _within_limits(self) -> None:
-        """Limits that span fields: the busiest phase's rate, the scaled swarm, the total duration."""
-        if self.duration_s > MAX_DURATION_S:
-            raise ValueError(
-                f"phases last {self.duration_s:.0f} s in all; the limit is {MAX_DURATION_S:.0f} s (7 days)"
-            )
-        for persona in self.personas:
-            base = persona.arrival.rate if isinstance(persona, ChatPersona) else (
-                persona.task_rate if isinstance(persona, AgentSwarmPersona) else None)
-            for phase in self.phases:
-                if base is not None and base * phase.rate_scale > MAX_RATE:
-                    raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: rate {base:g}/s × scale "
-                                     f"{phase.rate_scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s")
-                if isinstance(persona, AgentSwarmPersona):
-                    agents = persona.agents * (phase.agents_scale if phase.agents_scale is not None
-                                               else phase.rate_scale)
-                    if agents > MAX_AGENTS:
-                        raise ValueError(f"persona {persona.name!r} in phase {phase.name!r}: {agents:,.0f} agents "
-                                         f"is over the limit of {MAX_AGENTS:,}")
+def _number(value: Any) -> float | None:
+    """A finite number from plain data, else None (a wrong type is a field error of its own)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None
+
+
+def span_problems(data: Any) -> list[Reference]:
+    """Limits that span fields — the busiest phase's rate, a scaled swarm, all phases together — and that some
+    phase is measured, on a scenario's plain data (the YAML's, or a model's dump): located, beside field errors."""
+    if not isinstance(data, Mapping):
+        return []
+    raw_phases = data.get("phases")
+    phases = [dict(p) for p in raw_phases if isinstance(p, Mapping)] if isinstance(raw_phases, list) else []
+    if raw_phases is None:
+        phases = [{"name": "steady", "duration": 60.0}]
+    out: list[Reference] = []
+    total = sum(d for d in (_seconds(p.get("duration")) for p in phases) if d is not None)
+    if total > MAX_DURATION_S:
+        out.append(Reference(("phases",), f"phases last {total:.0f} s in all; the limit is {MAX_DURATION_S:.0f} s "
+                                          "(7 days)"))
+    flags = [p.get("measure") for p in phases]
+    measured = [f if isinstance(f, bool) else not is_warm_or_cool(str(p.get("name", ""))) for f, p in
+                zip(flags, phases, strict=True)]
+    if phases and not any(measured) and False in flags:
+        out.append(Reference(("phases",), "every phase has measure: false: nothing would be judged",
+                             "measure at least one"))
+    personas = data.get("personas")
+    for i, persona in enumerate(personas if isinstance(personas, list) else []):
+        if isinstance(persona, Mapping):
+            out += _persona_spans(i, persona, phases)
+    return out
+
+
+def _persona_spans(i: int, persona: Mapping[str, Any], phases: list[dict[str, Any]]) -> list[Reference]:
+    """A persona's rate at each phase's scale, and a swarm's size at each phase's scale (the first phase over)."""
+    kind, name = persona.get("kind"), persona.get("name")
+    arrival = persona.get("arrival")
+    where: tuple[str | int, ...]
+    if kind == "chat" and isinstance(arrival, Mapping):
+        base, where = _number(arrival.get("rate")), ("personas", i, "arrival", "rate")
+    elif kind == "agent_swarm":
+        base, where = _number(persona.get("task_rate")), ("personas", i, "task_rate")
+    else:
+        return []
+    out: list[Reference] = []
+    for phase in phases:
+        scale = _number(phase.get("rate_scale", 1.0))
+        if base is not None and scale is not None and base * scale > MAX_RATE:
+            out.append(Reference(where, f"persona {name!r} in phase {phase.get('name')!r}: rate {base:g}/s × "
+                                        f"scale {scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s"))
+            break
+    agents = _number(persona.get("agents", 10))
+    for phase in phases if kind == "agent_swarm" and agents is not None else []:
+        scale = _number(phase.get("agents_scale")) if phase.get("agents_scale") is not None else \
+            _number(phase.get("rate_scale", 1.0))
+        if scale is not None and agents is not None and agents * scale > MAX_AGENTS:
+            out.append(Reference(("personas", i, "agents"), f"persona {name!r} in phase {phase.get('name')!r}: "
+                                 f"{agents * scale:,.0f} agents is over the limit of {MAX_AGENTS:,}"))
+            break
+    return out
 
 
 Budget.model_rebuild()

@@ -27,6 +27,7 @@ from loadgen.traces import localise_traces
 from scenarios import load_scenario
 from scenarios.loader import resolve_scenario_path, revalidate
 from scenarios.model import MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
+from scenarios.names import did_you_mean
 from sim import compiled
 from sim.cluster import Cluster, build_config
 from sim.driver import Env, SimRoute, sim_route
@@ -96,8 +97,10 @@ def scale_scenario(scenario: Scenario, factor: float, grow: Mapping[str, float] 
     grow = dict(grow or {})
     unknown = sorted(set(grow) - {p.name for p in scenario.personas})
     if unknown:
-        raise ValueError(f"--grow: no persona {', '.join(map(repr, unknown))} in the scenario (its personas: "
-                         f"{', '.join(p.name for p in scenario.personas)})")
+        names = [p.name for p in scenario.personas]
+        near = did_you_mean(unknown[0], names)
+        raise ValueError(f"--grow: no persona {', '.join(map(repr, unknown))} in the scenario"
+                         + (f": {near}" if near else "") + f" (its personas: {', '.join(names)})")
     if factor == 1.0 and all(f == 1.0 for f in grow.values()):
         return scenario
     personas: list[Any] = []

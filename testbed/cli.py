@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import os
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
+from testbed.presets import get_preset
 
 
 def _port(text: str) -> int:
@@ -48,6 +50,30 @@ def write_port_file(path: str, port: int) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(f"{port}\n")
     os.replace(tmp, target)
+
+
+def describe(cfg: TestbedConfig) -> str:
+    """One line: what this testbed imitates, its capacity and context, and the models it serves."""
+    preset = get_preset(cfg.preset)
+    seqs = cfg.max_num_seqs or preset.max_num_seqs
+    context = cfg.kv_capacity_tokens or preset.kv_capacity_tokens
+    return (f"profile {cfg.profile}, preset {cfg.preset} × {cfg.replicas} replica(s): {seqs} sequences and a "
+            f"{context:,}-token context each; models: {', '.join(cfg.models)}")
+
+
+class BindError(RuntimeError):
+    """The server could not listen on its address (one line for the user, what to do included)."""
+
+
+def bind_problem(exc: OSError, host: str, port: int) -> str:
+    """Why binding ``host:port`` failed, in one line that says what to do."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is in use: pass --port N (0 picks a free one)"
+    if exc.errno == errno.EACCES:
+        return f"port {port} needs privileges this user lacks: pass --port N above 1023 (0 picks a free one)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine: pass --host 127.0.0.1 (or one of its addresses)"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
 GC_FREEZE_S = 0.05  # survivors of young collections are frozen this often
@@ -94,7 +120,11 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=4096)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise BindError(bind_problem(exc, args.host, args.port)) from None
     server = site._server
     assert server is not None
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
@@ -102,6 +132,7 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
         write_port_file(args.port_file, port)
     gc_task = asyncio.create_task(gc_policy(lambda: len(app[SERVER_KEY].live)))
     print(f"testbed listening on http://{args.host}:{port}", flush=True)
+    print(describe(cfg), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,11 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, OSError) as exc:
         print(f"testbed: config error: {exc}", file=sys.stderr)
         return 2
+    if args.config is None:  # alone (`rushhour serve`): the preset's model name is served too, as a real stack's is
+        cfg.models = list(dict.fromkeys([*cfg.models, get_preset(cfg.preset).model]))
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # optional speed-up
         pass
-    asyncio.run(serve(cfg, args))
+    try:
+        asyncio.run(serve(cfg, args))
+    except BindError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0

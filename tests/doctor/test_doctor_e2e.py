@@ -77,6 +77,17 @@ def test_doctor_catches_a_reversed_polarity(testbed: str, tmp_path: Path) -> Non
     assert "FAIL   priority polarity" in done.stdout
 
 
+@pytest.mark.parametrize("testbed", ["vllm"], indirect=True)
+def test_a_wrong_model_is_one_line_naming_the_served_ones(testbed: str, tmp_path: Path) -> None:
+    done = doctor(tmp_path, "--target", testbed, "--profile", "vllm", "--model", "gpt-wrong")
+    assert done.returncode == 2, done.stdout + done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert error == [f"error: model 'gpt-wrong' is not served by {testbed} (served: testbed): pass --model "
+                     "testbed (or set target.model in the scenario)"], done.stderr
+    assert "mapping" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was probed
+
+
 class _Unknown(BaseHTTPRequestHandler):
     """Lists one model; answers every completion with a 503 whose text no profile knows."""
 

@@ -107,6 +107,17 @@ def test_unreachable_fails() -> None:
 def test_wrong_model_fails() -> None:
     checks = judge(healthy(model="other"))
     assert status_of(checks, "model") == "fail" and exit_code(checks) == 1
+    assert "model 'other' is not served (served: tiny): pass --model tiny" in checks[1].detail
+
+
+def test_a_wrong_model_alone_blames_no_tier() -> None:
+    inp = healthy(model="other")
+    for record in inp.records:  # the stack refuses every probe for its model, as a real one would
+        record.update(status=404, first_token_ns=None, complete=False, error="The model `other` does not exist.")
+    checks = judge(inp)
+    failed = [c.name for c in checks if c.status == "fail"]
+    assert failed == ["model"], checks
+    assert not any("mapping" in c.detail or c.name.startswith("tier ") for c in checks), checks
 
 
 def test_refused_tier_fails() -> None:

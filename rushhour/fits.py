@@ -1,0 +1,137 @@
+"""Does a scenario's traffic fit the context of the embedded testbed it starts? (`scenario check`, `run --dry-run`)
+
+A scenario's ``url: testbed`` starts the testbed its ``target.testbed`` describes — by default one ``tiny``
+replica with a 4,096-token context, not the 2 × H100 of ``rushhour serve`` — and the testbed refuses, with 400
+"maximum context length", any request whose prompt and ``max_tokens`` together exceed it. A replayed trace or a
+dataset brings its own sizes, so this counts the rows and conversations the run would send that cannot fit.
+Sizes are counted as the load generator sizes prompts (bytes / 4 without a tokenizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.datasets import load_dataset
+from loadgen.prompts import count as count_tokens
+from loadgen.testbed_proc import testbed_config
+from loadgen.traces import read_trace, schedule
+from scenarios.distributions import resolve_trace_path
+from scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
+from testbed.config import ConfigError, TestbedConfig, from_dict
+from testbed.presets import get_preset
+
+BIGGER = "h100-llama8b"  # the preset to suggest: a 430,000-token context
+
+
+@dataclass(frozen=True)
+class TestbedShape:
+    """The primary testbed a scenario starts: its preset, replicas, sequences and context (tokens per request)."""
+
+    preset: str
+    replicas: int
+    max_num_seqs: int
+    context: int
+
+    __test__ = False  # not a pytest class
+
+    def describe(self) -> str:
+        return (f"the embedded testbed: preset {self.preset} × {self.replicas} replica(s), {self.max_num_seqs} "
+                f"sequences and a {self.context:,}-token context each (`rushhour serve` alone: h100-llama8b × 2)")
+
+
+def testbed_shape(scenario: Scenario) -> TestbedShape | None:
+    """The primary testbed's shape, None when the scenario targets no testbed (or its config is broken:
+    that is reported on its own)."""
+    if not scenario.target.is_testbed:
+        return None
+    try:
+        cfg = from_dict(TestbedConfig, testbed_config(scenario, None, with_faults=False)).validate()
+    except (ConfigError, ValueError, TypeError):
+        return None
+    preset = get_preset(cfg.preset)
+    return TestbedShape(cfg.preset, cfg.replicas, cfg.max_num_seqs or preset.max_num_seqs,
+                        cfg.kv_capacity_tokens or preset.kv_capacity_tokens)
+
+
+def _advice(shape: TestbedShape) -> str:
+    return (f"the testbed refuses them with 400; give target.testbed.preset: {BIGGER} "
+            f"(or lower the sizes)" if shape.preset != BIGGER else "the testbed refuses them with 400")
+
+
+def _trace_over(persona: TraceReplayPersona, scenario: Scenario, shape: TestbedShape) -> str | None:
+    rows = read_trace(resolve_trace_path(persona.trace), persona.format)
+    sent = schedule(rows, time_scale=persona.time_scale, start_s=persona.start_s, limit=persona.limit,
+                    end_s=scenario.duration_s)
+    over = sum(1 for _, row in sent
+               if min(row.prompt_tokens, persona.max_prompt_tokens)
+               + max(1, min(row.output_tokens, persona.max_output_tokens)) > shape.context)
+    if not over:
+        return None
+    trace = Path(persona.trace).name
+    return (f"persona {persona.name!r}: {over:,} of the {len(sent):,} rows of trace {trace!r} the run sends "
+            f"exceed the testbed's {shape.context:,}-token context (prompt + max_tokens; preset {shape.preset}): "
+            f"{_advice(shape)}")
+
+
+def _dataset_over(persona: ChatPersona | AgentSwarmPersona, shape: TestbedShape) -> str | None:
+    spec = persona.dataset
+    assert spec is not None
+    dialogs = load_dataset(spec.path, spec.format, spec.limit)
+    over = 0
+    for dialog in dialogs:
+        turns = dialog.turns[: spec.max_turns or len(dialog.turns)] if isinstance(persona, ChatPersona) \
+            else dialog.turns[:1]
+        if not turns:
+            continue
+        shared = (persona.system_prompt_tokens if isinstance(persona, ChatPersona)
+                  else persona.shared_context_tokens)
+        prompt = shared + (count_tokens(dialog.system) if dialog.system else 0)
+        for turn in turns[:-1]:  # a chat's last turn resends every earlier one: its largest request
+            prompt += count_tokens(turn.user) + (count_tokens(turn.reply) if turn.reply else 0)
+        last = turns[-1]
+        prompt += count_tokens(last.user)
+        answer = count_tokens(last.reply) if last.reply and spec.output_tokens == "dataset" else 1
+        if prompt + answer > shape.context:
+            over += 1
+    if not over:
+        return None
+    return (f"persona {persona.name!r}: {over:,} of the {len(dialogs):,} conversations of dataset {spec.path!r} "
+            f"exceed the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
+
+
+def _shared_over(persona: AgentSwarmPersona, shape: TestbedShape) -> str | None:
+    """Every call of a swarm carries its shared context: over the context, not one call can be served."""
+    if persona.shared_context_tokens < shape.context:
+        return None
+    return (f"persona {persona.name!r}: every call carries shared_context_tokens {persona.shared_context_tokens:,}, "
+            f"over the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
+
+
+def context_warnings(scenario: Scenario) -> list[str]:
+    """One line per persona whose trace rows or dataset conversations cannot fit the testbed's context (and per
+    swarm whose shared context alone cannot)."""
+    shape = testbed_shape(scenario)
+    if shape is None:
+        return []
+    out: list[str] = []
+    for persona in scenario.personas:
+        if isinstance(persona, TraceReplayPersona):
+            line = _trace_over(persona, scenario, shape)
+        elif persona.dataset is not None:
+            line = _dataset_over(persona, shape)
+        elif isinstance(persona, AgentSwarmPersona):
+            line = _shared_over(persona, shape)
+        else:
+            continue
+        if line:
+            out.append(line)
+    return out
+
+
+def dry_run_notes(scenario: Scenario) -> list[str]:
+    """What a dry run adds for a testbed target: which testbed, and every context warning."""
+    shape = testbed_shape(scenario)
+    if shape is None:
+        return []
+    return [f"target: {shape.describe()}", *(f"warning: {line}" for line in context_warnings(scenario))]
