@@ -64,7 +64,7 @@ app = _App(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-scenario_app = typer.Typer(help="Validate scenarios, print their JSON Schema, list the built-in ones.",
+scenario_app = typer.Typer(help="Validate scenarios, print their JSON Schema, list or show the built-in ones.",
                            no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 
@@ -90,6 +90,18 @@ def _register_capacity() -> None:
 
 
 _register_capacity()
+
+
+def _register_shipped() -> None:
+    """What the docs point to, by command (a pip user has no checkout): scenario show, example, schema summary."""
+    from rushhour import shipped
+
+    scenario_app.command("show")(shipped.scenario_show)
+    app.command("example")(shipped.example)
+    app.add_typer(shipped.schema_app, name="schema")
+
+
+_register_shipped()
 
 console = make_console(stderr=True)
 out = make_console()
