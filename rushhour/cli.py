@@ -320,7 +320,8 @@ def worker(
 def k8s(
     scenario: Annotated[Path, typer.Argument(help="scenario file (it goes into a ConfigMap as is)")],
     workers: Annotated[int, typer.Option(help="worker pods (one Locust process each)")],
-    image: Annotated[str, typer.Option(help="image built with deploy/Dockerfile")] = "rushhour:0.1.0",
+    image: Annotated[str, typer.Option(help="an image with rushhour installed: `rushhour example dockerfile` "
+                                       "prints its Dockerfile (docs/distributed.md, 'The image')")] = "rushhour:0.1.0",
     name: Annotated[str, typer.Option(help="prefix of every object's name")] = "rushhour",
     namespace: Annotated[str | None, typer.Option(help="Kubernetes namespace")] = None,
     target: Annotated[str | None, typer.Option(help="override target URL")] = None,

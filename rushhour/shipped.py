@@ -19,7 +19,7 @@ console = make_console(stderr=True)
 EXIT_USAGE = 2
 
 # name → file: the wheel carries examples/ inside this package (pyproject's force-include), a checkout beside it
-EXAMPLES = {"locustfile": "locustfile.py"}
+EXAMPLES = {"locustfile": "locustfile.py", "dockerfile": "Dockerfile"}
 PACKAGED_EXAMPLES = Path(__file__).resolve().parent / "examples"
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +70,10 @@ def scenario_show(
 
 
 def example(
-    name: Annotated[str, typer.Argument(help="which example: locustfile")],
+    name: Annotated[str, typer.Argument(help="locustfile (rushhour's users in plain Locust) or dockerfile (the "
+                                            "image of `rushhour k8s`, built from a wheel)")],
 ) -> None:
-    """Print a shipped example: `rushhour example locustfile > locustfile.py` (rushhour's users in plain Locust)."""
+    """Print a shipped example: `rushhour example locustfile > locustfile.py`, `rushhour example dockerfile`."""
     try:
         sys.stdout.write(example_path(name).read_text())
     except LookupError as exc:

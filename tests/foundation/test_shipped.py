@@ -45,18 +45,21 @@ def test_scenario_show_refuses_other_names_in_one_line(tmp_path: Path, name: str
     assert len(lines) == 1 and "built-in scenarios: capacity-plan, ci-smoke" in lines[0], done.stderr
 
 
-def test_example_locustfile_is_the_repository_file(tmp_path: Path) -> None:
+def test_examples_are_the_repository_files(tmp_path: Path) -> None:
     done = _rushhour("example", "locustfile", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (REPO / "examples" / "locustfile.py").read_text()
+    docker = _rushhour("example", "dockerfile", cwd=tmp_path)
+    assert docker.returncode == 0 and docker.stdout == (REPO / "examples" / "Dockerfile").read_text()
     bad = _rushhour("example", "../locustfile", cwd=tmp_path)
-    assert bad.returncode == 2 and "examples: locustfile" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "examples: locustfile, dockerfile" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_the_wheel_carries_the_example_where_the_command_reads_it() -> None:
     # pyproject's force-include puts examples/locustfile.py at rushhour/examples/ in the wheel: one copy of the text
     text = (REPO / "pyproject.toml").read_text()
-    assert '"examples/locustfile.py" = "rushhour/examples/locustfile.py"' in text
+    for name, file in shipped.EXAMPLES.items():
+        assert f'"examples/{file}" = "rushhour/examples/{file}"' in text, name
     assert shipped.PACKAGED_EXAMPLES == REPO / "rushhour" / "examples"
 
 
