@@ -7,6 +7,7 @@ Nothing here may import from the checkout: the commands run from a scratch folde
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -38,10 +39,10 @@ def _venv_dir() -> Path:
     return CACHE / f"wheel-venv-{hashlib.sha256(key).hexdigest()[:16]}"
 
 
-def _check(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+def _check(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, f"{cmd}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done  # type: ignore[no-any-return]
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +59,17 @@ def venv(wheel: Path) -> Path:
     """A venv outside the checkout with the wheel installed (its dependencies installed once, then cached)."""
     home = _venv_dir()
     stamp = home / ".deps-installed"
-    if not stamp.exists():  # a half-made venv (an interrupted first run) is made again
-        shutil.rmtree(home, ignore_errors=True)
-        home.parent.mkdir(parents=True, exist_ok=True)
-        _check([sys.executable, "-m", "venv", str(home)], timeout=300)
-        _check([str(home / "bin" / "pip"), "install", "-q", str(wheel)], timeout=900, env=_user_env(home))
-        stamp.write_text(wheel.name + "\n")
-    else:
-        _check([str(home / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
-               timeout=300, env=_user_env(home))
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with (home.parent / f"{home.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be installing into the same venv
+        if not stamp.exists():  # a half-made venv (an interrupted first run) is made again
+            shutil.rmtree(home, ignore_errors=True)
+            _check([sys.executable, "-m", "venv", str(home)], timeout=300)
+            _check([str(home / "bin" / "pip"), "install", "-q", str(wheel)], timeout=900, env=_user_env(home))
+            stamp.write_text(wheel.name + "\n")
+        else:
+            _check([str(home / "bin" / "pip"), "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                   timeout=300, env=_user_env(home))
     return home
 
 
