@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from .locust_helpers import locust_until_chat_served, served_chat
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,26 +169,17 @@ def _run_example_locustfile(venv: Path, scratch: Path) -> None:
     try:
         _wait_http(f"http://127.0.0.1:{port}/v1/models", serve)
         err = scratch / "locust.err"
-        with err.open("wb") as stderr:
-            run = subprocess.Popen(
-                [str(venv / "bin" / "locust"), "-f", "locustfile.py", "--headless", "-u", "4", "-r", "4", "-t", "120s",
-                 "--host", f"http://127.0.0.1:{port}", "--only-summary", "--rh-run-dir", "runs/example"],
-                cwd=scratch, env=_user_env(venv), stdout=subprocess.DEVNULL, stderr=stderr)
-            try:
-                while run.poll() is None and not _served_chat(ledger):
-                    time.sleep(0.2)
-                run.send_signal(signal.SIGTERM)
-                code = run.wait(timeout=120)
-            finally:
-                if run.poll() is None:
-                    run.kill()
+        code = locust_until_chat_served(
+            [str(venv / "bin" / "locust"), "-f", "locustfile.py", "--headless", "-u", "4", "-r", "4", "-t", "120s",
+             "--host", f"http://127.0.0.1:{port}", "--only-summary", "--rh-run-dir", "runs/example"],
+            ledger, err, cwd=scratch, env=_user_env(venv))
     finally:
         os.kill(serve.pid, signal.SIGTERM)
         serve.wait(timeout=10)
     log = err.read_text(errors="replace")[-2000:]
     assert code in (0, 1), log  # 1: requests cut off by the stop count as failures
     assert "Traceback" not in log, log
-    assert _served_chat(ledger), log
+    assert served_chat(ledger), log
     _sh(venv, scratch, "rushhour", "audit", "runs/example", codes=(0,))
 
 
@@ -201,10 +194,3 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], limit_s: float = 60) -> 
             assert time.monotonic() < deadline, f"{url} did not answer"
             time.sleep(0.1)
 
-
-def _served_chat(ledger: Path) -> bool:
-    """Has the testbed served an interactive (chat) request yet? (its ledger: one JSON line per decision)"""
-    if not ledger.exists():
-        return False
-    lines = [json.loads(x) for x in ledger.read_text().splitlines() if x.endswith("}")]
-    return any(x["outcome"] == "served" and x["objective"] == "interactive" for x in lines)
