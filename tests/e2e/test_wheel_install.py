@@ -160,6 +160,19 @@ def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -
     _run_example_locustfile(venv, scratch)
 
 
+@pytest.mark.xfail(strict=True, reason="the wheel installs 8 generic top-level packages (stacks, scenarios, loadgen, "
+                   "testbed, audit, reports, sim, rushhour) and the Locust children run `python -m` from the user's "
+                   "folder, so a user's own stacks.py there shadows rushhour's `stacks`: a structural issue (expose "
+                   "only `rushhour` at top level), not this one's")
+def test_a_users_module_named_like_a_top_level_package(venv: Path, tmp_path: Path) -> None:
+    # a folder of YAML named scenarios/ is harmless (the test above); a module file by such a name is not
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "stacks.py").write_text("STACKS = ['my own notes']\n")
+    done = _sh(venv, project, "rushhour", "run", "ci-smoke", "--duration", "5s", "--no-report", timeout=240)
+    assert "error:" not in done.stderr, done.stderr[-2000:]
+
+
 def _run_example_locustfile(venv: Path, scratch: Path) -> None:
     """`rushhour serve` in the background, the example locustfile with plain `locust` until chat was served."""
     port, ledger = _free_port(), scratch / "ledger.jsonl"
