@@ -36,13 +36,14 @@ def test_scenario_show_prints_every_builtin_as_shipped(tmp_path: Path) -> None:
     assert yaml.safe_load(done.stdout)["name"] == "demo"
 
 
-@pytest.mark.parametrize("name", ["nope", "../demo", "demo.yaml", "/etc/passwd", ""])
+@pytest.mark.parametrize("name", ["nope", "../demo", "demo.yaml", "/etc/passwd", "", "[bold]x[/]", "[/]"])
 def test_scenario_show_refuses_other_names_in_one_line(tmp_path: Path, name: str) -> None:
     done = _rushhour("scenario", "show", name, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "built-in scenarios: capacity-plan, ci-smoke" in lines[0], done.stderr
+    assert repr(name) in lines[0]  # what was typed, as typed (no markup read into it)
 
 
 def test_examples_are_the_repository_files(tmp_path: Path) -> None:
