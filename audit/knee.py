@@ -472,7 +472,7 @@ def analyse_sweep(steps: Sequence[Step], *, sweep_id: str, scenario: str, mode: 
 
 # --------------------------------------------------------------------------- the multi-tier study
 
-# Published claims of "Beyond Binary Priorities" (shared/reference/stacks.md §6, from the README).
+# Published claims of "Beyond Binary Priorities" (docs/sources.md, from its README).
 STUDY_CLAIMS = {
     "optimal_k": "Four priority tiers is consistently optimal (plateau beyond K = 5)",
     "top_speedup": "Up to ~3× better P99 latency for high-priority tenants",

@@ -1,6 +1,7 @@
 """A plain locustfile on rushhour's public Locust users: chat on one tier, an agent swarm on another.
 
-    locust -f examples/locustfile.py --headless -u 20 -r 5 -t 60s --host http://127.0.0.1:8000 \
+    rushhour example locustfile > locustfile.py      # this file, from an installed rushhour
+    locust -f locustfile.py --headless -u 20 -r 5 -t 60s --host http://127.0.0.1:8000 \
         --rh-run-dir runs/example
     rushhour audit runs/example && rushhour gate runs/example
 

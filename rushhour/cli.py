@@ -65,7 +65,7 @@ app = _App(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-scenario_app = typer.Typer(help="Validate scenarios, print their JSON Schema, list the built-in ones.",
+scenario_app = typer.Typer(help="Validate scenarios, print their JSON Schema, list or show the built-in ones.",
                            no_args_is_help=True)
 app.add_typer(scenario_app, name="scenario")
 
@@ -91,6 +91,18 @@ def _register_capacity() -> None:
 
 
 _register_capacity()
+
+
+def _register_shipped() -> None:
+    """What the docs point to, by command (a pip user has no checkout): scenario show, example, schema summary."""
+    from rushhour import shipped
+
+    scenario_app.command("show")(shipped.scenario_show)
+    app.command("example")(shipped.example)
+    app.add_typer(shipped.schema_app, name="schema")
+
+
+_register_shipped()
 
 console = make_console(stderr=True)
 out = make_console()
@@ -320,7 +332,8 @@ def k8s(
     scenario: Annotated[str, typer.Argument(
         help="scenario file or built-in name (it goes into a ConfigMap as is)")],
     workers: Annotated[int, typer.Option(help="worker pods (one Locust process each)")],
-    image: Annotated[str, typer.Option(help="image built with deploy/Dockerfile")] = "rushhour:0.1.0",
+    image: Annotated[str, typer.Option(help="an image with rushhour installed: `rushhour example dockerfile` "
+                                       "prints its Dockerfile (docs/distributed.md, 'The image')")] = "rushhour:0.1.0",
     name: Annotated[str, typer.Option(help="prefix of every object's name")] = "rushhour",
     namespace: Annotated[str | None, typer.Option(help="Kubernetes namespace")] = None,
     target: Annotated[str | None, typer.Option(help="override target URL")] = None,

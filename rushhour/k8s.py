@@ -40,7 +40,8 @@ def check(opts: K8sOptions) -> None:
     if opts.namespace is not None and not _DNS.match(opts.namespace):
         raise ValueError(f"--namespace {opts.namespace!r}: not a valid namespace name")
     if not opts.image or any(c.isspace() for c in opts.image):
-        raise ValueError("--image: give the image built with deploy/Dockerfile, e.g. registry/rushhour:0.1.0")
+        raise ValueError("--image: give an image with rushhour installed (`rushhour example dockerfile`), "
+                         "e.g. registry/rushhour:0.1.0")
 
 
 def render(scenario_text: str, opts: K8sOptions) -> str:

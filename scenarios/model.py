@@ -1,7 +1,7 @@
 """The scenario model: target, tiers, personas, phases, resilience, budget and SLOs.
 
 Every workload parameter is a seeded distribution (``scenarios.distributions``). Defaults come from
-``shared/reference/workloads.md`` (Azure 2023 conv, TraceLab, Copilot 2026) and say so.
+``docs/sources.md`` (Azure 2023 conv, TraceLab, Copilot 2026) and say so.
 """
 
 from __future__ import annotations

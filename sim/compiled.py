@@ -44,6 +44,9 @@ MODULES = (
     "loadgen.prompts", "loadgen.record", "loadgen.resilience", "loadgen.schedule", "loadgen.workload",
 )
 
+# How anyone gets a build: a pip user has no Makefile (`make compile` runs this too)
+BUILD_COMMAND = "python -m sim.compiled build"
+
 _active = False
 
 
@@ -59,6 +62,24 @@ def digest(modules: Sequence[str] = MODULES) -> str:
     for module in modules:
         h.update(module.encode() + b"\0" + source(module).read_bytes() + b"\0")
     return h.hexdigest()[:20]
+
+
+def compiler_requirement() -> str:
+    """The pinned compiler as rushhour's own metadata names it (its ``dev`` extra), e.g. ``mypy==2.4.1``."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        wanted = requires("rushhour") or []
+    except PackageNotFoundError:
+        wanted = []
+    pins = [spec.split(";")[0].strip() for spec in wanted if spec.replace(" ", "").startswith("mypy==")]
+    return pins[0] if pins else "mypy"
+
+
+def _missing_tools() -> list[str]:
+    """What a build needs and this interpreter lacks: mypyc (part of mypy) and setuptools."""
+    return [name for module, name in (("mypyc", compiler_requirement()), ("setuptools", "setuptools"))
+            if importlib.util.find_spec(module) is None]
 
 
 def _mypy_version() -> str:
@@ -90,7 +111,7 @@ def status() -> str:
     if os.environ.get(ENV) == "0":
         return "interpreted (RUSHHOUR_COMPILED=0)"
     if manifest() is None:
-        return "interpreted (no compiled build of these sources: `make compile`)"
+        return f"interpreted (no compiled build of these sources: `{BUILD_COMMAND}`)"
     return "interpreted"
 
 
@@ -156,6 +177,10 @@ def _pth_path() -> Path:
 
 def build(quiet: bool = False) -> Path:
     """Compile the modules with mypyc into the venv (a no-op when the build of these sources is there); its folder."""
+    needed = _missing_tools()
+    if needed:
+        raise RuntimeError(f"it needs {' and '.join(needed)}: `pip install {' '.join(needed)}`, then "
+                           f"`{BUILD_COMMAND}` again")
     key = digest()
     out = BUILD_ROOT / key
     _pth_path().write_text(PTH_LINE)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .locust_helpers import locust_until_chat_served
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,23 +29,11 @@ def test_plain_locust_with_rushhour_users(tmp_path: Path) -> None:
             assert testbed.poll() is None and time.monotonic() < deadline, "the testbed did not start"
             time.sleep(0.05)
         port = int(port_file.read_text())
-        # no fixed -t: the run's idle probes come first, and on a loaded CI machine they took most of a 12 s run
-        # (its users then sent at 15 s and were cut off at once: nothing served). Locust runs until the testbed
-        # served a chat request (or 120 s), then is stopped as a user stops it: SIGTERM, a clean quit.
-        out, err = tmp_path / "locust.out", tmp_path / "locust.err"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            run = subprocess.Popen(
-                [sys.executable, "-m", "locust", "-f", "examples/locustfile.py", "--headless", "-u", "4", "-r", "4",
-                 "-t", "120s", "--host", f"http://127.0.0.1:{port}", "--only-summary",
-                 "--rh-run-dir", str(tmp_path / "run")], cwd=REPO, stdout=stdout, stderr=stderr)
-        try:
-            while run.poll() is None and not _served_chat(ledger):
-                time.sleep(0.2)
-            run.send_signal(signal.SIGTERM)
-            code = run.wait(timeout=120)
-        finally:
-            if run.poll() is None:
-                run.kill()
+        err = tmp_path / "locust.err"
+        code = locust_until_chat_served(
+            [sys.executable, "-m", "locust", "-f", "examples/locustfile.py", "--headless", "-u", "4", "-r", "4",
+             "-t", "120s", "--host", f"http://127.0.0.1:{port}", "--only-summary",
+             "--rh-run-dir", str(tmp_path / "run")], ledger, err, cwd=REPO)
     finally:
         os.kill(testbed.pid, signal.SIGTERM)
         testbed.wait(timeout=10)
@@ -57,10 +47,3 @@ def test_plain_locust_with_rushhour_users(tmp_path: Path) -> None:
     assert {x["objective"] for x in served} <= {"interactive", "batch-sheddable"}
     assert (tmp_path / "run" / "run.json").exists() and list((tmp_path / "run" / "records").glob("*.jsonl"))
 
-
-def _served_chat(ledger: Path) -> bool:
-    """Has the testbed served an interactive (chat) request yet? (its ledger: one JSON line per decision)"""
-    if not ledger.exists():
-        return False
-    lines = [json.loads(x) for x in ledger.read_text().splitlines() if x.endswith("}")]
-    return any(x["outcome"] == "served" and x["objective"] == "interactive" for x in lines)

@@ -100,3 +100,24 @@ def test_dockerfile_installs_every_package_of_the_wheel() -> None:
     for package in packages:
         assert f"COPY {package}/ {package}/" in text, package
     assert "RUN pip install ." in text and 'ENTRYPOINT ["rushhour"]' in text and "USER 10001" in text
+
+
+def test_dockerfile_copies_what_the_wheel_build_reads() -> None:
+    # hatch refuses to build when a licence file or a force-included file is missing from the build context
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    hatch = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for name in ("LICENSE", "NOTICE"):  # hatch's default license files
+        assert name in text.split("COPY pyproject.toml", 1)[1].splitlines()[0], name
+    for source in hatch["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]:
+        if source != "examples/Dockerfile":  # the image's own recipe is not needed inside it
+            assert f"COPY {source} examples/" in text or f"COPY {source} " in text, source
+
+
+def test_the_documented_dockerfile_is_the_shipped_one_and_builds_the_same_image() -> None:
+    example = (ROOT / "examples" / "Dockerfile").read_text()
+    docs = (ROOT / "docs" / "distributed.md").read_text()
+    assert f"```dockerfile\n{example}```" in docs  # docs/distributed.md shows the shipped file as it is
+    # from the unprivileged user on, the wheel's image and the checkout's are the same image
+    tail = "# an unprivileged user"
+    checkout = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert example[example.index(tail):] == checkout[checkout.index(tail):]
