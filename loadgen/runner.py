@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from rich.markup import escape
 
 import stacks
-from loadgen import procs
+from loadgen import doomed, procs
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
@@ -41,6 +41,7 @@ from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
+EXIT_DOOMED = 2  # every attempt failed alike (wrong model, key, address): the run could not measure (invalid)
 LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/engine/locustfile.py)
 # Space set aside in every run folder and given back when the disk fills up, so that the final run.json
 # can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
@@ -121,6 +122,7 @@ class RunOptions:
     # builds the watcher for a scenario with an `abort:` (rushhour passes audit.early.Watcher: the parent
     # side of loadgen may not import the audit); a scenario asking for an abort without one is refused
     watcher: Callable[[Scenario], Watch] | None = None
+    keep_going: bool = False  # --keep-going: no fail-fast stop when every attempt fails alike (loadgen/doomed.py)
 
 
 @dataclass
@@ -459,14 +461,63 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
     ctx.save()
     if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
         ctx.stage = "calibration"
-        _calibrate(ctx, target_url)
+        info = _calibrate(ctx, target_url)
         ctx.stage = "start-up"
+        if not ctx.options.keep_going and not info.get("served"):
+            found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
+            if found is not None:
+                return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
     manifest.resolved_target_url = target_url
     ctx.stage = "the load"
     try:
         return _drive(ctx, route_urls)
     finally:
         ctx.sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+
+
+def _calibration_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The calibration probes' request lines (their own shard), in the order they were sent."""
+    from loadgen.record import read_shard
+
+    out: list[dict[str, Any]] = []
+    for path in shard_paths(run_dir):
+        if path.name.endswith("-calibration.jsonl"):
+            out += [line for line in read_shard(path).lines if line.get("kind") == "request"]
+    return out
+
+
+MODELS_TIMEOUT_S = 3.0  # GET /v1/models when the server says the model is unknown: a courtesy, never a wait
+
+
+def _name_models(scenario: Scenario, target_url: str, found: dict[str, Any]) -> dict[str, Any]:
+    """The doom decision with the target's served models (``GET /v1/models``) when it says the model is unknown."""
+    from loadgen.diagnose import served_models
+    from loadgen.record import short_text
+    from loadgen.tiers import credential
+
+    if not doomed.Failure(int(found["status"]), str(found["error"])).model_not_found:
+        return found
+    try:
+        key = credential(scenario.tiers[0])
+    except TierError:
+        key = None
+    names, problem = served_models(target_url, key, timeout_s=MODELS_TIMEOUT_S)
+    # the peer's ids are hostile text like any answer: cleaned and cut before they reach a line or run.json
+    clean = [text for name in names[:100] if (text := short_text(name, 120))]
+    return doomed.with_models(found, None if problem else clean)
+
+
+def _stop_doomed(ctx: RunContext, found: dict[str, Any], target_url: str) -> RunResult:
+    """Calibration found the run doomed: no load is started; run.json says why, in the server's words."""
+    manifest = ctx.manifest
+    manifest.abort = _name_models(ctx.scenario, target_url, found)
+    manifest.stop_reason, manifest.ended_at = doomed.STOP_DOOMED, _iso()
+    manifest.resolved_target_url = target_url
+    manifest.shards = [p.name for p in shard_paths(ctx.run_dir)]
+    ctx.save()
+    ctx.say(f"[bold red]error:[/] {escape(manifest.abort['message'])}")
+    ctx.say("no load was sent: every calibration probe failed alike (fail fast; `--keep-going` runs the load anyway)")
+    return RunResult(ctx.run_dir, EXIT_DOOMED, doomed.STOP_DOOMED)
 
 
 def _set_anchor(ctx: RunContext, anchor: Anchor) -> str | None:
@@ -806,6 +857,9 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
              if options.watcher and scenario.abort and scenario.abort.enabled else None)
     if watch is not None:
         tail.listeners.append(watch)
+    doom = None if options.keep_going else doomed.DoomWatch()  # fail fast: the first attempts all failing alike
+    if doom is not None:
+        tail.listeners.append(doom)
     aborted: dict[str, Any] | None = None
     looked_at = time.monotonic()
     log_path = run_dir / "locust.log"
@@ -853,6 +907,14 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                         _say(console, f"[bold red]aborting early[/] at {elapsed:.0f} s: {escape(aborted['message'])}")
                         _signal(proc.pid, signal.SIGTERM)
                         forwarded_at = time.monotonic()
+                if doom is not None and aborted is None and forwarded_at is None and (
+                        found := doom.look(elapsed)) is not None:
+                    aborted = manifest.abort = _name_models(scenario, target_url, found)
+                    ctx.save()
+                    _say(console, f"[bold red]stopping at {elapsed:.0f} s (fail fast):[/] {escape(aborted['message'])}"
+                                  " (`--keep-going` runs on)")
+                    _signal(proc.pid, signal.SIGTERM)
+                    forwarded_at = time.monotonic()
                 if sigs.count and forwarded_at is None:
                     _say(console, "stopping: in-flight requests are recorded as cancelled …")
                     _signal(proc.pid, signal.SIGTERM)
@@ -922,6 +984,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+    if stop_reason == doomed.STOP_DOOMED:
+        return RunResult(run_dir, EXIT_DOOMED, stop_reason)
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
 
 
