@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.manifest import STOP_DOOMED
+
 DOOM_AFTER = 10  # the first this many finished attempts of the load, all failing alike, stop the run
 CALIBRATION_MIN = 3  # calibration probes that must have failed alike (a refused connection: one is enough)
 CAPACITY_STATUSES = frozenset({408, 429, 503, 529})  # a busy stack's answers: measured, never "doomed"

@@ -9,11 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from audit.summary import Summary
-from reports import control, fmt, sentences
+from reports import control, fmt, inconclusive, sentences
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
-    """'PASS', 'FAIL 1/2' or '–' for a tier."""
+    """'PASS', 'FAIL 1/2', 'INCONCLUSIVE' (why: a line under the table) or '–' for a tier."""
     verdicts = [v for v in summary.verdicts if v.tier == tier]
     if not verdicts:
         return Text("–", style="dim")
@@ -22,7 +22,7 @@ def _verdict_cell(summary: Summary, tier: str) -> Text:
         return Text(f"FAIL {failed}/{len(verdicts)}", style="bold red")
     unsure = sum(1 for v in verdicts if v.inconclusive)
     if unsure:
-        return Text(f"?? {unsure}/{len(verdicts)}", style="bold yellow")
+        return Text(inconclusive.CELL, style="bold yellow")
     return Text("PASS", style="bold green")
 
 
@@ -110,12 +110,19 @@ def _window(summary: Summary, console: Console) -> None:
                       highlight=False)
 
 
+def _unsure(summary: Summary, console: Console) -> None:
+    """Why each inconclusive check could not be judged, in words (the table's cell only says that it could not)."""
+    for line in inconclusive.lines(summary):
+        console.print(Text(line, style="yellow"), highlight=False)
+
+
 def print_terminal(summary: Summary, console: Console) -> None:
     """The end-of-run summary: verdict line, the story in sentences, the per-tier table, findings."""
     console.print(_banner(summary))
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    _unsure(summary, console)
     _window(summary, console)
     for line in control.lines(summary):
         console.print(Text("priority vs equal-priority control: " + line), highlight=False)
@@ -140,6 +147,7 @@ def print_verdicts(summary: Summary, console: Console) -> None:
     _window(summary, console)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
+        _unsure(summary, console)
     else:
         console.print("No SLO checks configured.")
     console.print(_banner(summary))
