@@ -93,26 +93,27 @@ def decision(failure: Failure, count: int, served_models: list[str] | None = Non
             "error": failure.text, "attempts": count, "message": explain(failure, count, served_models)}
 
 
-def explain(failure: Failure, count: int, served_models: list[str] | None = None) -> str:
-    """One line in the server's own words, with the served models when the server says the model is unknown."""
+def explain(failure: Failure, count: int, served_models: list[str] | None = None, model: str | None = None) -> str:
+    """One line in the server's own words; for an unknown model, the model and what the target serves instead."""
     head = f"all {count} attempts failed alike" if count > 1 else "the first attempt failed"
     if failure.refused:
-        return f"the target refuses connections ({failure.text}): {head}; is it running, at this address?"
-    line = f"the target answered {failure.words()} ({head})"
-    if failure.model_not_found and served_models is not None:
-        shown = ", ".join(served_models[:MAX_MODELS_SHOWN]) or "none"
-        more = f" and {len(served_models) - MAX_MODELS_SHOWN} more" if len(served_models) > MAX_MODELS_SHOWN else ""
-        line += f"; served models are: {shown}{more}"
-    return line
+        return f"the target refuses connections ({failure.text}): is it running, at this address? ({head})"
+    said = f"{failure.words()} ({head})"
+    if not failure.model_not_found or served_models is None:
+        return f"the target answered {said}"
+    shown = ", ".join(served_models[:MAX_MODELS_SHOWN]) or "none"
+    more = f" and {len(served_models) - MAX_MODELS_SHOWN} more" if len(served_models) > MAX_MODELS_SHOWN else ""
+    name = f"model {model!r}" if model else "the model"
+    return f"{name} does not exist: served models are {shown}{more}; the target answered {said}"
 
 
-def with_models(found: dict[str, Any], served_models: list[str] | None) -> dict[str, Any]:
+def with_models(found: dict[str, Any], served_models: list[str] | None, model: str | None = None) -> dict[str, Any]:
     """The decision with the served models named (when the server said the model is unknown)."""
     failure = Failure(int(found["status"]), str(found["error"]))
     if served_models is None or not failure.model_not_found:
         return found
     return {**found, "served_models": served_models[:MAX_MODELS_SHOWN],
-            "message": explain(failure, int(found["attempts"]), served_models)}
+            "message": explain(failure, int(found["attempts"]), served_models, model)}
 
 
 class DoomWatch:

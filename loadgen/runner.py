@@ -360,8 +360,12 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
+    from loadgen.walltime import wall_time
+
+    planned = wall_time(scenario).line()
     if options.dry_run:
-        return _dry_run(scenario, console)
+        return _dry_run(scenario, console, planned)
+    _say(console, planned)  # the whole run's wall time, up front: a CI job's timeout or a user's wait
     run_id = new_run_id()
     run_dir = (Path(options.out_dir) / run_id).resolve()
     try:
@@ -504,7 +508,7 @@ def _name_models(scenario: Scenario, target_url: str, found: dict[str, Any]) -> 
     names, problem = served_models(target_url, key, timeout_s=MODELS_TIMEOUT_S)
     # the peer's ids are hostile text like any answer: cleaned and cut before they reach a line or run.json
     clean = [text for name in names[:100] if (text := short_text(name, 120))]
-    return doomed.with_models(found, None if problem else clean)
+    return doomed.with_models(found, None if problem else clean, scenario.target.model)
 
 
 def _stop_doomed(ctx: RunContext, found: dict[str, Any], target_url: str) -> RunResult:
@@ -681,8 +685,9 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     return info
 
 
-def _dry_run(scenario: Scenario, console: Any) -> RunResult:
+def _dry_run(scenario: Scenario, console: Any, planned: str = "") -> RunResult:
     from loadgen.dryrun import plan, render_plan
+    from loadgen.probes import PROBE_OUTPUT_TOKENS
 
     result = plan(scenario)
     if console is not None:
@@ -694,8 +699,11 @@ def _dry_run(scenario: Scenario, console: Any) -> RunResult:
             sizes = ", ".join(str(n) for n in cal.prompt_tokens)
             console.print(
                 f"calibration: {cal.probes * len(cal.prompt_tokens)} idle probes ({cal.probes} × prompt {sizes} "
-                "tokens, 16 output tokens) to the primary before the load; not counted by the budget"
+                f"tokens, {PROBE_OUTPUT_TOKENS} output tokens) to the primary before the load; not counted by the "
+                "budget"
             )
+        if planned:
+            console.print(planned)
     return RunResult(None, EXIT_OK, "dry_run")
 
 

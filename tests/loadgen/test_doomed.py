@@ -73,8 +73,9 @@ def test_an_unknown_model_names_what_is_served() -> None:
     for status, text in ((404, VLLM_404), (400, LITELLM_400)):
         found = judge_attempts([rec(status, text)] * 3, CALIBRATION_MIN)
         assert found is not None
-        named = with_models(found, ["tiny-llama", "other"])
-        assert named["message"].endswith("served models are: tiny-llama, other"), named["message"]
+        named = with_models(found, ["tiny-llama", "other"], "wrong")
+        assert named["message"].startswith("model 'wrong' does not exist: served models are tiny-llama, other; "
+                                           f"the target answered {status} {text}"), named["message"]
         assert named["served_models"] == ["tiny-llama", "other"]
     other = judge_attempts([rec(401, "Invalid API key")] * 3, CALIBRATION_MIN)
     assert other is not None and with_models(other, ["x"]) == other  # not a model error: nothing added
