@@ -21,7 +21,7 @@ STOP_WITHIN_S = 15.0
 
 
 @pytest.mark.parametrize("probes", [3, 0], ids=["calibration", "load"])
-def test_a_wrong_model_stops_a_real_vllm_run_within_seconds(vllm_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_wrong_model_stops_a_real_vllm_run_within_seconds(vllm_server, tmp_path: Path,
                                                             probes: int) -> None:
     scenario = tmp_path / "wrong.yaml"
     scenario.write_text(SCENARIO.read_text().replace("probes: 3,", f"probes: {probes},"))
