@@ -25,6 +25,7 @@ from loadgen.manifest import STOP_DOOMED
 
 DOOM_AFTER = 10  # the first this many finished attempts of the load, all failing alike, stop the run
 CALIBRATION_MIN = 3  # calibration probes that must have failed alike (a refused connection: one is enough)
+REFUSED_AFTER = 3  # refused connections that stop the load: conclusive sooner, but one could be a restart's blip
 CAPACITY_STATUSES = frozenset({408, 429, 503, 529})  # a busy stack's answers: measured, never "doomed"
 MAX_MODELS_SHOWN = 12
 # the servers' words for an unknown model: vLLM 0.32 "The model `x` does not exist. Valid aliases: …",
@@ -60,6 +61,8 @@ def failure_of(record: dict[str, Any]) -> Failure | str:
     """The attempt's ``Failure``, or ``OK`` (it disarms the watch) or ``SKIP`` (it does not count)."""
     if record.get("kind", "request") != "request" or record.get("not_sent") or record.get("cancelled"):
         return SKIP
+    if record.get("reason") == "breaker_open" and not record.get("status"):
+        return SKIP  # the client's own breaker refused to send: the target said nothing new
     status = record.get("status")
     status = status if isinstance(status, int) else 0
     if 200 <= status < 300 or record.get("client_timeout") or record.get("abandoned"):
@@ -72,19 +75,11 @@ def failure_of(record: dict[str, Any]) -> Failure | str:
 
 def judge_attempts(records: Iterable[dict[str, Any]], at_least: int) -> dict[str, Any] | None:
     """A doom decision when every counted attempt failed alike and there were ``at_least`` of them
-    (a refused connection: one); None otherwise."""
-    seen: Failure | None = None
-    count = 0
+    (a refused connection: one, as the calibration stops at its first); None otherwise."""
+    watch = DoomWatch(after=at_least, refused_after=1, skip_persona=None)
     for record in records:
-        got = failure_of(record)
-        if got == SKIP:
-            continue
-        if not isinstance(got, Failure) or (seen is not None and got != seen):
-            return None
-        seen, count = got, count + 1
-    if seen is None or (count < at_least and not seen.refused):
-        return None
-    return decision(seen, count)
+        watch.feed(record)
+    return watch.decided()
 
 
 def decision(failure: Failure, count: int, served_models: list[str] | None = None) -> dict[str, Any]:
@@ -118,31 +113,47 @@ def with_models(found: dict[str, Any], served_models: list[str] | None, model: s
 
 class DoomWatch:
     """Fed with the load's request lines; ``look`` says the run is doomed once its first ``after``
-    finished attempts all failed alike (any other outcome disarms it for good)."""
+    finished attempts (``refused_after`` refused connections) all failed alike; any other outcome disarms it.
 
-    def __init__(self, after: int = DOOM_AFTER) -> None:
-        self.after = after
-        self.first: Failure | None = None
+    With fallback routes (``routes``), each route must have failed, each alike: a run whose fallback serves
+    measures that fallback, however its primary fails.
+    """
+
+    def __init__(self, after: int = DOOM_AFTER, refused_after: int = REFUSED_AFTER,
+                 skip_persona: str | None = "calibration", routes: tuple[str, ...] = ("primary",)) -> None:
+        self.after, self.refused_after, self.skip_persona = after, min(after, refused_after), skip_persona
+        self.routes = routes
+        self.first: dict[str, Failure] = {}  # route -> how its first attempt failed
         self.count = 0
         self.disarmed = False
 
     def feed(self, record: dict[str, Any], shard: str = "") -> None:
-        """Take one line as the shard tail read it (calibration probes are judged on their own)."""
-        if self.disarmed or record.get("kind") != "request" or record.get("persona") == "calibration":
+        """Take one line as the shard tail read it (the calibration probes are judged on their own)."""
+        if self.disarmed or record.get("kind", "request") != "request":
+            return
+        if self.skip_persona is not None and record.get("persona") == self.skip_persona:
             return
         got = failure_of(record)
         if got == SKIP:
             return
-        if not isinstance(got, Failure) or (self.first is not None and got != self.first):
+        route = str(record.get("route") or "primary")
+        seen = self.first.get(route)
+        if not isinstance(got, Failure) or (seen is not None and got != seen):
             self.disarmed = True
             return
-        self.first, self.count = got, self.count + 1
+        self.first[route], self.count = got, self.count + 1
+
+    def decided(self) -> dict[str, Any] | None:
+        """run.json's ``abort`` once the first attempts all failed alike (on every route), else None."""
+        if self.disarmed or not all(route in self.first for route in self.routes):
+            return None
+        failure = self.first[self.routes[0]]
+        refused = all(f.refused for f in self.first.values())
+        if self.count < (self.refused_after if refused else self.after):
+            return None
+        return decision(failure, self.count)
 
     def look(self, elapsed_s: float) -> dict[str, Any] | None:
-        """The decision (run.json's ``abort``, with ``at_s``) once the first attempts all failed alike."""
-        if self.disarmed or self.first is None:
-            return None
-        # a refusal is conclusive sooner, yet repeated a few times: one could be a restarting server's blip
-        if self.count < (min(self.after, CALIBRATION_MIN) if self.first.refused else self.after):
-            return None
-        return {**decision(self.first, self.count), "at_s": round(elapsed_s, 3)}
+        """The decision with the time it was taken (``at_s``), or None to go on."""
+        found = self.decided()
+        return None if found is None else {**found, "at_s": round(elapsed_s, 3)}

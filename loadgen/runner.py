@@ -467,7 +467,8 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         ctx.stage = "calibration"
         info = _calibrate(ctx, target_url)
         ctx.stage = "start-up"
-        if not ctx.options.keep_going and not info.get("served"):
+        # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
+        if not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
             found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
             if found is not None:
                 return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
@@ -865,7 +866,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
              if options.watcher and scenario.abort and scenario.abort.enabled else None)
     if watch is not None:
         tail.listeners.append(watch)
-    doom = None if options.keep_going else doomed.DoomWatch()  # fail fast: the first attempts all failing alike
+    routes = ("primary", *(r.name for r in scenario.resilience.fallback))
+    doom = None if options.keep_going else doomed.DoomWatch(routes=routes)  # fail fast: the first attempts alike
     if doom is not None:
         tail.listeners.append(doom)
     aborted: dict[str, Any] | None = None

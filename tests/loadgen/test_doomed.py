@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.doomed import CALIBRATION_MIN, DOOM_AFTER, DoomWatch, Failure, explain, judge_attempts, with_models
+from loadgen.doomed import (
+    CALIBRATION_MIN,
+    DOOM_AFTER,
+    REFUSED_AFTER,
+    DoomWatch,
+    Failure,
+    explain,
+    judge_attempts,
+    with_models,
+)
 
 # vLLM 0.32's own words (vllm/entrypoints/serve/engine/serving.py _check_model), as the record keeps them
 VLLM_404 = "The model `wrong` does not exist. Valid aliases: tiny-llama."
@@ -36,8 +45,10 @@ def test_the_first_attempts_all_failing_alike_doom_the_run() -> None:
 
 def test_a_refused_connection_is_conclusive_sooner() -> None:
     refused = rec(0, REFUSED, transport_error=True)
-    assert watch([refused] * CALIBRATION_MIN) is not None
-    assert watch([refused] * (CALIBRATION_MIN - 1)) is None
+    assert watch([refused] * REFUSED_AFTER) is not None
+    assert watch([refused] * (REFUSED_AFTER - 1)) is None
+    breaker = rec(0, None, reason="breaker_open")  # the client's own breaker: no new word from the target
+    assert watch([refused, breaker, refused, breaker, refused]) is not None
     assert "refuses connections" in explain(Failure(0, REFUSED), 1)
 
 
@@ -79,3 +90,19 @@ def test_an_unknown_model_names_what_is_served() -> None:
         assert named["served_models"] == ["tiny-llama", "other"]
     other = judge_attempts([rec(401, "Invalid API key")] * 3, CALIBRATION_MIN)
     assert other is not None and with_models(other, ["x"]) == other  # not a model error: nothing added
+
+
+def test_with_a_fallback_every_route_must_fail() -> None:
+    """A primary with the wrong model and a fallback that serves: the run measures the fallback."""
+    primary = rec(404, VLLM_404, route="primary")
+    w = DoomWatch(routes=("primary", "standby"))
+    for r in [primary] * (2 * DOOM_AFTER):
+        w.feed(r)
+    assert w.look(1.0) is None  # the standby has not answered yet
+    w.feed(rec(200, route="standby"))
+    assert w.look(2.0) is None and w.disarmed
+    both = DoomWatch(routes=("primary", "standby"))
+    for r in [primary, rec(401, "bad key", route="standby")] * DOOM_AFTER:
+        both.feed(r)
+    found = both.look(3.0)
+    assert found is not None and found["error"] == VLLM_404  # both dead, each its own way: the primary's words
