@@ -21,8 +21,26 @@ def reason(summary: Summary, verdict: Verdict) -> str:
                 f"{fmt.pctl_text(pct, key)}")
     need = min_samples(key, verdict.judge)
     if pct.n < need:
-        return f"not enough samples for {key}: {pct.n} of {need} needed (a longer run or a lower percentile)"
+        return f"not enough samples for {key}: {pct.n} of {need} needed ({_longer(summary, pct.n, need)})"
     return verdict.message
+
+
+def _longer(summary: Summary, n: int, need: int) -> str:
+    """What would give enough: that much more measured load at the same rate (the samples grow with it), or a
+    lower percentile."""
+    measured = _measured_s(summary)
+    if n <= 0 or measured <= 0:
+        return "a longer run or a lower percentile"
+    return f"about {fmt.secs(measured * need / n)} of measured load at this rate, or a lower percentile"
+
+
+def _measured_s(summary: Summary) -> float:
+    """Seconds of the phases the figures come from (a warm-up left out of them is left out here too)."""
+    left_out = set(summary.measurement.excluded_phases)
+    kept = [float(p["end_s"]) - float(p["start_s"]) for p in summary.run.phases
+            if p.get("measured", p.get("name") not in left_out) is not False
+            and isinstance(p.get("start_s"), int | float) and isinstance(p.get("end_s"), int | float)]
+    return sum(kept) if summary.run.phases else summary.run.duration_s
 
 
 def lines(summary: Summary) -> list[str]:

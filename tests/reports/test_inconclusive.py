@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from audit.summary import Summary, Verdict
-from reports import inconclusive, print_terminal, print_verdicts, render_markdown
+from reports import fmt, inconclusive, print_terminal, print_verdicts, render_markdown
 
 
 def _short_of_samples(summary: Summary) -> Summary:
@@ -24,6 +24,12 @@ def test_the_reason_is_said_in_words(summary: Summary) -> None:
     unsure = _short_of_samples(summary)
     expected = "interactive ttft_ms.p99 inconclusive: not enough samples for p99: 37 of 100 needed"
     assert inconclusive.lines(unsure)[0].startswith(expected)
+    phases = [{"name": "warm-up", "start_s": 0.0, "end_s": 10.0}, {"name": "peak", "start_s": 10.0, "end_s": 47.0}]
+    window = unsure.measurement.model_copy(update={"excluded_phases": ["warm-up"]})
+    timed = unsure.model_copy(update={"run": unsure.run.model_copy(update={"phases": phases}), "measurement": window})
+    # 37 samples in the 37 s measured (the warm-up left out): 100 need 100 s
+    assert f"(about {fmt.secs(100.0)} of measured load at this rate, or a lower percentile)" in (
+        inconclusive.lines(timed)[0])
     console = Console(record=True, width=200, color_system=None)
     print_terminal(unsure, console)
     print_verdicts(unsure, console)
