@@ -60,7 +60,7 @@ from audit.summary import (
 )
 from audit.table import TableWriter, build_table
 from audit.tokens import token_fidelity
-from audit.validity import check_validity, with_early_quits, with_shortfall
+from audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
 from loadgen.manifest import RunManifest
 from scenarios.model import SLO
 
@@ -943,6 +943,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         "remote_shards": len(clock.remote_shards),
         "clock_offset_uncertainty_ms": None if clock.uncertainty_ns is None else clock.uncertainty_ns / 1e6})
     validity = with_shortfall(validity, data.events)
+    validity = with_doomed(validity, data.manifest)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         starved = starved_verdict(tier, info.slo, judge_of(info.slo, judge))  # first: a starved tier never passes

@@ -10,6 +10,7 @@ import pandas as pd
 from audit import text
 from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.summary import Validity
+from loadgen.manifest import STOP_DOOMED, RunManifest
 
 # One transient (a GC pause, a page-in, a neighbour's burst on a shared machine) must not void a run:
 # the generator is judged on *sustained* trouble, and on how many requests it actually delayed.
@@ -283,4 +284,14 @@ def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Vali
         return validity
     reason = (f"{len(gone)} worker(s) quit before finishing their share ({', '.join(gone)}): "
               "the rest of their load was never sent")
+    return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})
+
+
+def with_doomed(validity: Validity, manifest: RunManifest) -> Validity:
+    """A run the fail-fast watch stopped (every attempt failed alike: wrong model, key or address) is
+    invalid: it measured that one mistake, not the stack."""
+    if manifest.stop_reason != STOP_DOOMED:
+        return validity
+    message = str((manifest.abort or {}).get("message") or "every attempt failed alike")
+    reason = f"stopped early, nothing could be measured: {message}"
     return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})

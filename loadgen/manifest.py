@@ -24,6 +24,9 @@ from typing import Any
 RUN_MANIFEST = "run.json"
 
 
+STOP_DOOMED = "aborted_doomed"  # every attempt failed alike: stopped by the fail-fast watch (loadgen/doomed.py)
+
+
 @dataclass
 class RunManifest:
     """Everything ``run.json`` says about one run (``None``: not known, or not reached)."""
@@ -68,9 +71,11 @@ class RunManifest:
     # idle probes before the anchor: pid, exit_code, seconds, probes, sent, served, gave_up, interrupted
     calibration: dict[str, Any] | None = None
     # how it ended
-    # completed, interrupted, budget, startup_error, disk_full, overrun_*, aborted_hopeless_slo, aborted_saturation
+    # completed, interrupted, budget, startup_error, disk_full, overrun_*, aborted_hopeless_slo, aborted_saturation,
+    # aborted_doomed (STOP_DOOMED)
     stop_reason: str | None = None
-    # an early abort (audit/early.py): stop_reason, kind, message, at_s, and the tier/check/bound or the signal
+    # an early abort (audit/early.py): stop_reason, kind, message, at_s, and the tier/check/bound or the signal;
+    # a doomed run (loadgen/doomed.py): kind "doomed", status, error, attempts, message, at_s (None: calibration)
     abort: dict[str, Any] | None = None
     error: str | None = None
     interrupted_during: str | None = None

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from rich.markup import escape
 
 import stacks
-from loadgen import procs
+from loadgen import doomed, procs
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
@@ -42,6 +42,7 @@ from scenarios.names import did_you_mean
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
+EXIT_DOOMED = 2  # every attempt failed alike (wrong model, key, address): the run could not measure (invalid)
 LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/engine/locustfile.py)
 # Space set aside in every run folder and given back when the disk fills up, so that the final run.json
 # can still be written (a full disk otherwise leaves an empty run.json.tmp and no stop reason).
@@ -125,6 +126,7 @@ class RunOptions:
     # lines a dry run adds for the scenario as it would run (rushhour passes rushhour.fits.dry_run_notes: the
     # testbed it would start, and the trace rows or conversations that exceed its context)
     dry_run_notes: Callable[[Scenario], list[str]] | None = None
+    keep_going: bool = False  # --keep-going: no fail-fast stop when every attempt fails alike (loadgen/doomed.py)
 
 
 @dataclass
@@ -363,8 +365,12 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
+    from loadgen.walltime import wall_time
+
+    planned = wall_time(scenario).line()
     if options.dry_run:
-        return _dry_run(scenario, console, options.dry_run_notes)
+        return _dry_run(scenario, console, options.dry_run_notes, planned)
+    _say(console, planned)  # the whole run's wall time, up front: a CI job's timeout or a user's wait
     run_id = new_run_id()
     run_dir = (Path(options.out_dir) / run_id).resolve()
     try:
@@ -464,14 +470,64 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
     ctx.save()
     if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
         ctx.stage = "calibration"
-        _calibrate(ctx, target_url)
+        info = _calibrate(ctx, target_url)
         ctx.stage = "start-up"
+        # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
+        if not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
+            found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
+            if found is not None:
+                return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
     manifest.resolved_target_url = target_url
     ctx.stage = "the load"
     try:
         return _drive(ctx, route_urls)
     finally:
         ctx.sigs.raising = False  # _drive has recorded its own stop; a late signal must not rewrite it
+
+
+def _calibration_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The calibration probes' request lines (their own shard), in the order they were sent."""
+    from loadgen.record import read_shard
+
+    out: list[dict[str, Any]] = []
+    for path in shard_paths(run_dir):
+        if path.name.endswith("-calibration.jsonl"):
+            out += [line for line in read_shard(path).lines if line.get("kind") == "request"]
+    return out
+
+
+MODELS_TIMEOUT_S = 3.0  # GET /v1/models when the server says the model is unknown: a courtesy, never a wait
+
+
+def _name_models(scenario: Scenario, target_url: str, found: dict[str, Any]) -> dict[str, Any]:
+    """The doom decision with the target's served models (``GET /v1/models``) when it says the model is unknown."""
+    from loadgen.diagnose import served_models
+    from loadgen.record import short_text
+    from loadgen.tiers import credential
+
+    if not doomed.Failure(int(found["status"]), str(found["error"])).model_not_found:
+        return found
+    try:
+        key = credential(scenario.tiers[0])
+    except TierError:
+        key = None
+    names, problem = served_models(target_url, key, timeout_s=MODELS_TIMEOUT_S)
+    # the peer's ids are hostile text like any answer: cleaned and cut before they reach a line or run.json
+    clean = [text for name in names[:100] if (text := short_text(name, 120))]
+    return doomed.with_models(found, None if problem else clean, scenario.target.model)
+
+
+def _stop_doomed(ctx: RunContext, found: dict[str, Any], target_url: str) -> RunResult:
+    """Calibration found the run doomed: no load is started; run.json says why, in the server's words."""
+    manifest = ctx.manifest
+    manifest.abort = _name_models(ctx.scenario, target_url, found)
+    manifest.stop_reason, manifest.ended_at = doomed.STOP_DOOMED, _iso()
+    manifest.resolved_target_url = target_url
+    manifest.shards = [p.name for p in shard_paths(ctx.run_dir)]
+    ctx.save()
+    ctx.say(f"[bold red]error:[/] {escape(manifest.abort['message'])}")
+    ctx.say("no load was sent: every calibration probe failed alike (fail fast; `--keep-going` runs the load anyway)")
+    return RunResult(ctx.run_dir, EXIT_DOOMED, doomed.STOP_DOOMED)
 
 
 def _set_anchor(ctx: RunContext, anchor: Anchor) -> str | None:
@@ -635,8 +691,10 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     return info
 
 
-def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[str]] | None = None) -> RunResult:
+def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[str]] | None = None,
+             planned: str = "") -> RunResult:
     from loadgen.dryrun import plan, render_plan
+    from loadgen.probes import PROBE_OUTPUT_TOKENS
 
     result = plan(scenario)
     if console is not None:
@@ -650,8 +708,11 @@ def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[
             sizes = ", ".join(str(n) for n in cal.prompt_tokens)
             console.print(
                 f"calibration: {cal.probes * len(cal.prompt_tokens)} idle probes ({cal.probes} × prompt {sizes} "
-                "tokens, 16 output tokens) to the primary before the load; not counted by the budget"
+                f"tokens, {PROBE_OUTPUT_TOKENS} output tokens) to the primary before the load; not counted by the "
+                "budget"
             )
+        if planned:
+            console.print(planned)
     return RunResult(None, EXIT_OK, "dry_run")
 
 
@@ -813,6 +874,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
              if options.watcher and scenario.abort and scenario.abort.enabled else None)
     if watch is not None:
         tail.listeners.append(watch)
+    routes = ("primary", *(r.name for r in scenario.resilience.fallback))
+    doom = None if options.keep_going else doomed.DoomWatch(routes=routes)  # fail fast: the first attempts alike
+    if doom is not None:
+        tail.listeners.append(doom)
     aborted: dict[str, Any] | None = None
     looked_at = time.monotonic()
     log_path = run_dir / "locust.log"
@@ -860,6 +925,14 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                         _say(console, f"[bold red]aborting early[/] at {elapsed:.0f} s: {escape(aborted['message'])}")
                         _signal(proc.pid, signal.SIGTERM)
                         forwarded_at = time.monotonic()
+                if doom is not None and aborted is None and forwarded_at is None and (
+                        found := doom.look(elapsed)) is not None:
+                    aborted = manifest.abort = _name_models(scenario, target_url, found)
+                    ctx.save()
+                    _say(console, f"[bold red]stopping at {elapsed:.0f} s (fail fast):[/] {escape(aborted['message'])}"
+                                  " (`--keep-going` runs on)")
+                    _signal(proc.pid, signal.SIGTERM)
+                    forwarded_at = time.monotonic()
                 if sigs.count and forwarded_at is None:
                     _say(console, "stopping: in-flight requests are recorded as cancelled …")
                     _signal(proc.pid, signal.SIGTERM)
@@ -929,6 +1002,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+    if stop_reason == doomed.STOP_DOOMED:
+        return RunResult(run_dir, EXIT_DOOMED, stop_reason)
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from audit.summary import Summary, TokenFidelity
-from reports import control, fmt, sentences, sidebyside
+from reports import control, fmt, inconclusive, sentences, sidebyside
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -84,7 +84,7 @@ def render_markdown(summary: Summary) -> str:
                 fmt.check_value(v.check, v.observed),
                 fmt.check_value(v.check, v.bound) if v.judge == "bound" else "point",
                 _RESULT[fmt.verdict_result(v)],
-                v.message,
+                inconclusive.reason(summary, v) if v.inconclusive else v.message,
             ]
             for v in summary.verdicts
         ]

@@ -10,15 +10,15 @@ from rich.text import Text
 
 from audit.judged import tier_state
 from audit.summary import Summary, Verdict
-from reports import control, fmt, sentences
+from reports import control, fmt, inconclusive, sentences
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
-    """'PASS', 'FAIL 1/2', '?? 1/2', 'NOT JUDGED' or '–' for a tier."""
+    """'PASS', 'FAIL 1/2', 'INCONCLUSIVE 1/2' (why: a line under the table), 'NOT JUDGED' or '–' for a tier."""
     state = tier_state(summary.verdicts, tier)
     style = {"none": "dim", "fail": "bold red", "inconclusive": "bold yellow", "pass": "bold green",
              "not_judged": "yellow" if state.allowed else "bold yellow"}[state.state]
-    return Text(fmt.tier_label(state, unsure_word="??"), style=style)
+    return Text(fmt.tier_label(state, unsure_word=inconclusive.CELL), style=style)
 
 
 def _banner(summary: Summary) -> Text:
@@ -105,12 +105,19 @@ def _window(summary: Summary, console: Console) -> None:
                       highlight=False)
 
 
+def _unsure(summary: Summary, console: Console) -> None:
+    """Why each inconclusive check could not be judged, in words (the table's cell only says that it could not)."""
+    for line in inconclusive.lines(summary):
+        console.print(Text(line, style="yellow"), highlight=False)
+
+
 def print_terminal(summary: Summary, console: Console) -> None:
     """The end-of-run summary: verdict line, the story in sentences, the per-tier table, findings."""
     console.print(_banner(summary))
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    _unsure(summary, console)
     _window(summary, console)
     for line in control.lines(summary):
         console.print(Text("priority vs equal-priority control: " + line), highlight=False)
@@ -135,6 +142,7 @@ def print_verdicts(summary: Summary, console: Console) -> None:
     _window(summary, console)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
+        _unsure(summary, console)
     else:
         console.print("No SLO checks configured.")
     console.print(_banner(summary))

@@ -228,6 +228,9 @@ def run(
     junit: Annotated[Path | None, typer.Option(help="with --gate: write the gate's JUnit XML here")] = None,
     markdown: Annotated[Path | None, typer.Option(
         help="with --gate: append the gate's Markdown summary here ($GITHUB_STEP_SUMMARY)")] = None,
+    keep_going: Annotated[bool, typer.Option(
+        help="do not stop a run whose calibration or first attempts all fail alike (wrong model, key or "
+             "address; without it such a run stops within seconds and exits 2)")] = False,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from audit.early import Watcher
@@ -251,7 +254,7 @@ def run(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
-        abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes,
+        abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")

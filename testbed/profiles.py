@@ -130,8 +130,11 @@ class Profile:
                           rid=rid)
 
     def unknown_model(self, model: str, rid: str) -> Reply:
-        """404 for a model that is not served (vLLM wording)."""
-        return self.error(404, f"The model `{model}` does not exist.", "NotFoundError", rid=rid, param="model")
+        """404 for a model that is not served, in vLLM 0.32's words (vllm/entrypoints/serve/engine/serving.py
+        ``_check_model``: the served names follow)."""
+        served = ", ".join(self.cfg.models)
+        return self.error(404, f"The model `{model}` does not exist. Valid aliases: {served}.", "NotFoundError",
+                          rid=rid, param="model")
 
     def injected(self, status: int, rid: str) -> Reply:
         """An injected error (fault schedule or x-rushhour-fault header)."""

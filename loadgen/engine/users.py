@@ -605,7 +605,9 @@ def _request_event(env: Environment) -> Any:
     fire = env.events.request.fire
 
     def on_attempt(record: RequestRecord) -> None:
-        if record.not_sent:
+        if record.not_sent or (record.cancelled and _STOPPING_NS):
+            # cancelled by the test's own stop (-t reached, Ctrl-C): the stop's doing, not the target's failure,
+            # so a fine `locust -t` run exits 0; its shard still records the attempt `cancelled` for the audit
             return
         ok = 200 <= record.status < 300 and record.complete and not record.in_band_error
         end = record.first_token_ns if ok and record.first_token_ns else record.done_ns
@@ -624,7 +626,7 @@ def _request_event(env: Environment) -> Any:
 def _failure(record: RequestRecord) -> str:
     """The one-line text Locust shows for an attempt that was not served (redacted and cut like a record's)."""
     if record.cancelled:
-        return "cancelled (the run stopped; --stop-timeout lets in-flight requests finish)"
+        return "cancelled (its user was stopped)"
     if record.client_timeout:
         return "client timeout"
     return short_text(f"{record.status} {record.reason or record.in_band_error or record.error or ''}", 120) or ""

@@ -59,7 +59,9 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> tuple[ru
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
     console = _Console()
-    result = runner.run_scenario(str(scenario), runner.RunOptions(out_dir=tmp_path / "runs"), console=console)
+    # nothing listens on the target: --keep-going, or its refused calibration probe would stop the run (fail fast)
+    options = runner.RunOptions(out_dir=tmp_path / "runs", keep_going=True)
+    result = runner.run_scenario(str(scenario), options, console=console)
     return result, console
 
 
