@@ -20,7 +20,7 @@ import pytest
 
 from loadgen.record import read_shard, shard_paths
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # the stop-time bar: never beside parallel workers
 REPO = Path(__file__).resolve().parents[2]
 STOP_WITHIN_S = 15.0  # from the command's start: the bar
 
