@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from rich.markup import escape
 
 import stacks
-from loadgen import procs
+from loadgen import procs, runkey
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
@@ -358,6 +358,11 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
+    if options.expect_workers:  # remote workers prove the run's secret, which they get out of band (env)
+        try:
+            runkey.secret_from()
+        except ValueError as exc:
+            raise ScenarioError("--expect-workers", [Problem(runkey.SECRET_ENV, None, str(exc))]) from None
     if options.dry_run:
         return _dry_run(scenario, console)
     run_id = new_run_id()
@@ -718,6 +723,14 @@ def locust_command(
     return cmd + list(options.locust_args)
 
 
+def run_secret(options: RunOptions) -> str:
+    """The secret of this run's master and workers: a fresh one for the processes it forks; with
+    ``--expect-workers`` the one the remote workers were given (``RUSHHOUR_RUN_SECRET``)."""
+    secret = os.environ.get(runkey.SECRET_ENV, "").strip() if options.expect_workers else runkey.new_secret()
+    register_secret(secret)  # never in a record, a log line or a report
+    return secret
+
+
 def _free_port() -> int:
     """A loopback port nobody holds right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -813,8 +826,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     forwarded_at: float | None = None
     with _Signals() as sigs, log_path.open("wb") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
-        )
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=child_env({runkey.SECRET_ENV: run_secret(options)}))
         manifest.locust_pid = proc.pid
         ctx.save()
         anchor = _await_anchor(ctx, proc, sigs)
@@ -898,6 +911,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
     manifest.shards = [p.name for p in shards]
     manifest.budget_usage = merge_budget_usage(tail.events, read_master_account(run_dir))
+    manifest.auth = runkey.read_account(run_dir)
+    if manifest.auth and manifest.auth.get("rejected_total"):
+        _say(console, f"[yellow]warning:[/] the master dropped {manifest.auth['rejected_total']} message(s) not "
+                      f"authenticated with the run's secret (run.json auth: {escape(str(manifest.auth['rejected']))})")
     if options.expect_workers:
         manifest.workers = workers_summary(run_dir, options)
         w = manifest.workers

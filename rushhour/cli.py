@@ -285,21 +285,21 @@ def worker(
     master: Annotated[str, typer.Option(help="the master's HOST[:PORT] (`rushhour run … --expect-workers N`)")],
     spool: Annotated[Path | None, typer.Option(
         help="local copy of this worker's shard (default ~/.cache/rushhour/spool)")] = None,
+    target: Annotated[list[str] | None, typer.Option(
+        help="a URL this worker may send requests (and the scenario's credentials) to; repeat for fallback "
+             "routes (or RUSHHOUR_WORKER_TARGETS=URL,URL); anything else the master asks for is refused")] = None,
 ) -> None:
     """Join a multi-host run: get the scenario from the master, drive this worker's share, ship the records back."""
     import os
 
-    from loadgen.distributed import parse_master, resolve_master, worker_command
-    from loadgen.ship import SPOOL_ENV
+    from loadgen.distributed import parse_master, resolve_master, worker_command, worker_env
 
     try:
         cmd = worker_command(master)
+        env = worker_env(dict(os.environ), target or [], spool)
         resolve_master(parse_master(master)[0])
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    env = dict(os.environ)
-    if spool is not None:
-        env[SPOOL_ENV] = str(spool.resolve())
     # become the Locust worker (same PID: a supervisor or a test stops it by this PID)
     os.execve(cmd[0], cmd, env)
 
