@@ -67,11 +67,18 @@ def safe_run_id(run_id: object) -> str | None:
     return run_id if isinstance(run_id, str) and _RUN_ID.match(run_id) else None
 
 
-def origin(url: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of an http(s) URL, or None."""
+Origin = tuple[str, str, int | None]  # scheme, host, port (None in an allow-list entry: any port)
+
+
+def origin(url: str) -> Origin | None:
+    """(scheme, host, port) of an http(s) URL; ``:*`` as the port (allow-lists only) means any port."""
+    text = url.strip()
+    any_port = text.endswith(":*") or ":*/" in text
+    if any_port:
+        text = text.replace(":*", "", 1)
     try:
-        parts = urlsplit(url.strip())
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        parts = urlsplit(text)
+        port = None if any_port else parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -79,7 +86,7 @@ def origin(url: str) -> tuple[str, str, int] | None:
     return parts.scheme, parts.hostname.lower(), port
 
 
-def parse_allow(text: str) -> list[tuple[str, str, int]]:
+def parse_allow(text: str) -> list[Origin]:
     """The origins of a comma-separated allow-list; ValueError names an entry that is not an http(s) URL."""
     out = []
     for item in (part.strip() for part in text.split(",")):
@@ -92,9 +99,13 @@ def parse_allow(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def not_allowed(urls: list[str], allow: list[tuple[str, str, int]]) -> list[str]:
-    """The URLs whose origin (scheme, host, port) is not in ``allow``."""
-    return [url for url in urls if origin(url) not in allow]
+def not_allowed(urls: list[str], allow: list[Origin]) -> list[str]:
+    """The URLs whose origin (scheme, host, port) no entry of ``allow`` admits."""
+    def admitted(url: str) -> bool:
+        got = origin(url) if not url.strip().endswith(":*") else None
+        return got is not None and any(got[:2] == entry[:2] and entry[2] in (None, got[2]) for entry in allow)
+
+    return [url for url in urls if not admitted(url)]
 
 
 def read_account(run_dir: Path) -> dict[str, Any] | None:
