@@ -320,10 +320,14 @@ drain_s: 1
 def test_a_worker_refuses_a_fake_master_and_sends_no_credential(
         tmp_path: Path, procs: list[subprocess.Popen[bytes]], capture: str, mode: str) -> None:
     port = _port()
+    (tmp_path / "creds.yaml").write_text(CREDENTIAL_SCENARIO.format(url=capture))
+    resolved = load_scenario(tmp_path / "creds.yaml").model_dump(mode="json")
+    now = time.time_ns()  # a spawn a plain Locust master would send: its target, its run folder, an anchor
     spawn = {"host": capture, "stop_timeout": 0, "timestamp": time.time(), "user_classes_count": {"RushhourDriver": 1},
              "parsed_options": {"rh_target": capture, "rh_run_id": "../../escaped", "rh_ship": "1",
                                 "rh_run_dir": str(tmp_path / "escaped"), "rh_workers": "1",
-                                "rh_scenario_json": json.dumps(CREDENTIAL_SCENARIO.format(url=capture))}}
+                                "rh_mono_anchor_ns": str(time.monotonic_ns()), "rh_wall_anchor_ns": str(now),
+                                "rh_anchor_host": socket.gethostname(), "rh_scenario_json": json.dumps(resolved)}}
     fake = FakeMaster(port, mode, spawn)
     wlog = tmp_path / "worker.log"
     env = child_env({runkey.SECRET_ENV: runkey.new_secret(), "RH_TEST_KEY": "sk-rogue-test-0123456789"})
