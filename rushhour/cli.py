@@ -317,17 +317,21 @@ def k8s(
     secret: Annotated[str | None, typer.Option(help="Secret whose keys become environment variables")] = None,
 ) -> None:
     """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
+    from loadgen.runner import RunOptions, apply_overrides
     from rushhour.k8s import K8sOptions, render
     from scenarios import ScenarioError, load_scenario
 
     try:
-        loaded = load_scenario(scenario)  # refuse a broken scenario here, not in the cluster
-        if (target or loaded.target.url) == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
+        # refuse a broken scenario or option here, not in the cluster: --target, --profile, --duration as `run` does
+        loaded = apply_overrides(load_scenario(scenario), RunOptions(target=target, profile=profile, duration=duration))
+        if loaded.target.url == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
             raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
                              "give --target the URL of the stack under test")
         text = scenario.read_text()
+        urls = [loaded.target.url, *(r.url for r in loaded.resilience.fallback)]
         out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
-                                          target=target, profile=profile, duration=duration, secret=secret)),
+                                          target=target, profile=profile, duration=duration, secret=secret,
+                                          worker_targets=urls)),
                   end="", markup=False, highlight=False, soft_wrap=True)
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
