@@ -317,7 +317,7 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
     if remote is not None:  # the master chose these URLs: this worker's credentials go only where its host allows
-        _check_allowed([target, *route_urls.values(), *(r.url for r in scenario.resilience.fallback)])
+        _check_allowed([target, *route_urls.values(), *(r.url or "" for r in scenario.resilience.fallback)])
     # routes first: a route that cannot be built must not leave an open shard behind
     try:
         routes = build_routes(scenario, target, testbed_url=target, route_urls=route_urls)
@@ -342,7 +342,7 @@ def _check_allowed(urls: list[str]) -> None:
                          "--target URL`): it sends nothing, and no credential, where its master alone says")
     refused = runkey.not_allowed(sorted({u for u in urls if u and u != "testbed"}), allow)
     if refused:
-        raise ValueError(f"the master asked for {', '.join(short_text(u, 120) for u in refused)}, not in this "
+        raise ValueError(f"the master asked for {', '.join(str(short_text(u, 120)) for u in refused)}, not in this "
                          f"worker's allow-list ({runkey.TARGETS_ENV}, `rushhour worker --target URL`)")
 
 

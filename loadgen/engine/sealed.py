@@ -88,7 +88,7 @@ class _Peer:
     out_seq: int = 0  # the master's own seq towards it
 
 
-class SealedServer(rpc.Server):  # type: ignore[misc]
+class SealedServer(rpc.Server):
     """The master's end: answers HELLOs, accepts only tagged frames from workers that proved the secret."""
 
     def __init__(self, host: str, port: int) -> None:
@@ -191,7 +191,7 @@ class SealedServer(rpc.Server):  # type: ignore[misc]
                 "unsent_to_unauthenticated": self.rejected["unsent_to_unauthenticated"]}
 
 
-class SealedClient(rpc.Client):  # type: ignore[misc]
+class SealedClient(rpc.Client):
     """The worker's end: proves nothing until the master has proved the secret; then tags every frame."""
 
     def __init__(self, host: str, port: int, identity: str) -> None:
@@ -304,7 +304,7 @@ def install() -> None:
             _die(str(exc))
             raise
 
-    rpc.Server, rpc.Client = server, client
+    rpc.Server, rpc.Client = server, client  # type: ignore[misc,assignment]
 
 
 def _die(line: str) -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from loadgen import runkey
 from loadgen.manifest import read_manifest
 from loadgen.record import START_FAILED_MARK
-from loadgen import runkey
 from loadgen.testbed_proc import child_env
 
 pytestmark = pytest.mark.e2e
