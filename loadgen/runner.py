@@ -962,7 +962,8 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
     joined = _joined(ctx.run_dir)
     host = socket.gethostname() if opts.master_bind in ("0.0.0.0", "::", "") else opts.master_bind
     error = (f"{joined} of {opts.expect_workers} worker(s) joined within {opts.workers_wait_s:g} s; start each with "
-             f"`rushhour worker --master {host}:{opts.master_port}` (no load was sent)")
+             f"`rushhour worker --master {host}:{opts.master_port} --target URL` and this run's {runkey.SECRET_ENV} "
+             "(no load was sent)")
     if WORKERS_GAVE_UP not in log_path.read_text(errors="replace"):
         error = _start_failure(log_path) or (
             f"the Locust master exited ({proc.returncode}) before its workers joined; see {log_path}")

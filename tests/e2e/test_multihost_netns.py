@@ -658,12 +658,13 @@ def test_workers_that_never_come_are_one_line_and_nothing_is_sent(tmp_path: Path
     started = time.monotonic()
     out = subprocess.run([*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--expect-workers", "2",
                           "--master-port", str(port), "--workers-wait", "3"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env=child_env())
+                         text=True, timeout=120, env=child_env({runkey.SECRET_ENV: runkey.new_secret()}))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: 0 of 2 worker(s) joined within 3 s; start each with `rushhour worker --master "
-                      f"127.0.0.1:{port}` (no load was sent)"], out.stderr
+                      f"127.0.0.1:{port} --target URL` and this run's RUSHHOUR_RUN_SECRET (no load was sent)"], (
+        out.stderr)
     run_dir = next((tmp_path / "runs").iterdir())
     assert read_manifest(run_dir).stop_reason == "startup_error"
     assert not list((run_dir / "records").glob("*.jsonl"))
