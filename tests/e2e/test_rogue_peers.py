@@ -97,6 +97,17 @@ def _until(what: str, check: object, timeout: float, log: Path) -> None:
         time.sleep(0.1)
 
 
+def _master(procs: list[subprocess.Popen[bytes]], tmp: Path, scenario: Path, port: int, env: dict[str, str],
+            workers_wait_s: int) -> subprocess.Popen[bytes]:
+    """``rushhour run --expect-workers 1`` on ``port``, once it waits for its worker (log: master.log)."""
+    log = tmp / "master.log"
+    master = _start(procs, [*RUSHHOUR, "run", str(scenario), "--out", str(tmp / "runs"), "--no-report",
+                            "--expect-workers", "1", "--master-port", str(port), "--workers-wait", str(workers_wait_s)],
+                    tmp, log, env)
+    _until("master waiting", lambda: b"waiting for 1 worker" in log.read_bytes(), 60, log)
+    return master
+
+
 def _testbed(procs: list[subprocess.Popen[bytes]], tmp: Path) -> tuple[str, Path]:
     local = tmp / "testbed-scenario.yaml"
     local.write_text(SCENARIO.format(url="testbed", run_s=RUN_S))
@@ -124,10 +135,7 @@ def test_rogues_on_the_master_port_change_nothing(tmp_path: Path, procs: list[su
     port = _port()
     env = child_env({runkey.SECRET_ENV: runkey.new_secret(), runkey.TARGETS_ENV: url})
     mlog = tmp_path / "master.log"
-    master = _start(procs, [*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report",
-                            "--expect-workers", "1", "--master-port", str(port), "--workers-wait", "60"],
-                    tmp_path, mlog, env)
-    _until("master waiting", lambda: b"waiting for 1 worker" in mlog.read_bytes(), 60, mlog)
+    master = _master(procs, tmp_path, scenario, port, env, workers_wait_s=60)
 
     # a fake worker joins first, in Locust's own words and in sealed-looking ones
     fake = Peer(port, "rogue-fake-worker")
@@ -225,10 +233,7 @@ def test_a_fake_sole_worker_gets_nothing_and_no_run(tmp_path: Path, procs: list[
     port = _port()
     env = child_env({runkey.SECRET_ENV: runkey.new_secret()})
     mlog = tmp_path / "master.log"
-    master = _start(procs, [*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report",
-                            "--expect-workers", "1", "--master-port", str(port), "--workers-wait", "6"],
-                    tmp_path, mlog, env)
-    _until("master waiting", lambda: b"waiting for 1 worker" in mlog.read_bytes(), 60, mlog)
+    master = _master(procs, tmp_path, scenario, port, env, workers_wait_s=6)
     fake = Peer(port, "rogue-sole-worker")
     for _ in range(3):
         fake.send(plain("client_ready", LOCUST_VERSION, fake.identity), hello(fake.identity),
@@ -353,10 +358,7 @@ def test_a_worker_refuses_a_target_outside_its_allow_list(
     port = _port()
     env = child_env({runkey.SECRET_ENV: runkey.new_secret(), "RH_TEST_KEY": "sk-rogue-test-0123456789"})
     mlog, wlog = tmp_path / "master.log", tmp_path / "worker.log"
-    master = _start(procs, [*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report",
-                            "--expect-workers", "1", "--master-port", str(port), "--workers-wait", "60"],
-                    tmp_path, mlog, env)
-    _until("master waiting", lambda: b"waiting for 1 worker" in mlog.read_bytes(), 60, mlog)
+    master = _master(procs, tmp_path, scenario, port, env, workers_wait_s=60)
     worker = _start(procs, [*RUSHHOUR, "worker", "--master", f"127.0.0.1:{port}", "--spool", str(tmp_path / "spool"),
                             "--target", "http://127.0.0.1:9"], tmp_path, wlog, env)
     assert master.wait(60) == 2, mlog.read_text()[-3000:]
