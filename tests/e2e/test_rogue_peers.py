@@ -128,12 +128,14 @@ def _worker_id(run_dir: Path) -> str:
     raise AssertionError("no worker in workers.jsonl")
 
 
+@pytest.mark.serial  # its verdict (a valid run) rests on the generator's timing, as any small run's does
 def test_rogues_on_the_master_port_change_nothing(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     url, ledger = _testbed(procs, tmp_path)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO.format(url=url, run_s=RUN_S))
     port = _port()
-    env = child_env({runkey.SECRET_ENV: runkey.new_secret(), runkey.TARGETS_ENV: url})
+    secret = runkey.new_secret()
+    env = child_env({runkey.SECRET_ENV: secret, runkey.TARGETS_ENV: url})
     mlog = tmp_path / "master.log"
     master = _master(procs, tmp_path, scenario, port, env, workers_wait_s=60)
 
@@ -209,6 +211,10 @@ def test_rogues_on_the_master_port_change_nothing(tmp_path: Path, procs: list[su
     assert all(frame.startswith(b"RH1C") for frame in fake.got), fake.got[:3]
     assert not any(url.encode() in frame or b"rh_scenario_json" in frame for frame in fake.got)
     assert "Traceback" not in text and "Traceback" not in (run_dir / "locust.log").read_text(errors="replace")
+    assert "dropped 1 untagged frame(s) on the master port" in (run_dir / "locust.log").read_text(errors="replace")
+    # the secret is in no file of the run, no log and no local copy (nor on any command line: env only)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if secret.encode() in p.read_bytes()]
     # the records are what the testbed saw, and the run is valid
     summary = run_audit(run_dir)
     assert summary.validity.valid, summary.validity.reasons
