@@ -983,6 +983,7 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
     late: set[str] = set()  # joined after the shares were dealt (index >= expected): they have no share
     complete: list[str] = []
     incomplete: list[str] = []
+    clocks: dict[str, dict[str, Any]] = {}  # each remote worker's clock offset, measured by the master
     with contextlib.suppress(OSError):
         for line in (run_dir / WORKERS_LOG).read_text().splitlines():
             try:
@@ -1006,9 +1007,11 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
                 (complete if entry.get("ok") else incomplete).append(str(entry.get("shard")))
             elif event == "shard_incomplete":
                 incomplete.append(str(entry.get("shard")))
+            elif event == "clock":
+                clocks[worker] = {k: entry.get(k) for k in ("offset_ns", "uncertainty_ns", "rounds")}
     return {"expected": options.expect_workers, "master": f"{options.master_bind}:{options.master_port}",
             "joined": sorted(joined), "finished": sorted(finished), "missing": sorted(missing - finished),
-            "late": sorted(late),
+            "late": sorted(late), "clocks": clocks,
             "shards_complete": sorted(complete), "shards_incomplete": sorted(incomplete), "log": WORKERS_LOG}
 
 

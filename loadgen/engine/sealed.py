@@ -44,6 +44,7 @@ from loadgen import runkey
 
 HELLO, CHALLENGE, MSG = b"RH1H", b"RH1C", b"RH1M"
 MAX_FRAME = 4 << 20  # a shard batch is <= 1 MiB (loadgen/ship.py); Locust's own frames are small
+MAX_FRAME_FROM_MASTER = 64 << 20  # the spawn carries the resolved scenario (its files are bounded far below)
 MAX_PENDING = 256  # challenges outstanding (a HELLO costs the master one entry, the oldest goes)
 MAX_NAMED_ROGUES = 20
 WORKER_QUEUE = 64  # a worker's messages held until its master proved the secret
@@ -197,6 +198,7 @@ class SealedClient(rpc.Client):
     def __init__(self, host: str, port: int, identity: str) -> None:
         self.key = runkey.secret_from()
         super().__init__(host, port, identity)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_FROM_MASTER)  # before the master proved anything
         self.identity = identity
         self.master = f"{host}:{port}"
         self.hello_nonce = os.urandom(16)

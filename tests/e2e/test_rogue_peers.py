@@ -201,6 +201,8 @@ def test_rogues_on_the_master_port_change_nothing(tmp_path: Path, procs: list[su
         local.read_bytes()).digest()
     workers = manifest.workers or {}
     assert workers["joined"] == [real] and workers["finished"] == [real] and workers["shards_complete"] == [shard]
+    clock = workers["clocks"][real]  # measured by the master on its own clock, never the worker's word
+    assert clock["rounds"] == 5 and clock["uncertainty_ns"] > 0 and isinstance(clock["offset_ns"], int), clock
     auth = manifest.auth or {}
     assert auth["authenticated_workers"] == [real], auth
     assert auth["rejected_total"] >= 2 * 5 + 2 + 2 + 2000, auth
