@@ -316,7 +316,7 @@ def k8s(
     duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total")] = None,
     secret: Annotated[str | None, typer.Option(help="Secret whose keys become environment variables")] = None,
 ) -> None:
-    """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
+    """Print the Kubernetes manifests of a multi-host run: master Job + Service, workers, Secret, NetworkPolicy."""
     from loadgen.runner import RunOptions, apply_overrides
     from rushhour.k8s import K8sOptions, render
     from scenarios import ScenarioError, load_scenario
@@ -328,7 +328,7 @@ def k8s(
             raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
                              "give --target the URL of the stack under test")
         text = scenario.read_text()
-        urls = [loaded.target.url, *(r.url for r in loaded.resilience.fallback)]
+        urls = [loaded.target.url, *(r.url for r in loaded.resilience.fallback if r.url)]
         out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
                                           target=target, profile=profile, duration=duration, secret=secret,
                                           worker_targets=urls)),
