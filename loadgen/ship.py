@@ -295,6 +295,7 @@ class Receiver:
         self.owner: dict[str, str] = {}  # shard name → the worker that opened it (nobody else writes there)
         self.shipped: dict[str, int] = {}  # worker → bytes accepted from it
         self.refused: dict[str, int] = {}  # reason → batches refused
+        self.done: set[str] = set()  # shards whose end (size, checksum) was judged
         self._pings: dict[str, tuple[int, int, threading.Event, list[int]]] = {}
         self._measured: set[str] = set()
 
@@ -357,7 +358,8 @@ class Receiver:
         worker = str(msg.node_id)
         data = msg.data if isinstance(msg.data, dict) else {}
         name, chunk, offset = safe_name(data.get("name")), data.get("data"), data.get("offset")
-        if name is None or not isinstance(chunk, bytes) or not isinstance(offset, int) or isinstance(offset, bool):
+        if (name is None or not isinstance(chunk, bytes) or not isinstance(offset, int) or isinstance(offset, bool)
+                or offset < 0):
             self.refuse(worker, "malformed")
             return
         if not registered(self.runner, worker):
@@ -367,6 +369,9 @@ class Receiver:
             self.refuse(worker, "batch_too_large", shard=name, size=len(chunk))
             return
         owner = self.owner.get(name)
+        if name in self.done:  # its size and checksum are already judged: nothing is appended after them
+            self.refuse(worker, "after_done", shard=name)
+            return
         if owner is not None and owner != worker:
             self.refuse(worker, "not_its_shard", shard=name)
             return
@@ -382,6 +387,8 @@ class Receiver:
             self.refuse(worker, "gap", shard=name, offset=offset, have=have)
             return
         chunk = chunk[have - offset:]  # a batch sent again after a failed send: keep the part not written yet
+        if not chunk:
+            return
         if self.shipped.get(worker, 0) + len(chunk) > MAX_WORKER_BYTES:
             self.refuse(worker, "worker_bytes_limit", shard=name)
             return
@@ -401,6 +408,7 @@ class Receiver:
         if name is None or self.owner.get(name) != str(msg.node_id):
             self.refuse(str(msg.node_id), "not_its_shard" if name else "malformed", shard=name)
             return
+        self.done.add(name)
         fd = self._fds.pop(name, None)
         if fd is not None:
             with contextlib.suppress(OSError):

@@ -128,6 +128,14 @@ def test_a_far_offset_batch_does_not_cut_the_real_lines_that_follow(tmp_path: Pa
     rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 17, "data": lines[17:]}))
     assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == lines
     assert rx.refused == {"gap": 1}
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": -5, "data": b"x\n"}))
+    rx.on_done(_Msg({"name": "w-1.jsonl", "size": len(lines), "sha256": hashlib.sha256(lines).hexdigest()}))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": len(lines), "data": b"after\n"}))
+    rx.close()
+    assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == lines
+    assert rx.refused == {"gap": 1, "malformed": 1, "after_done": 1}
+    events = [json.loads(line)["event"] for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
+    assert "shard_incomplete" not in events and events.count("shard_open") == 1
 
 
 def test_only_a_registered_worker_writes_and_only_its_own_shard(tmp_path: Path) -> None:
