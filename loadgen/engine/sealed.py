@@ -101,6 +101,8 @@ class SealedServer(rpc.Server):
         self.pending: OrderedDict[tuple[str, bytes], bool] = OrderedDict()  # (identity, master nonce)
         self.rejected: Counter[str] = Counter()
         self.rogues: dict[str, int] = {}
+        if _SERVERS:  # Locust rebuilt its socket after an error: same run, same session, its workers stay in
+            self.session, self.peers, self.pending = _SERVERS[-1].session, _SERVERS[-1].peers, _SERVERS[-1].pending
         _SERVERS.append(self)
 
     def _reject(self, addr: str, reason: str) -> None:
