@@ -8,6 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from loadgen import runkey
+from loadgen.ship import SPOOL_ENV
+
 DEFAULT_MASTER_PORT = 5557  # Locust's own default
 LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
 RESOLVE_WAIT_S = 10.0
@@ -74,3 +77,17 @@ def worker_command(master: str, loglevel: str = "INFO") -> list[str]:
     host, port = parse_master(master)
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker", "--master-host", host,
             "--master-port", str(port), "--headless", "--loglevel", loglevel]
+
+
+def worker_env(env: dict[str, str], targets: list[str], spool: Path | None = None) -> dict[str, str]:
+    """A remote worker's environment: the run's secret checked, its allow-list of targets (``--target`` on
+    top of ``RUSHHOUR_WORKER_TARGETS``) and its spool; ValueError (one line) when the secret or list is unusable."""
+    runkey.secret_from(env)
+    allow = ",".join([env.get(runkey.TARGETS_ENV, ""), *targets]).strip(",")
+    if not runkey.parse_allow(allow):
+        raise ValueError(f"give --target URL (or {runkey.TARGETS_ENV}): the stack this worker may send requests "
+                         "and the scenario's credentials to; it refuses any other URL its master asks for")
+    out = {**env, runkey.TARGETS_ENV: allow}
+    if spool is not None:
+        out[SPOOL_ENV] = str(spool.resolve())
+    return out

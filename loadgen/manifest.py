@@ -88,6 +88,8 @@ class RunManifest:
     workers: dict[str, Any] | None = None
     # a budget: every process's share and usage, and their sums (loadgen/ship.py merge_budget_usage)
     budget_usage: dict[str, Any] | None = None
+    # the master's transport: authenticated workers and the frames it dropped, by reason and sender (auth-master.json)
+    auth: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of other versions, kept as they were
 
     def to_json(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from rich.markup import escape
 
 import stacks
-from loadgen import doomed, procs
+from loadgen import doomed, procs, runkey
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
@@ -365,6 +365,11 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
             "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
+    if options.expect_workers:  # remote workers prove the run's secret, which they get out of band (env)
+        try:
+            runkey.secret_from()
+        except ValueError as exc:
+            raise ScenarioError("--expect-workers", [Problem(runkey.SECRET_ENV, None, str(exc))]) from None
     from loadgen.walltime import wall_time
 
     planned = wall_time(scenario).line()
@@ -786,6 +791,14 @@ def locust_command(
     return cmd + list(options.locust_args)
 
 
+def run_secret(options: RunOptions) -> str:
+    """The secret of this run's master and workers: a fresh one for the processes it forks; with
+    ``--expect-workers`` the one the remote workers were given (``RUSHHOUR_RUN_SECRET``)."""
+    secret = os.environ.get(runkey.SECRET_ENV, "").strip() if options.expect_workers else runkey.new_secret()
+    register_secret(secret)  # never in a record, a log line or a report
+    return secret
+
+
 def _free_port() -> int:
     """A loopback port nobody holds right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -885,8 +898,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     forwarded_at: float | None = None
     with _Signals() as sigs, log_path.open("wb") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=child_env()
-        )
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=child_env({runkey.SECRET_ENV: run_secret(options)}))
         manifest.locust_pid = proc.pid
         ctx.save()
         anchor = _await_anchor(ctx, proc, sigs)
@@ -978,6 +991,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
     manifest.shards = [p.name for p in shards]
     manifest.budget_usage = merge_budget_usage(tail.events, read_master_account(run_dir))
+    manifest.auth = runkey.read_account(run_dir)
+    if manifest.auth and manifest.auth.get("rejected_total"):
+        _say(console, f"[yellow]warning:[/] the master dropped {manifest.auth['rejected_total']} message(s) not "
+                      f"authenticated with the run's secret (run.json auth: {escape(str(manifest.auth['rejected']))})")
     if options.expect_workers:
         manifest.workers = workers_summary(run_dir, options)
         w = manifest.workers
@@ -1027,7 +1044,8 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
     joined = _joined(ctx.run_dir)
     host = socket.gethostname() if opts.master_bind in ("0.0.0.0", "::", "") else opts.master_bind
     error = (f"{joined} of {opts.expect_workers} worker(s) joined within {opts.workers_wait_s:g} s; start each with "
-             f"`rushhour worker --master {host}:{opts.master_port}` (no load was sent)")
+             f"`rushhour worker --master {host}:{opts.master_port} --target URL` and this run's {runkey.SECRET_ENV} "
+             "(no load was sent)")
     if WORKERS_GAVE_UP not in log_path.read_text(errors="replace"):
         error = _start_failure(log_path) or (
             f"the Locust master exited ({proc.returncode}) before its workers joined; see {log_path}")
@@ -1047,6 +1065,7 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
     late: set[str] = set()  # joined after the shares were dealt (index >= expected): they have no share
     complete: list[str] = []
     incomplete: list[str] = []
+    clocks: dict[str, dict[str, Any]] = {}  # each remote worker's clock offset, measured by the master
     with contextlib.suppress(OSError):
         for line in (run_dir / WORKERS_LOG).read_text().splitlines():
             try:
@@ -1070,9 +1089,11 @@ def workers_summary(run_dir: Path, options: RunOptions) -> dict[str, Any]:
                 (complete if entry.get("ok") else incomplete).append(str(entry.get("shard")))
             elif event == "shard_incomplete":
                 incomplete.append(str(entry.get("shard")))
+            elif event == "clock":
+                clocks[worker] = {k: entry.get(k) for k in ("offset_ns", "uncertainty_ns", "rounds")}
     return {"expected": options.expect_workers, "master": f"{options.master_bind}:{options.master_port}",
             "joined": sorted(joined), "finished": sorted(finished), "missing": sorted(missing - finished),
-            "late": sorted(late),
+            "late": sorted(late), "clocks": clocks,
             "shards_complete": sorted(complete), "shards_incomplete": sorted(incomplete), "log": WORKERS_LOG}
 
 

@@ -30,10 +30,18 @@ MSG_SHARD = "rh_shard"
 MSG_DONE = "rh_shard_done"
 MSG_FINISHED = "rh_finished"  # a worker drove its whole share and shipped it; it waits for the master's quit
 MSG_REFUSED = "rh_refused"  # a worker could not start (a file missing on its host, …): {who, reason}
-MSG_CLOCK = "rh_clock"
-MSG_CLOCK_ANSWER = "rh_clock_answer"
+MSG_CLOCK = "rh_clock"  # worker → master: measure my clock
+MSG_CLOCK_PING = "rh_clock_ping"  # master → worker: {id}; the master times the round trip on its own clock
+MSG_CLOCK_PONG = "rh_clock_pong"  # worker → master: {id, worker_ns}
+MSG_CLOCK_ANSWER = "rh_clock_answer"  # master → worker: the offset the master measured (or none)
 SHIP_INTERVAL_S = 0.25
 MAX_BATCH_BYTES = 1 << 20  # one message at most (complete lines; a longer line goes alone)
+# the master's limits on what a worker may ship (a worker writes one shard; a long run's shard is far below)
+MAX_SHARDS_PER_WORKER = 2
+MAX_WORKER_BYTES = 8 << 30
+MAX_OPEN_SHARDS = 1024
+CLOCK_ROUNDS = 5
+CLOCK_ROUND_S = 2.0
 WORKERS_LOG = "workers.jsonl"
 SPOOL_ENV = "RUSHHOUR_SPOOL"  # where a remote worker keeps its own copy of its shard
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.jsonl$")
@@ -140,29 +148,47 @@ class ClockOffset:
     uncertainty_ns: int
 
 
-def clock_offset(runner: Any, timeout_s: float = 5.0, rounds: int = 5) -> ClockOffset | None:
-    """Ask the master for its wall clock ``rounds`` times; keep the sample with the shortest round trip."""
-    answers: list[dict[str, int]] = []
+def clock_offset(runner: Any, timeout_s: float = CLOCK_ROUNDS * CLOCK_ROUND_S + 5.0) -> ClockOffset | None:
+    """Ask the master to measure this host's clock: it times ``CLOCK_ROUNDS`` pings on its own clock and
+    keeps the shortest round trip (the worker only answers with its wall clock: its word is never the offset)."""
     got = threading.Event()
+    answer: dict[str, Any] = {}
+
+    def on_ping(msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        runner.send_message(MSG_CLOCK_PONG, {"id": data.get("id"), "worker_ns": time.time_ns()})
 
     def on_answer(msg: Any, **_: Any) -> None:
-        if isinstance(msg.data, dict):
-            answers.append({**msg.data, "t1": time.time_ns()})
-            got.set()
+        answer.update(msg.data if isinstance(msg.data, dict) else {})
+        got.set()
 
+    runner.register_message(MSG_CLOCK_PING, on_ping)
     runner.register_message(MSG_CLOCK_ANSWER, on_answer)
+    runner.send_message(MSG_CLOCK, {})
+    if not got.wait(timeout_s):
+        return None
+    offset, uncertainty = answer.get("offset_ns"), answer.get("uncertainty_ns")
+    if not (isinstance(offset, int) and isinstance(uncertainty, int)) or uncertainty < 1:
+        return None
+    return ClockOffset(offset, uncertainty)
+
+
+def best_offset(samples: list[tuple[int, int, int]]) -> ClockOffset | None:
+    """The offset (master − worker) from the sample with the shortest round trip; each sample is the master's
+    send and receive time and the worker's wall clock in between."""
     best: ClockOffset | None = None
-    for _ in range(rounds):
-        got.clear()
-        runner.send_message(MSG_CLOCK, {"t0": time.time_ns()})
-        if not got.wait(timeout_s):
-            break
-        a = answers[-1]
-        rtt = a["t1"] - a["t0"]
-        sample = ClockOffset(a["master_ns"] - (a["t0"] + a["t1"]) // 2, max(1, rtt // 2))
+    for t0, t1, worker_ns in samples:
+        sample = ClockOffset((t0 + t1) // 2 - worker_ns, max(1, (t1 - t0) // 2))
         if best is None or sample.uncertainty_ns < best.uncertainty_ns:
             best = sample
     return best
+
+
+def registered(runner: Any, node_id: object) -> bool:
+    """Has the (authenticated) sender registered with the master (Locust gave it an index at its
+    ``client_ready``, kept after it quits or goes missing: its last batches still count)."""
+    indexes = getattr(runner, "worker_indexes", None)
+    return isinstance(indexes, dict) and str(node_id) in indexes
 
 
 # --------------------------------------------------------------------------- master side
@@ -202,6 +228,8 @@ class Refusals:
     def on_refused(self, msg: Any, **_: Any) -> None:
         from loadgen.record import START_FAILED_MARK, short_text
 
+        if not registered(self.runner, msg.node_id):  # only a worker of this run may end it so
+            return
         data = msg.data if isinstance(msg.data, dict) else {}
         who = short_text(str(data.get("who") or msg.node_id), 120)
         reason = short_text(str(data.get("reason") or "no reason given"), 400)
@@ -234,7 +262,8 @@ class FinishWatch:
         return self
 
     def on_finished(self, msg: Any, **_: Any) -> None:
-        self.finished.add(str(msg.node_id))
+        if registered(self.runner, msg.node_id):
+            self.finished.add(str(msg.node_id))
 
     def _watch(self) -> None:
         while not self._quitting:
@@ -263,11 +292,18 @@ class Receiver:
         self._states: dict[str, str] = {}
         self.finished: set[str] = set()
         self._quitting = False
+        self.owner: dict[str, str] = {}  # shard name → the worker that opened it (nobody else writes there)
+        self.shipped: dict[str, int] = {}  # worker → bytes accepted from it
+        self.refused: dict[str, int] = {}  # reason → batches refused
+        self.done: set[str] = set()  # shards whose end (size, checksum) was judged
+        self._pings: dict[str, tuple[int, int, threading.Event, list[int]]] = {}
+        self._measured: set[str] = set()
 
     def install(self) -> Receiver:
         self.runner.register_message(MSG_SHARD, self.on_shard)
         self.runner.register_message(MSG_DONE, self.on_done)
         self.runner.register_message(MSG_CLOCK, self.on_clock)
+        self.runner.register_message(MSG_CLOCK_PONG, self.on_pong)
         self.runner.register_message(MSG_FINISHED, self.on_finished)
         threading.Thread(target=self._watch, name="rh-workers", daemon=True).start()
         return self
@@ -278,34 +314,101 @@ class Receiver:
             handle.write(json.dumps(line, sort_keys=True) + "\n")
 
     def on_clock(self, msg: Any, **_: Any) -> None:
+        """A worker asks to be measured: once per worker, in a thread of its own (the pongs come through here)."""
+        worker = str(msg.node_id)
+        if registered(self.runner, worker) and worker not in self._measured:
+            self._measured.add(worker)
+            threading.Thread(target=self._measure, args=(worker,), name="rh-clock", daemon=True).start()
+
+    def _measure(self, worker: str) -> None:
+        samples: list[tuple[int, int, int]] = []
+        for round_no in range(CLOCK_ROUNDS):
+            box: list[int] = []
+            got = threading.Event()
+            t0 = time.time_ns()
+            self._pings[worker] = (round_no, t0, got, box)
+            with contextlib.suppress(Exception):
+                self.runner.send_message(MSG_CLOCK_PING, {"id": round_no}, client_id=worker)
+            if not got.wait(CLOCK_ROUND_S):
+                break
+            samples.append((t0, box[0], box[1]))
+        self._pings.pop(worker, None)
+        best = best_offset(samples)
+        answer = {"offset_ns": best.offset_ns, "uncertainty_ns": best.uncertainty_ns} if best else {}
+        self.note("clock", worker=worker, rounds=len(samples), **answer)
+        with contextlib.suppress(Exception):
+            self.runner.send_message(MSG_CLOCK_ANSWER, answer, client_id=worker)
+
+    def on_pong(self, msg: Any, **_: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
-        self.runner.send_message(MSG_CLOCK_ANSWER, {"t0": data.get("t0", 0), "master_ns": time.time_ns()},
-                                 client_id=msg.node_id)
+        waiting = self._pings.get(str(msg.node_id))
+        worker_ns = data.get("worker_ns")
+        if waiting is None or data.get("id") != waiting[0] or not isinstance(worker_ns, int) or waiting[2].is_set():
+            return
+        waiting[3][:] = [time.time_ns(), worker_ns]
+        waiting[2].set()
+
+    def refuse(self, worker: str, reason: str, **detail: Any) -> None:
+        """Drop a batch; note the first few of each reason in workers.jsonl (a flood writes no flood)."""
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        if self.refused[reason] <= 10:
+            self.note("batch_refused", worker=worker, reason=reason, **detail)
 
     def on_shard(self, msg: Any, **_: Any) -> None:
+        worker = str(msg.node_id)
         data = msg.data if isinstance(msg.data, dict) else {}
         name, chunk, offset = safe_name(data.get("name")), data.get("data"), data.get("offset")
-        if name is None or not isinstance(chunk, bytes) or not isinstance(offset, int):
-            self.note("bad_batch", worker=str(msg.node_id))
+        if (name is None or not isinstance(chunk, bytes) or not isinstance(offset, int) or isinstance(offset, bool)
+                or offset < 0):
+            self.refuse(worker, "malformed")
             return
+        if not registered(self.runner, worker):
+            self.refuse(worker, "unregistered", shard=name)
+            return
+        if len(chunk) > MAX_BATCH_BYTES:
+            self.refuse(worker, "batch_too_large", shard=name, size=len(chunk))
+            return
+        owner = self.owner.get(name)
+        if name in self.done:  # its size and checksum are already judged: nothing is appended after them
+            self.refuse(worker, "after_done", shard=name)
+            return
+        if owner is not None and owner != worker:
+            self.refuse(worker, "not_its_shard", shard=name)
+            return
+        if owner is None:
+            if sum(1 for who in self.owner.values() if who == worker) >= MAX_SHARDS_PER_WORKER:
+                self.refuse(worker, "too_many_shards", shard=name)
+                return
+            if len(self._fds) >= MAX_OPEN_SHARDS:
+                self.refuse(worker, "too_many_open_shards", shard=name)
+                return
         have = self.received.get(name, 0)
+        if offset > have:  # only contiguous: a far offset would make every later real line look like a resend
+            self.refuse(worker, "gap", shard=name, offset=offset, have=have)
+            return
+        chunk = chunk[have - offset:]  # a batch sent again after a failed send: keep the part not written yet
+        if not chunk:
+            return
+        if self.shipped.get(worker, 0) + len(chunk) > MAX_WORKER_BYTES:
+            self.refuse(worker, "worker_bytes_limit", shard=name)
+            return
         if name not in self._fds:
+            self.owner[name] = worker
             self._fds[name] = os.open(self.records / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self.note("shard_open", worker=str(msg.node_id), shard=name)
-        if offset < have:  # a batch sent again after a failed send: keep the part not written yet
-            chunk = chunk[have - offset:]
-        elif offset > have:
-            self.note("gap", worker=str(msg.node_id), shard=name, missing_bytes=offset - have)
+            self.note("shard_open", worker=worker, shard=name)
         view = memoryview(chunk)
         while view:
             view = view[os.write(self._fds[name], view):]
-        self.received[name] = max(have, offset) + len(chunk)
+        self.received[name] = have + len(chunk)
+        self.shipped[worker] = self.shipped.get(worker, 0) + len(chunk)
 
     def on_done(self, msg: Any, **_: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
         name = safe_name(data.get("name"))
-        if name is None:
+        if name is None or self.owner.get(name) != str(msg.node_id):
+            self.refuse(str(msg.node_id), "not_its_shard" if name else "malformed", shard=name)
             return
+        self.done.add(name)
         fd = self._fds.pop(name, None)
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -317,6 +420,8 @@ class Receiver:
         self.note("shard_complete", worker=str(msg.node_id), shard=name, size=data.get("size"), ok=ok)
 
     def on_finished(self, msg: Any, **_: Any) -> None:
+        if not registered(self.runner, msg.node_id):
+            return
         self.finished.add(str(msg.node_id))
         self.note("worker_finished", worker=str(msg.node_id))
 

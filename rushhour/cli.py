@@ -311,21 +311,21 @@ def worker(
     master: Annotated[str, typer.Option(help="the master's HOST[:PORT] (`rushhour run … --expect-workers N`)")],
     spool: Annotated[Path | None, typer.Option(
         help="local copy of this worker's shard (default ~/.cache/rushhour/spool)")] = None,
+    target: Annotated[list[str] | None, typer.Option(
+        help="a URL this worker may send requests (and the scenario's credentials) to; repeat for fallback "
+             "routes (or RUSHHOUR_WORKER_TARGETS=URL,URL); anything else the master asks for is refused")] = None,
 ) -> None:
     """Join a multi-host run: get the scenario from the master, drive this worker's share, ship the records back."""
     import os
 
-    from loadgen.distributed import parse_master, resolve_master, worker_command
-    from loadgen.ship import SPOOL_ENV
+    from loadgen.distributed import parse_master, resolve_master, worker_command, worker_env
 
     try:
         cmd = worker_command(master)
+        env = worker_env(dict(os.environ), target or [], spool)
         resolve_master(parse_master(master)[0])
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    env = dict(os.environ)
-    if spool is not None:
-        env[SPOOL_ENV] = str(spool.resolve())
     # become the Locust worker (same PID: a supervisor or a test stops it by this PID)
     os.execve(cmd[0], cmd, env)
 
@@ -344,18 +344,22 @@ def k8s(
     duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total")] = None,
     secret: Annotated[str | None, typer.Option(help="Secret whose keys become environment variables")] = None,
 ) -> None:
-    """Print the Kubernetes manifests of a multi-host run: master Job + Service, worker Deployment."""
+    """Print the Kubernetes manifests of a multi-host run: master Job + Service, workers, Secret, NetworkPolicy."""
+    from loadgen.runner import RunOptions, apply_overrides
     from rushhour.k8s import K8sOptions, render
     from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     try:
-        loaded = load_scenario(scenario)  # refuse a broken scenario here, not in the cluster
-        if (target or loaded.target.url) == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
+        # refuse a broken scenario or option here, not in the cluster: --target, --profile, --duration as `run` does
+        loaded = apply_overrides(load_scenario(scenario), RunOptions(target=target, profile=profile, duration=duration))
+        if loaded.target.url == "testbed" or any(r.url == "testbed" for r in loaded.resilience.fallback):
             raise ValueError("the embedded testbed listens on the master's loopback, out of the workers' reach: "
                              "give --target the URL of the stack under test")
         text = resolve_scenario_path(scenario).read_text()  # a built-in name too, as every other verb takes
+        urls = [loaded.target.url, *(r.url for r in loaded.resilience.fallback if r.url)]
         out.print(render(text, K8sOptions(workers=workers, image=image, name=name, namespace=namespace,
-                                          target=target, profile=profile, duration=duration, secret=secret)),
+                                          target=target, profile=profile, duration=duration, secret=secret,
+                                          worker_targets=urls)),
                   end="", markup=False, highlight=False, soft_wrap=True)
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None

@@ -35,7 +35,7 @@ from loadgen.engine.ledger import (
     MSG_RETURN,
     Ledger,
 )
-from loadgen.ship import MASTER_ACCOUNT
+from loadgen.ship import MASTER_ACCOUNT, registered
 
 # no answer from the master by then: refuse (fail closed: never spend unasked); above the ledger's
 # ROUND_TIMEOUT_S, so an ask waiting for a slow holder's reclaim answer still gets the master's verdict
@@ -192,11 +192,15 @@ class LedgerHost:
         return self
 
     def on_ask(self, msg: Any, **_: Any) -> None:
+        if not registered(self.runner, msg.node_id):  # the ledger leases only to the run's workers
+            return
         with self._lock:
             out = self.ledger.ask(str(msg.node_id), msg.data, time.monotonic())
         self._send(out)
 
     def on_return(self, msg: Any, **_: Any) -> None:
+        if not registered(self.runner, msg.node_id):
+            return
         with self._lock:
             out = self.ledger.give_back(str(msg.node_id), msg.data, time.monotonic())
         self._send(out)

@@ -23,7 +23,8 @@ from locust import User, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
-from loadgen import prompts, ship, tokens
+from loadgen import prompts, runkey, ship, tokens
+from loadgen.engine import sealed
 from loadgen.engine.context import WorkerContext, build_routes
 from loadgen.engine.guards import attach_guards as _attach_guards
 from loadgen.engine.worker import Worker
@@ -41,6 +42,8 @@ from scenarios import load_scenario
 from scenarios.model import Scenario
 
 log = logging.getLogger("rushhour")
+# every master<->worker frame is tagged with the run's secret (RUSHHOUR_RUN_SECRET): before Locust builds a runner
+sealed.install()
 
 
 @events.init_command_line_parser.add_listener
@@ -108,6 +111,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
         opts.rh_anchor_host = socket.gethostname()
     if getattr(opts, "master", False) and environment.runner is not None:
+        _guard_master_loop(environment.runner)
         _install_master_parts(environment)
         expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
         if opts.rh_ship != "1":  # the shipping master's Receiver does the same
@@ -122,6 +126,21 @@ def _on_init(environment: Environment, **_: Any) -> None:
         _RECEIVERS.append(ship.Receiver(environment.runner, run_dir, expected).install())
     if at_start:
         environment.events.test_start.add_listener(_anchor_at_start)
+
+
+def _guard_master_loop(runner: Any) -> None:
+    """A message that makes one of Locust's own handlers raise (a worker's malformed heartbeat, stats) is
+    dropped and logged: an exception there would end the master's receive loop, and with it the run's records."""
+    handle = runner.handle_message
+
+    def guarded(client_id: str, msg: Any) -> None:
+        try:
+            handle(client_id, msg)
+        except Exception as exc:
+            log.error("dropped a %s message from %s: %s", short_text(str(getattr(msg, "type", "?")), 40),
+                      short_text(str(client_id), 80), short_text(f"{type(exc).__name__}: {exc}", 200))
+
+    runner.handle_message = guarded
 
 
 def _install_master_parts(environment: Environment) -> None:
@@ -288,12 +307,17 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     clock: dict[str, Any] = {}
     role = ""
     if remote is not None:  # a worker of `rushhour worker`: its own spool, its clock measured against the master's
+        if runkey.safe_run_id(opts.rh_run_id) is None:  # the master names the spool folder: never a path
+            raise ValueError("the master sent a run id that is not a folder name: "
+                             f"{short_text(str(opts.rh_run_id), 80)!r}")
         run_dir = ship.spool_dir(opts.rh_run_id)
         # the index in the name: a restarted container has the same host name and often the same PID
         role = f"w{worker_index}"
         anchor, clock = _remote_anchor(opts, anchor, ship.clock_offset(remote))
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
+    if remote is not None:  # the master chose these URLs: this worker's credentials go only where its host allows
+        _check_allowed([target, *route_urls.values(), *(r.url or "" for r in scenario.resilience.fallback)])
     # routes first: a route that cannot be built must not leave an open shard behind
     try:
         routes = build_routes(scenario, target, testbed_url=target, route_urls=route_urls)
@@ -308,6 +332,18 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     _attach_guards(ctx, master)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())
     return ctx
+
+
+def _check_allowed(urls: list[str]) -> None:
+    """ValueError unless every URL's origin is in this worker's own allow-list (``rushhour worker --target``)."""
+    allow = runkey.parse_allow(os.environ.get(runkey.TARGETS_ENV, ""))
+    if not allow:
+        raise ValueError(f"this worker has no allow-list of targets ({runkey.TARGETS_ENV}, `rushhour worker "
+                         "--target URL`): it sends nothing, and no credential, where its master alone says")
+    refused = runkey.not_allowed(sorted({u for u in urls if u and u != "testbed"}), allow)
+    if refused:
+        raise ValueError(f"the master asked for {', '.join(str(short_text(u, 120)) for u in refused)}, not in this "
+                         f"worker's allow-list ({runkey.TARGETS_ENV}, `rushhour worker --target URL`)")
 
 
 def missing_files(scenario: Scenario) -> list[str]:
@@ -377,9 +413,12 @@ def _close_all(**_: Any) -> None:
             shipper.finish()
 
 
-def _close_receivers(**_: Any) -> None:
+def _close_receivers(environment: Environment | None = None, **_: Any) -> None:
     for receiver in _RECEIVERS:  # the master: a worker that died leaves its shard open
         receiver.close()
+    opts = getattr(environment, "parsed_options", None)
+    if opts is not None and getattr(opts, "master", False):  # the frames it dropped: run.json's evidence
+        sealed.write_account(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}"))
     for ledger in _LEDGERS:  # the master: its budget account, for run.json
         ledger.write()
 

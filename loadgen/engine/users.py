@@ -31,8 +31,9 @@ from locust.env import Environment
 from locust.exception import StopUser
 from pydantic import ValidationError
 
-from loadgen import prompts
+from loadgen import prompts, runkey
 from loadgen.datasets import load_dataset
+from loadgen.engine import sealed
 from loadgen.engine.attempts import Pools
 from loadgen.engine.context import WorkerContext, build_routes
 from loadgen.engine.guards import attach_guards, usage_event
@@ -55,6 +56,11 @@ from scenarios.model import (
     Scenario,
     TraceReplayPersona,
 )
+
+# a user's own master and workers that share RUSHHOUR_RUN_SECRET get every frame sealed, as `rushhour run` does;
+# without it they keep Locust's transport as it is (unauthenticated: a private network only)
+if os.environ.get(runkey.SECRET_ENV):
+    sealed.install()
 
 PHASE = "locust"  # the one phase of a Locust-native run: from the anchor to Locust's stop
 OPEN_ENDED_S = 6 * 86400.0  # the phase's length until the run ends (web UI runs have no -t; the limit is 7 days)

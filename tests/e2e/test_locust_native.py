@@ -19,6 +19,7 @@ import pytest
 
 from audit.ledger import compare_with_ledger
 from audit.summary import Summary
+from loadgen import runkey
 from loadgen.manifest import read_manifest
 from loadgen.record import read_shard, shard_paths
 
@@ -149,12 +150,13 @@ def test_master_and_two_workers_write_one_run(tmp_path: Path, testbed: tuple[str
     locustfile.write_text(LOCUSTFILE + f"\nChat.budget = Agent.budget = {{'max_requests': {CAP}}}\n")
     run_dir = tmp_path / "run"
     port = str(_free_port())  # never a pid-derived port: parallel test workers (xdist) would share its range
+    env = {**ENV, runkey.SECRET_ENV: runkey.new_secret()}  # a shared secret: every frame sealed
     # -t 90s: the budget, reached in about a second, ends the test (the users no longer idle until -t)
     master = subprocess.Popen(
         _locust(locustfile, "--master", "--headless", "--expect-workers", "2", "-u", "6", "-r", "6", "-t", "90s",
                 "--stop-timeout", "5", "--host", url, "--rh-run-dir", str(run_dir), "--master-bind-port", port),
-        cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = [subprocess.Popen(_locust(locustfile, "--worker", "--master-port", port), cwd=tmp_path, env=ENV,
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen(_locust(locustfile, "--worker", "--master-port", port), cwd=tmp_path, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     try:
         _, err = master.communicate(timeout=120)

@@ -31,7 +31,7 @@ import pytest
 
 from audit import run_audit
 from audit.ledger import compare_with_ledger
-from loadgen import testbed_proc
+from loadgen import runkey, testbed_proc
 from loadgen.manifest import read_manifest
 from loadgen.record import read_shard
 from loadgen.ship import read_anchor
@@ -117,11 +117,13 @@ class Hosts:
     ns: dict[str, str]
     addr: dict[str, str]
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # the run's secret for the master and its workers, and the workers' allow-list: the testbed's host
+    env: dict[str, str] = field(default_factory=dict)
 
     def start(self, role: str, cmd: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             proc = subprocess.Popen(["ip", "netns", "exec", self.ns[role], *cmd], cwd=cwd, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env(self.env))
         self.procs.append(proc)
         return proc
 
@@ -140,7 +142,8 @@ def hosts() -> Iterator[Hosts]:
     ns = {role: f"rh-{tag}-{os.getpid()}-{role}" for role in ROLES}
     addr = {"m": f"{net}.1", "w1": f"{net}.2", "w2": f"{net}.3", "tb": f"{net}.4"}
     made: list[str] = []
-    box = Hosts(ns, addr)
+    box = Hosts(ns, addr, env={runkey.SECRET_ENV: runkey.new_secret(),
+                               runkey.TARGETS_ENV: f"http://{addr['tb']}:{TESTBED_PORT}"})
     try:
         try:
             _ip("netns", "add", ns["m"])
@@ -583,7 +586,8 @@ def _joining_trial(tmp_path: Path) -> list[str]:
         port = sock.getsockname()[1]
     scenario = tmp_path / "s.yaml"
     scenario.write_text(EXTRA_SCENARIO)
-    env = child_env()
+    # the testbed the master starts listens on a loopback port chosen then: the workers allow any port there
+    env = child_env({runkey.SECRET_ENV: runkey.new_secret(), runkey.TARGETS_ENV: "http://127.0.0.1:*"})
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -654,12 +658,13 @@ def test_workers_that_never_come_are_one_line_and_nothing_is_sent(tmp_path: Path
     started = time.monotonic()
     out = subprocess.run([*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--expect-workers", "2",
                           "--master-port", str(port), "--workers-wait", "3"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env=child_env())
+                         text=True, timeout=120, env=child_env({runkey.SECRET_ENV: runkey.new_secret()}))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: 0 of 2 worker(s) joined within 3 s; start each with `rushhour worker --master "
-                      f"127.0.0.1:{port}` (no load was sent)"], out.stderr
+                      f"127.0.0.1:{port} --target URL` and this run's RUSHHOUR_RUN_SECRET (no load was sent)"], (
+        out.stderr)
     run_dir = next((tmp_path / "runs").iterdir())
     assert read_manifest(run_dir).stop_reason == "startup_error"
     assert not list((run_dir / "records").glob("*.jsonl"))

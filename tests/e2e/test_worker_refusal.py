@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen import runkey
 from loadgen.manifest import read_manifest
 from loadgen.record import START_FAILED_MARK
 from loadgen.testbed_proc import child_env
@@ -57,12 +58,13 @@ def test_a_worker_without_the_trace_refuses_and_the_master_says_so(tmp_path: Pat
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    env = child_env({runkey.SECRET_ENV: runkey.new_secret(), runkey.TARGETS_ENV: "http://127.0.0.1:9"})
     out, err = tmp_path / "master.out", tmp_path / "master.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         master = subprocess.Popen([*RUSHHOUR, "run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report",
                                    "--expect-workers", "1", "--master-port", str(port), "--workers-wait", "60"],
                                   cwd=tmp_path, stdout=stdout, stderr=stderr,
-                                  env={**child_env(), "PYTHONUNBUFFERED": "1"})
+                                  env={**env, "PYTHONUNBUFFERED": "1"})
     worker: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 60
@@ -72,7 +74,7 @@ def test_a_worker_without_the_trace_refuses_and_the_master_says_so(tmp_path: Pat
         trace.unlink()  # the worker's host lacks it
         worker = subprocess.Popen([*RUSHHOUR, "worker", "--master", f"127.0.0.1:{port}", "--spool",
                                    str(tmp_path / "spool")], cwd=tmp_path, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, env=child_env())
+                                  stderr=subprocess.STDOUT, env=env)
         code = master.wait(90)
         worker_out = worker.communicate(timeout=60)[0].decode(errors="replace")
     finally:

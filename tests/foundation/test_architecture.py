@@ -72,7 +72,7 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "typer": frozenset({"rushhour"}),
 }
 # Modules that import nothing outside the standard library (and their own package, for record.py).
-STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest"})
+STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest", "loadgen.runkey"})
 # ... except an optional accelerator that writes the same bytes (the module falls back to the stdlib without it)
 ACCELERATORS = {"loadgen.record": frozenset({"orjson"})}
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from loadgen import runkey
 from rushhour.k8s import MASTER_PORT, K8sOptions, render
 from scenarios import load_scenario
 
@@ -30,7 +31,7 @@ phases:
 def _docs(text: str) -> dict[str, dict[str, Any]]:
     docs = [d for d in yaml.safe_load_all(text) if d]
     by_kind = {d["kind"]: d for d in docs}
-    assert len(by_kind) == len(docs) == 5
+    assert len(by_kind) == len(docs) == 7
     for d in docs:
         assert d["apiVersion"] and d["metadata"]["name"]
     return by_kind
@@ -38,7 +39,8 @@ def _docs(text: str) -> dict[str, dict[str, Any]]:
 
 def test_rendered_manifests_hang_together(tmp_path: Path) -> None:
     opts = K8sOptions(workers=8, image="registry.example/rushhour:0.1.0", namespace="load", secret="rushhour-keys",
-                      target="http://llm-d-gateway.inference.svc:80")
+                      target="http://llm-d-gateway.inference.svc:80",
+                      worker_targets=["http://llm-d-gateway.inference.svc:80"])
     k = _docs(render(SCENARIO, opts))
     assert {d["metadata"]["namespace"] for d in k.values()} == {"load"}
     # the scenario travels whole and still loads
@@ -69,17 +71,41 @@ def test_rendered_manifests_hang_together(tmp_path: Path) -> None:
     assert all(wlabels.get(key) == value for key, value in dep["spec"]["selector"]["matchLabels"].items())
     assert not all(wlabels.get(key) == value for key, value in svc["spec"]["selector"].items())
     (worker,) = dep["spec"]["template"]["spec"]["containers"]
-    assert worker["command"] == ["rushhour", "worker", "--master", f"{svc['metadata']['name']}:{MASTER_PORT}"]
+    assert worker["command"] == ["rushhour", "worker", "--master", f"{svc['metadata']['name']}:{MASTER_PORT}",
+                                 "--target", "http://llm-d-gateway.inference.svc:80"]
     assert worker["resources"]["limits"]["cpu"] == "1"
     for container in (master, worker):
         assert container["image"] == "registry.example/rushhour:0.1.0"
         assert container["envFrom"] == [{"secretRef": {"name": "rushhour-keys"}}]
 
 
+def test_the_run_secret_is_a_secret_and_only_workers_reach_the_master_port() -> None:
+    opts = K8sOptions(workers=2, image="r/rh:1", worker_targets=["http://gw:80"])
+    text = render(SCENARIO, opts)
+    k = _docs(text)
+    secret, policy = k["Secret"], k["NetworkPolicy"]
+    value = secret["stringData"][runkey.SECRET_ENV]
+    assert runkey.parse_secret(value) and value == opts.run_secret
+    master_pod, worker_pod = k["Job"]["spec"]["template"], k["Deployment"]["spec"]["template"]
+    for pod in (master_pod, worker_pod):
+        (container,) = pod["spec"]["containers"]
+        assert container["env"] == [{"name": runkey.SECRET_ENV, "valueFrom": {"secretKeyRef": {
+            "name": secret["metadata"]["name"], "key": runkey.SECRET_ENV}}}]
+        assert value not in " ".join(container["command"])  # never in argv
+    # the policy selects the master pod and admits the worker pods alone, on the master port alone
+    assert policy["spec"]["podSelector"]["matchLabels"] == master_pod["metadata"]["labels"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": worker_pod["metadata"]["labels"]}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": MASTER_PORT}] and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert render(SCENARIO, K8sOptions(workers=2, image="r/rh:1", worker_targets=["http://gw:80"])).count(value) == 0
+
+
 @pytest.mark.parametrize("bad", [dict(workers=0), dict(name="Bad_Name"), dict(image="two words"),
-                                 dict(namespace="x" * 60)])
+                                 dict(namespace="x" * 60), dict(workers=10**6), dict(workers_wait_s=-1),
+                                 dict(storage="lots"), dict(worker_cpu="1; rm"), dict(secret="Bad Name"),
+                                 dict(worker_targets=[]), dict(worker_targets=["ftp://x"])])
 def test_bad_options_are_refused(bad: dict[str, Any]) -> None:
-    opts = {"workers": 2, "image": "r/rh:1", **bad}
+    opts = {"workers": 2, "image": "r/rh:1", "worker_targets": ["http://gw:80"], **bad}
     with pytest.raises(ValueError):
         render(SCENARIO, K8sOptions(**opts))
 
@@ -91,6 +117,22 @@ def test_cli_refuses_the_embedded_testbed_in_one_line(tmp_path: Path) -> None:
                           str(path), "--workers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: the embedded testbed") and len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--target", "http://user:sk-live-secret-0123@gw:80"], "must not carry a user or password"),
+    (["--duration", "soon"], "--duration"),
+    (["--profile", "nope"], "unknown profile"),
+    (["--workers", "0"], "--workers must be"),
+])
+def test_cli_validates_its_options_as_run_does(tmp_path: Path, args: list[str], says: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    cmd = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.exit(app())", "k8s", str(path),
+           "--workers", "2", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert says in out.stderr and "sk-live-secret" not in out.stderr + out.stdout, out.stderr
 
 
 def test_dockerfile_installs_every_package_of_the_wheel() -> None:

@@ -24,7 +24,7 @@ def _full() -> RunManifest:
         testbed_url="http://127.0.0.1:1", testbed_port=1, testbed_pid=12, testbed_ledger="l", testbed_config="c",
         calibration={"pid": 13, "probes": 2}, stop_reason="completed", error="e", interrupted_during="the load",
         overrun_killed_after_end_s=1.5, disk_full={"during": "the load"}, generator_warning="w",
-        shards=["a.jsonl"], workers={"expected": 2, "missing": ["w2"]},
+        shards=["a.jsonl"], workers={"expected": 2, "missing": ["w2"]}, auth={"rejected_total": 2},
         budget_usage={"run": {"requests": 3}}, abort={"kind": "hopeless_slo"}, extra={"from_the_future": [1, 2]},
     )
 

@@ -89,8 +89,9 @@ class _Msg:
 class _Runner:
     """What the receiver needs of Locust's master runner (the e2e tests use the real one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: tuple[str, ...] = ("w1", "w2", "w9")) -> None:
         self.sent: list[tuple[str, Any, str | None]] = []
+        self.worker_indexes = {w: i for i, w in enumerate(workers)}  # registered (authenticated) workers
 
     def send_message(self, kind: str, data: Any = None, client_id: str | None = None) -> None:
         self.sent.append((kind, data, client_id))
@@ -108,21 +109,73 @@ def test_receiver_appends_batches_skips_a_resent_part_and_checks_the_sum(tmp_pat
     assert next(e for e in log if e["event"] == "shard_complete")["ok"] is True
 
 
-def test_receiver_refuses_a_path_and_notes_a_gap(tmp_path: Path) -> None:
+def test_receiver_refuses_a_path_and_a_gap_and_writes_nothing_for_them(tmp_path: Path) -> None:
     rx = Receiver(_Runner(), tmp_path)
     rx.on_shard(_Msg({"name": "../escape.jsonl", "offset": 0, "data": b"x\n"}))
     assert not (tmp_path / "escape.jsonl").exists()
     rx.on_shard(_Msg({"name": "w-2.jsonl", "offset": 10, "data": b"late\n"}))
     rx.close()
+    log = [json.loads(line) for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
+    assert [(e["event"], e.get("reason")) for e in log] == [("batch_refused", "malformed"), ("batch_refused", "gap")]
+    assert not (tmp_path / "records" / "w-2.jsonl").exists()
+
+
+def test_a_far_offset_batch_does_not_cut_the_real_lines_that_follow(tmp_path: Path) -> None:
+    rx = Receiver(_Runner(), tmp_path)
+    lines = b'{"kind":"shard"}\n{"kind":"request","seq":1}\n'
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 0, "data": lines[:17]}))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 10**9, "data": b"forged\n"}))  # before: every later line cut
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 17, "data": lines[17:]}))
+    assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == lines
+    assert rx.refused == {"gap": 1}
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": -5, "data": b"x\n"}))
+    rx.on_done(_Msg({"name": "w-1.jsonl", "size": len(lines), "sha256": hashlib.sha256(lines).hexdigest()}))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": len(lines), "data": b"after\n"}))
+    rx.close()
+    assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == lines
+    assert rx.refused == {"gap": 1, "malformed": 1, "after_done": 1}
     events = [json.loads(line)["event"] for line in (tmp_path / "workers.jsonl").read_text().splitlines()]
-    assert events == ["bad_batch", "shard_open", "gap", "shard_incomplete"]
+    assert "shard_incomplete" not in events and events.count("shard_open") == 1
 
 
-def test_receiver_answers_the_clock_to_the_asking_worker(tmp_path: Path) -> None:
+def test_only_a_registered_worker_writes_and_only_its_own_shard(tmp_path: Path) -> None:
+    rx = Receiver(_Runner(), tmp_path)
+    rx.on_shard(_Msg({"name": "x.jsonl", "offset": 0, "data": b"made up\n"}, node_id="never-joined"))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 0, "data": b"a\n"}, node_id="w1"))
+    rx.on_shard(_Msg({"name": "w-1.jsonl", "offset": 2, "data": b"b\n"}, node_id="w2"))  # another worker's shard
+    rx.on_done(_Msg({"name": "w-1.jsonl", "size": 0, "sha256": ""}, node_id="w2"))
+    rx.on_finished(_Msg({}, node_id="never-joined"))
+    assert not (tmp_path / "records" / "x.jsonl").exists()
+    assert (tmp_path / "records" / "w-1.jsonl").read_bytes() == b"a\n"
+    assert rx.refused == {"unregistered": 1, "not_its_shard": 2} and rx.finished == set()
+
+
+def test_batch_size_and_shard_count_are_bounded(tmp_path: Path) -> None:
+    from loadgen import ship
+
+    rx = Receiver(_Runner(), tmp_path)
+    rx.on_shard(_Msg({"name": "big.jsonl", "offset": 0, "data": b"x" * (ship.MAX_BATCH_BYTES + 1)}))
+    for n in range(2000):  # before: 2,000 names held 2,000 open files
+        rx.on_shard(_Msg({"name": f"n{n}.jsonl", "offset": 0, "data": b"a\n"}))
+    assert len(rx._fds) == ship.MAX_SHARDS_PER_WORKER
+    assert rx.refused == {"batch_too_large": 1, "too_many_shards": 2000 - ship.MAX_SHARDS_PER_WORKER}
+    assert not (tmp_path / "records" / "big.jsonl").exists()
+    lines = (tmp_path / "workers.jsonl").read_text().splitlines()
+    assert len(lines) < 20  # a flood of refusals writes a few lines, not a flood
+    rx.close()
+
+
+def test_the_master_measures_the_clock_on_its_own_clock(tmp_path: Path) -> None:
+    from loadgen.ship import best_offset
+
+    # master sends at 1,000 and receives at 1,200 (its clock); the worker said 600: offset 1,100 - 600
+    got = best_offset([(1000, 1400, 100), (1000, 1200, 600)])
+    assert got is not None and got.offset_ns == 500 and got.uncertainty_ns == 100
+    assert best_offset([]) is None
     runner = _Runner()
-    Receiver(runner, tmp_path).on_clock(_Msg({"t0": 123}, node_id="w9"))
-    kind, data, client = runner.sent[0]
-    assert kind == "rh_clock_answer" and data["t0"] == 123 and data["master_ns"] > 0 and client == "w9"
+    rx = Receiver(runner, tmp_path)
+    rx.on_clock(_Msg({"t0": 123, "master_ns": 5}, node_id="stranger"))  # not registered: not measured
+    assert runner.sent == []
 
 
 def test_budget_usage_is_kept_per_process_and_summed() -> None:
