@@ -247,9 +247,15 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     if not given.is_absolute() and (scenario_dir / given).exists():
         given = scenario_dir / given
     try:
-        load(given)
+        tokenizer = load(given)
     except TokenizerError as exc:
         raise ScenarioError(where, [Problem("target.tokenizer", None, str(exc))]) from None
+    if tokenizer.chat_template is not None:  # rendered once now, in a child with caps: a bomb fails here, not mid-run
+        from loadgen.template_trial import trial_render
+
+        problem = trial_render(Path(tokenizer.path).parent, str(tokenizer.template_file))
+        if problem:
+            raise ScenarioError(where, [Problem("target.tokenizer", None, problem)])
     target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
     return scenario.model_copy(update={"target": target})
 

@@ -113,6 +113,7 @@ def scenario_check(
     allow_path: AllowPaths = None,
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
+    from loadgen.runner import check_tokenizer
     from loadgen.traces import localise_traces
     from scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
@@ -122,6 +123,7 @@ def scenario_check(
             scenario = load_scenario(name)
             folder = resolve_scenario_path(name).resolve().parent
             scenario = localise_traces(scenario, folder, allow_path or [], name)
+            scenario = check_tokenizer(scenario, folder, name)  # and its chat template's trial render
         except ScenarioError as exc:
             bad += 1
             console.print(str(exc), highlight=False, markup=False, soft_wrap=True)
