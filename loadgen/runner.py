@@ -29,6 +29,7 @@ import stacks
 from loadgen import procs
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
+from loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
 from loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
@@ -39,7 +40,7 @@ from scenarios import ScenarioError, load_scenario
 from scenarios.loader import Problem, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
 
-EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130  # 130: Ctrl-C or SIGTERM of the runner only
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
 LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/engine/locustfile.py)
 # Space set aside in every run folder and given back when the disk fills up, so that the final run.json
@@ -891,6 +892,11 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         stop_reason = str(aborted["stop_reason"])
     if overran and not interrupted:  # a stuck Locust: what its shards say about the stop is not the story
         stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
+    # a load process killed under it (out of memory, a signal from elsewhere): said by name, never taken for Ctrl-C
+    death = None if interrupted or overran or forwarded_at is not None else load_death(
+        proc.pid, proc.returncode, tail.events, remote=bool(options.expect_workers))
+    if death is not None:
+        stop_reason = death[0]
     shards = shard_paths(run_dir)
     load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
     if proc.returncode == LOCUST_DISK_FULL or (scraper is not None and getattr(scraper, "write_error", None)):
@@ -913,6 +919,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure
+    elif death is not None:
+        manifest.error = death[1]
     ctx.save()
     if stop_reason == "startup_error":
         _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
@@ -923,12 +931,31 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                f"was still running {OVERRUN_MARGIN_S:.0f} s after the run's end; stopped (SIGTERM)")
         _say(console, f"[bold red]error:[/] Locust {how}; records may be missing; see {log_path}")
         _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
-        return RunResult(run_dir, EXIT_INTERRUPTED, stop_reason)
+        return RunResult(run_dir, EXIT_LOAD_LOST, stop_reason)
+    if death is not None:
+        _say(console, f"[bold red]error:[/] {escape(death[1])}; its records end there; see {log_path}")
+        _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+        return RunResult(run_dir, EXIT_LOAD_LOST, stop_reason)
     if not interrupted and not any(_has_requests(p) for p in load_shards) and proc.returncode not in (0, 1):
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
     _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
+
+
+def load_death(pid: int, returncode: int | None, events: list[dict[str, Any]], *, remote: bool
+               ) -> tuple[str, str] | None:
+    """(stop reason, one line) when the Locust master was killed by a signal or a local load process died
+    without stopping (its shard has no ``worker_stop``); None when every process ended by itself."""
+    line = killed_line("Locust master" if not remote else "Locust master (its workers on other machines)", pid,
+                       returncode)
+    if line is not None:
+        return "load_killed", line
+    lost = [] if remote else lost_shards(events)  # remote workers: `worker_quit`, judged from workers.jsonl
+    if lost:
+        return "lost_worker", (f"{len(lost)} load process(es) died before the end without stopping (shard "
+                               f"{', '.join(lost[:4])}): killed (out of memory? see `dmesg`) or crashed")
+    return None
 
 
 def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals, log_path: Path) -> RunResult:
