@@ -53,7 +53,9 @@ def test_a_100_mb_row_is_refused_at_check_and_dry_run(tmp_path: Path) -> None:
     with (tmp_path / "big.jsonl").open("w") as handle:
         handle.write(json.dumps({"conversations": [{"from": "human", "value": "x" * (100 << 20)}]}) + "\n")
     scenario = _scenario(tmp_path, "big.jsonl")
-    for verb in (["scenario", "check", scenario], ["run", scenario, "--dry-run", "--out", tmp_path / "runs"]):
+    verbs: list[list[str | Path]] = [["scenario", "check", scenario],
+                                     ["run", scenario, "--dry-run", "--out", tmp_path / "runs"]]
+    for verb in verbs:
         code, text, seconds, peak = _cli(*verb, cwd=tmp_path)
         assert code == 2, text
         assert f"{tmp_path / 'big.jsonl'}:1: the row is longer than" in text
@@ -111,7 +113,7 @@ def test_a_hostile_chat_template_is_refused_at_validation_naming_the_file(tmp_pa
                                                                           message: str) -> None:
     _model(tmp_path / "model", template)
     scenario = _scenario(tmp_path, tokenizer="model")
-    args = ["scenario", "check", scenario] if verb == "check" else ["run", scenario, "--dry-run"]
+    args: list[str | Path] = ["scenario", "check", scenario] if verb == "check" else ["run", scenario, "--dry-run"]
     code, text, seconds, peak = _cli(*args, cwd=tmp_path)
     assert code == 2, text
     assert f"chat template {tmp_path / 'model' / 'chat_template.jinja'}: {message}" in text
