@@ -152,10 +152,31 @@ def test_a_looping_template_is_stopped_at_the_wall_time_cap() -> None:
     assert time.monotonic() - started < 2.0
 
 
-def test_a_real_template_renders_as_before() -> None:
-    template = compile_template(GOOD_TEMPLATE, lambda m: None)
-    out = render(template, {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True})
-    assert out == "<user>hi<assistant>"
+LLAMA_LIKE = (  # the constructs of real templates: namespace, slicing, tojson, trim, format, is defined, loop.last
+    "{{- bos_token }}{%- set ns = namespace(sys='') %}{%- if messages[0]['role'] == 'system' %}"
+    "{%- set ns.sys = messages[0]['content']|trim %}{%- set messages = messages[1:] %}{%- endif %}"
+    "{{- '<|system|>' ~ ns.sys ~ '<|eot|>' }}{%- for message in messages %}"
+    "{%- if message.tool_calls is defined and message.tool_calls|length > 0 %}"
+    "{%- set call = message.tool_calls[0].function %}"
+    "{{- '{\"name\": \"' + call.name + '\", \"parameters\": ' + call.arguments|tojson + '}' }}"
+    "{%- else %}{{- '<|' + message['role'] + '|>' + message['content'] | trim + '<|eot|>' }}{%- endif %}"
+    "{%- if loop.last and add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}{%- endfor %}"
+    "{%- for t in tools or [] %}{{ t.function.name | upper }}{{ t | tojson(indent=2) }}{{ '%s-%d' | format('x', 1) }}"
+    "{% endfor %}")
+
+
+def test_real_templates_render_exactly_as_in_the_plain_sandbox() -> None:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from loadgen.template_trial import TRIALS
+
+    plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    for source in (GOOD_TEMPLATE, LLAMA_LIKE):
+        for messages, tools in TRIALS:
+            values = {"messages": messages, "tools": tools, "add_generation_prompt": True, "bos_token": "<s>"}
+            assert render(compile_template(source, lambda m: None), values) == plain.from_string(source).render(
+                **values)
 
 
 def _model(folder: Path, template: str) -> Path:
