@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,22 @@ def read_dataset(path: Path, fmt: str = "auto", limit: int | None = None) -> lis
 def load_dataset(path: str, fmt: str = "auto", limit: int | None = None) -> tuple[Dialog, ...]:
     """``read_dataset``, once per load process (every session of every persona shares the rows)."""
     return tuple(read_dataset(Path(path), fmt, limit))
+
+
+def check_tokens(path: str, fmt: str, limit: int | None, count: Callable[[str], int]) -> None:
+    """With the scenario's tokenizer, rows held to ``MAX_TOKENS`` exactly: ``DatasetError`` naming file and row.
+
+    Only a row of more than ``MAX_TOKENS`` bytes is counted: a token is at least one byte of text, so a
+    shorter row cannot be over (and counting every row would tokenize the whole dataset at every check).
+    """
+    for dialog in load_dataset(path, fmt, limit):
+        texts = [dialog.system, *(t.user for t in dialog.turns), *(t.reply or "" for t in dialog.turns)]
+        if sum(len(t.encode()) for t in texts) <= MAX_TOKENS:
+            continue
+        tokens = sum(count(t) for t in texts if t)
+        if tokens > MAX_TOKENS:
+            raise DatasetError(f"{path}:{dialog.row}: {tokens:,} tokens of text (the scenario's tokenizer): more "
+                               f"than one prompt may hold ({MAX_TOKENS:,} tokens; the limit)")
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:

@@ -257,6 +257,15 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
         problem = trial_render(Path(tokenizer.path).parent, str(tokenizer.template_file))
         if problem:
             raise ScenarioError(where, [Problem("target.tokenizer", None, problem)])
+    from loadgen.datasets import DatasetError, check_tokens
+
+    for i, persona in enumerate(scenario.personas):  # dataset rows held to a prompt's tokens, counted exactly now
+        spec = getattr(persona, "dataset", None)
+        if spec is not None:
+            try:
+                check_tokens(spec.path, spec.format, spec.limit, tokenizer.count)
+            except DatasetError as exc:
+                raise ScenarioError(where, [Problem(f"personas.{i}.dataset.path", None, str(exc))]) from None
     target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
     return scenario.model_copy(update={"target": target})
 

@@ -229,3 +229,32 @@ def test_at_run_time_a_template_over_a_cap_is_a_tokenizer_error_naming_the_file(
     tok = tokens.load(folder)
     with pytest.raises(tokens.TokenizerError, match=rf"^chat template {folder / 'chat_template.jinja'}: '~' would"):
         tok.render_chat([{"role": "user", "content": "hi"}])
+
+
+def test_with_a_tokenizer_a_row_is_held_to_the_prompt_limit_in_tokens(tmp_path: Path) -> None:
+    """3 MB of text is within the byte bound (8 MB) but 3,000,000 tokens for a tokenizer of one byte a token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from loadgen.datasets import check_tokens, load_dataset
+    from loadgen.runner import check_tokenizer
+    from scenarios import ScenarioError, load_scenario
+
+    model = tmp_path / "bytes-model"
+    model.mkdir()
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.save(str(model / "tokenizer.json"))
+    (tmp_path / "long.jsonl").write_text(json.dumps(_sharegpt("short")) + "\n"
+                                         + json.dumps(_sharegpt("z" * 3_000_000)) + "\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: t\ntarget: {url: testbed, profile: vllm, metrics: null, tokenizer: bytes-model}\n"
+        "tiers: [{name: i, priority: 0}]\npersonas:\n  - {kind: chat, name: u, tier: i, arrival: {process: poisson, "
+        "rate: 1}, dataset: {path: " + str(tmp_path / "long.jsonl") + "}}\nphases: [{name: m, duration: 3s}]\n")
+    assert len(read_dataset(tmp_path / "long.jsonl")) == 2  # within the byte bound
+    started = time.monotonic()
+    with pytest.raises(ScenarioError, match=rf"personas\.0\.dataset\.path: {tmp_path / 'long.jsonl'}:2: "
+                                            r"3,000,0\d\d tokens of text \(the scenario's tokenizer\)"):
+        check_tokenizer(load_scenario(tmp_path / "s.yaml"), tmp_path, "s.yaml")
+    assert time.monotonic() - started < 20
+    load_dataset.cache_clear()
+    check_tokens(str(tmp_path / "long.jsonl"), "auto", 1, lambda text: len(text))  # the first row only: fine
