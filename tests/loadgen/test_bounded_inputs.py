@@ -258,3 +258,20 @@ def test_with_a_tokenizer_a_row_is_held_to_the_prompt_limit_in_tokens(tmp_path: 
     assert time.monotonic() - started < 20
     load_dataset.cache_clear()
     check_tokens(str(tmp_path / "long.jsonl"), "auto", 1, lambda text: len(text))  # the first row only: fine
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "JSON nested 100,001 deep"),
+    (json.dumps({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": list(range(5000))}),
+     "5,000 hash_ids, more than the 3,907 blocks"),
+    (json.dumps({"timestamp": 1, "input_length": 5, "output_length": 1, "pad": "x" * (2 << 20)}),
+     "a line of 2,097,2"),
+])
+def test_a_hostile_mooncake_line_is_one_line_naming_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    from loadgen.traces import TraceError, read_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1}) + "\n" + line + "\n")
+    with pytest.raises(TraceError, match=rf"^{path}:2: {message}"):
+        read_trace(path)
