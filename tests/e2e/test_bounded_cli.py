@@ -5,15 +5,15 @@ numeric flags that are inf, NaN or absurd are one line, exit 2."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from tests.loadgen.hostile_models import model_with_template as _model
+from tests.loadgen.hostile_models import run_measured
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
@@ -27,15 +27,8 @@ phases: [{{name: main, duration: 3s}}]
 
 
 def _cli(*args: str | Path, cwd: Path) -> tuple[int, str, float, float]:
-    """(exit code, stderr + stdout, seconds, peak RSS in MB of the CLI and its children)."""
-    started = time.monotonic()
-    proc = subprocess.Popen([*CLI, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    assert proc.stdout is not None
-    text = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, text, time.monotonic() - started, usage.ru_maxrss / 1024
+    """(exit code, stdout + stderr, seconds, peak RSS in MB of the CLI and its children)."""
+    return run_measured([*CLI, *map(str, args)], cwd)
 
 
 def _scenario(folder: Path, dataset: str | None = None, tokenizer: str | None = None) -> Path:
@@ -89,16 +82,6 @@ def test_deep_json_and_bytes_in_parquet_are_one_line_naming_file_and_row(tmp_pat
     code, text, _, _ = _cli("scenario", "check", _scenario(tmp_path, name), cwd=tmp_path)
     assert code == 2 and f"{tmp_path / name}{where}" in text, text  # was exit 3, RecursionError / TypeError
     assert "Traceback" not in text and "--debug" not in text
-
-
-def _model(folder: Path, template: str) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    folder.mkdir()
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "chat_template.jinja").write_text(template)
 
 
 @pytest.mark.parametrize("template, verb, message", [

@@ -6,9 +6,7 @@ few-byte template drove a load process to 14 GiB."""
 from __future__ import annotations
 
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,8 @@ from loadgen.bounded_json import MAX_JSON_DEPTH, depth
 from loadgen.chat_template import MAX_RENDER_BYTES, TemplateError, compile_template, render
 from loadgen.datasets import MAX_ROW_TEXT_BYTES, DatasetError, read_dataset
 from loadgen.template_trial import TRIAL_MEMORY_BYTES, trial_render
+from tests.loadgen.hostile_models import model_with_template as _model
+from tests.loadgen.hostile_models import run_measured
 
 GOOD_TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
                  "{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -179,17 +179,6 @@ def test_real_templates_render_exactly_as_in_the_plain_sandbox() -> None:
                 **values)
 
 
-def _model(folder: Path, template: str) -> Path:
-    folder.mkdir()
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "chat_template.jinja").write_text(template)
-    return folder
-
-
 @pytest.mark.parametrize("template, message", [
     (DOUBLING, "'~' would build"),
     (AROUND_THE_CHECKS, "ran out of memory while rendering"),
@@ -209,13 +198,9 @@ def test_the_trial_child_stays_under_its_memory_cap(tmp_path: Path) -> None:
     folder = _model(tmp_path / "m", AROUND_THE_CHECKS)
     code = (f"from pathlib import Path; from loadgen.template_trial import trial_render; "
             f"print(trial_render(Path({str(folder)!r}), 't'))")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    said = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert "ran out of memory" in said and proc.returncode == 0
-    assert usage.ru_maxrss < (TRIAL_MEMORY_BYTES >> 10) * 1.05  # KB: the 1 GiB cap, not the 30 GB asked for
+    exit_code, said, _, peak_mb = run_measured([sys.executable, "-c", code], tmp_path)
+    assert "ran out of memory" in said and exit_code == 0
+    assert peak_mb < (TRIAL_MEMORY_BYTES >> 20) * 1.05  # the 1 GiB cap, not the 30 GB asked for
 
 
 def test_a_template_that_refuses_a_conversation_shape_is_not_refused(tmp_path: Path) -> None:

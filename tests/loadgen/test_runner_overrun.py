@@ -102,4 +102,4 @@ def test_lost_shards_are_the_processes_that_started_and_never_stopped() -> None:
     events = [{"name": "worker_start", "shard": "h-1"}, {"name": "worker_start", "shard": "h-2"},
               {"name": "worker_stop", "shard": "h-1"}, {"name": "worker_start", "shard": "h-3-calibration"}]
     assert lost_shards(events) == ["h-2"]
-    assert lost_shards(events + [{"name": "worker_stop", "shard": "h-2"}]) == []
+    assert lost_shards([*events, {"name": "worker_stop", "shard": "h-2"}]) == []
