@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -166,15 +165,17 @@ def render(template: Any, values: dict[str, Any], seconds: float = MAX_RENDER_S)
 
 @contextlib.contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
-    """SIGALRM after ``seconds`` raises ``_Timeout`` in the render (main thread only; elsewhere the caps only)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
+    """SIGALRM after ``seconds`` raises ``_Timeout`` in the render (the main OS thread only: a greenlet of a Locust
+    process is on it; another thread has the size caps only)."""
 
     def expire(signum: int, frame: Any) -> None:
         raise _Timeout()
 
-    previous = signal.signal(signal.SIGALRM, expire)
+    try:  # the interpreter itself says whether this is the main thread (gevent's patched threading would not)
+        previous = signal.signal(signal.SIGALRM, expire)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGALRM here
+        yield
+        return
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield

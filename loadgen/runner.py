@@ -930,6 +930,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         manifest.error = start_failure
     elif death is not None:
         manifest.error = death[1]
+    elif stop_reason == "template_error":
+        manifest.error = tail.template_error()
     ctx.save()
     if stop_reason == "startup_error":
         _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
@@ -941,6 +943,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         _say(console, f"[bold red]error:[/] Locust {how}; records may be missing; see {log_path}")
         _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
         return RunResult(run_dir, EXIT_LOAD_LOST, stop_reason)
+    if stop_reason == "template_error" and not interrupted:  # an input error found mid-run: what ran is audited
+        _say(console, f"[bold red]error:[/] {escape(manifest.error or '')}; the load stopped there")
+        _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+        return RunResult(run_dir, EXIT_STARTUP, stop_reason)
     if death is not None:
         _say(console, f"[bold red]error:[/] {escape(death[1])}; its records end there; see {log_path}")
         _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")

@@ -34,6 +34,7 @@ class Tokenizer:
     special: dict[str, str] | None = None
     _template: Any = None
     template_file: str | None = None  # where the chat template came from, for its errors
+    broken: str | None = None  # a render over a cap: every later render fails at once with it (no 5 s stall each)
 
     def count(self, text: str, special: bool = False) -> int:
         """Tokens in ``text`` (``special``: with the tokenizer's own added BOS/EOS, as a completion prompt)."""
@@ -67,13 +68,16 @@ class Tokenizer:
             return None
         from loadgen.chat_template import TemplateError, render
 
+        if self.broken is not None:
+            raise TokenizerError(self.broken)
         try:
             if self._template is None:
                 self._template = _compile(self.chat_template)
             values = dict(self.special or {})
             return render(self._template, dict(values, messages=messages, tools=tools, add_generation_prompt=True))
         except TemplateError as exc:
-            raise TokenizerError(f"chat template {self.template_file}: {exc}") from None
+            self.broken = f"chat template {self.template_file}: {exc}"
+            raise TokenizerError(self.broken) from None
 
     def prompt_tokens(
         self,

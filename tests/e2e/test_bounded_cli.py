@@ -117,3 +117,27 @@ def test_absurd_numeric_flags_are_one_line_exit_2(tmp_path: Path, args: list[str
     code, text, _, _ = _cli(*args, cwd=tmp_path)
     assert code == 2 and _rows(text) == [_rows(text)[0]] and _rows(text)[0].startswith(line), text
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_template_that_fails_only_mid_run_stops_the_load_and_the_run_says_so(tmp_path: Path) -> None:
+    """The trial renders short conversations; this template bombs from the sixth message on (a session's third
+    turn): the load process records the attempt not sent, stops its load, and the run exits 2 naming the file."""
+    _model(tmp_path / "model", "{% if messages|length > 5 %}{{ 'x' * 99999 * 99999 }}{% endif %}"
+                               "{% for m in messages %}{{ m.content }}{% endfor %}")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: mid-run\ntarget: {url: testbed, profile: vllm, testbed: {preset: tiny, replicas: 1, speed: 10}, "
+        "metrics: null, tokenizer: model, dialect: openai-chat}\ncalibration: {probes: 0}\n"
+        "tiers: [{name: interactive, priority: 0}]\npersonas:\n  - {kind: chat, name: users, tier: interactive, "
+        "arrival: {process: poisson, rate: 4}, turns: 4, think_time_s: 0.1, prompt_tokens: 30, output_tokens: 4, "
+        "system_prompt_tokens: 10}\nphases: [{name: main, duration: 3s}]\ndrain_s: 2\n")
+    code, text, seconds, _ = _cli("run", scenario, "--no-report", "--out", tmp_path / "runs", cwd=tmp_path)
+    assert code == 2, text
+    assert f"error: chat template {tmp_path / 'model' / 'chat_template.jinja'}: '*' would build" in text
+    assert "stop reason: template_error" in text and seconds < 60
+    manifest = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert manifest["stop_reason"] == "template_error" and "chat_template.jinja" in manifest["error"]
+    records = [json.loads(line) for shard in (tmp_path / "runs").glob("*/records/*.jsonl")
+               for line in shard.read_text().splitlines()]
+    refused = [r for r in records if r.get("kind") == "request" and r.get("reason") == "template"]
+    assert refused and all(r["not_sent"] for r in refused)  # never counted as served
