@@ -285,7 +285,7 @@ def study(
         if duration:
             chosen = dataclasses.replace(chosen, duration_s=parse_duration(duration))
         if k:
-            chosen = dataclasses.replace(chosen, k=tuple(sorted({int(x) for x in k.split(",")})))
+            chosen = dataclasses.replace(chosen, k=flags.tier_counts(k))
         base = load_scenario(scenario)
         if replicas is not None or scale != 1.0:
             base = _at_scale(base, replicas, scale)

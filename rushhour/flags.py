@@ -58,6 +58,17 @@ def count(flag: str, low: int, high: int) -> Callable[[Any], Any]:
     return check
 
 
+def tier_counts(text: str) -> tuple[int, ...]:
+    """``study --k 1,2,4``: distinct tier counts from 1 to ``MAX_LADDER``, at most ``MAX_LADDER`` of them."""
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        values = []
+    if not values or not 1 <= values[0] <= values[-1] <= MAX_LADDER or len(values) > MAX_LADDER:
+        raise ValueError(f"--k {text!r}: a list of tier counts from 1 to {MAX_LADDER}, e.g. 1,2,4")
+    return tuple(values)
+
+
 seed = count("--seed", 0, MAX_SEED)
 processes = count("--processes", 1, MAX_PROCESSES)
 steps = count("--steps", 1, MAX_LADDER)

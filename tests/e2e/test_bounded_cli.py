@@ -112,6 +112,7 @@ def test_a_hostile_chat_template_is_refused_at_validation_naming_the_file(tmp_pa
     (["run", "demo", "--processes", "-1", "--dry-run"], "error: --processes takes a count from 1 to 1,024, got -1"),
     (["compare", "a", "b", "--alpha", "nan"], "error: --alpha takes a finite number in (0, 1), got nan"),
     (["simulate", "demo", "--grow", "x=inf"], "error: --grow 'x=inf': use PERSONA=FACTOR with a factor in (0, 1000]"),
+    (["study", "--simulate", "--quick", "--k", "1,100000"], "error: --k '1,100000': a list of tier counts from 1 to"),
 ])
 def test_absurd_numeric_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:
     code, text, _, _ = _cli(*args, cwd=tmp_path)
