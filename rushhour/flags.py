@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from scenarios.model import MAX_LADDER, MAX_REPLICAS, MAX_SCALE, MAX_SIM_REPLICAS
+Bound = float | Callable[[], float]  # a limit, or where to read it when the verb runs (the CLI imports stay lazy)
 
 EXIT_USAGE = 2
 MAX_SEED = 2**63 - 1  # seeds feed 64-bit generators
@@ -18,6 +18,21 @@ MAX_PORT = 65_535
 MAX_WAIT_S = 86_400.0  # one day
 MAX_PRICE = 1e9  # of one GPU-hour: any currency, any GPU
 MAX_GPUS_PER_REPLICA = 1_024
+
+
+def _model_limit(name: str) -> Callable[[], float]:
+    """A limit of ``scenarios.model``, read when a verb's flags are checked (importing it costs 150 ms)."""
+
+    def read() -> float:
+        from scenarios import model
+
+        return float(getattr(model, name))
+
+    return read
+
+
+def _value(bound: Bound) -> float:
+    return bound() if callable(bound) else bound
 
 
 def _shown(value: float) -> str:
@@ -31,13 +46,14 @@ def _refuse(flag: str, message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def number(flag: str, low: float, high: float, *, above: bool = False, below: bool = False) -> Callable[[Any], Any]:
-    """A callback for ``flag``: a finite number from ``low`` to ``high`` (``above``/``below``: the bound excluded)."""
+def number(flag: str, low: float, bound: Bound, *, above: bool = False, below: bool = False) -> Callable[[Any], Any]:
+    """A callback for ``flag``: a finite number from ``low`` to ``bound`` (``above``/``below``: the bound excluded)."""
     left, right = "(" if above else "[", ")" if below else "]"
 
     def check(value: Any) -> Any:
         if value is None:
             return value
+        high = _value(bound)
         ok = math.isfinite(value) and (value > low if above else value >= low) and (
             value < high if below else value <= high)
         if not ok:
@@ -47,10 +63,11 @@ def number(flag: str, low: float, high: float, *, above: bool = False, below: bo
     return check
 
 
-def count(flag: str, low: int, high: int) -> Callable[[Any], Any]:
-    """A callback for ``flag``: a whole number from ``low`` to ``high``."""
+def count(flag: str, low: int, bound: Bound) -> Callable[[Any], Any]:
+    """A callback for ``flag``: a whole number from ``low`` to ``bound``."""
 
     def check(value: Any) -> Any:
+        high = int(_value(bound))
         if value is not None and not low <= value <= high:
             raise _refuse(flag, f"takes a count from {low:,} to {high:,}, got {value:,}")
         return value
@@ -60,6 +77,8 @@ def count(flag: str, low: int, high: int) -> Callable[[Any], Any]:
 
 def tier_counts(text: str) -> tuple[int, ...]:
     """``study --k 1,2,4``: distinct tier counts from 1 to ``MAX_LADDER``, at most ``MAX_LADDER`` of them."""
+    from scenarios.model import MAX_LADDER
+
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
@@ -69,24 +88,25 @@ def tier_counts(text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
+_LADDER = _model_limit("MAX_LADDER")
+_SCALE = _model_limit("MAX_SCALE")
 seed = count("--seed", 0, MAX_SEED)
 processes = count("--processes", 1, MAX_PROCESSES)
-steps = count("--steps", 1, MAX_LADDER)
-scale = number("--scale", 0, MAX_SCALE, above=True)
-target_scale = number("--target-scale", 0, MAX_SCALE, above=True)
-sim_replicas = count("--replicas", 1, MAX_SIM_REPLICAS)
+steps = count("--steps", 1, _LADDER)
+scale = number("--scale", 0, _SCALE, above=True)
+target_scale = number("--target-scale", 0, _SCALE, above=True)
+sim_replicas = count("--replicas", 1, _model_limit("MAX_SIM_REPLICAS"))
 port = count("--master-port", 1, MAX_PORT)
 workers_wait = number("--workers-wait", 0, MAX_WAIT_S, above=True)
 expect_workers = count("--expect-workers", 0, MAX_PROCESSES)
 gpu_hour_price = number("--gpu-hour-price", 0, MAX_PRICE)
 gpus_per_replica = count("--gpus-per-replica", 1, MAX_GPUS_PER_REPLICA)
 precision = number("--precision", 0, 1, above=True, below=True)
-max_probes = count("--max-probes", 1, MAX_LADDER)
-repeats = count("--repeats", 0, MAX_LADDER)
+max_probes = count("--max-probes", 1, _LADDER)
+repeats = count("--repeats", 0, _LADDER)
 alpha = number("--alpha", 0, 1, above=True, below=True)
 latency_threshold = number("--latency-threshold", 0, 100)
 drop_threshold = number("--drop-threshold", 0, 1)
-min_latency_ms = number("--min-latency-ms", 0, 3_600_000)
 fillers = count("--fillers", 0, 1_000)
-testbed_replicas = count("--replicas", 1, MAX_REPLICAS)
-speed = number("--speed", 0, MAX_SCALE, above=True)
+testbed_replicas = count("--replicas", 1, _model_limit("MAX_REPLICAS"))
+speed = number("--speed", 0, _SCALE, above=True)
