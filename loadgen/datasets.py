@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.bounded_json import JsonShapeError, check_depth
+from loadgen.prompts import BYTES_PER_TOKEN
 from loadgen.traces import TraceError
+from scenarios.model import MAX_TOKENS
 
 SHAREGPT = "sharegpt"
 OPENAI = "openai"
@@ -24,7 +27,13 @@ FORMATS = ("auto", SHAREGPT, OPENAI)
 _SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
                    "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant", "model": "assistant"}
 _OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-MAX_DATASET_BYTES = 2 << 30  # every load process holds the rows in memory
+MAX_DATASET_BYTES = 2 << 30  # every load process holds the rows in memory: the file, and its text once decoded
+# A row is one conversation; its last turn's prompt carries all of it, so its text is held to one prompt's limit
+# (MAX_TOKENS, at the BYTES_PER_TOKEN the prompts are sized by when there is no tokenizer): 8 MB of text.
+MAX_ROW_TEXT_BYTES = MAX_TOKENS * BYTES_PER_TOKEN
+# a JSON line may spend up to this much on quotes, keys and escapes around its text before it is read at all
+MAX_LINE_BYTES = 2 * MAX_ROW_TEXT_BYTES + (1 << 20)
+PARQUET_BATCH_ROWS = 1024  # rows turned into Python objects at once (the row check runs between batches)
 
 
 class DatasetError(TraceError):
@@ -75,51 +84,153 @@ def load_dataset(path: str, fmt: str = "auto", limit: int | None = None) -> tupl
     return tuple(read_dataset(Path(path), fmt, limit))
 
 
+def check_tokens(path: str, fmt: str, limit: int | None, count: Callable[[str], int]) -> None:
+    """With the scenario's tokenizer, rows held to ``MAX_TOKENS`` exactly: ``DatasetError`` naming file and row.
+
+    Only a row of more than ``MAX_TOKENS`` bytes is counted: a token is at least one byte of text, so a
+    shorter row cannot be over (and counting every row would tokenize the whole dataset at every check).
+    """
+    for dialog in load_dataset(path, fmt, limit):
+        texts = [dialog.system, *(t.user for t in dialog.turns), *(t.reply or "" for t in dialog.turns)]
+        if sum(len(t.encode()) for t in texts) <= MAX_TOKENS:
+            continue
+        tokens = sum(count(t) for t in texts if t)
+        if tokens > MAX_TOKENS:
+            raise DatasetError(f"{path}:{dialog.row}: {tokens:,} tokens of text (the scenario's tokenizer): more "
+                               f"than one prompt may hold ({MAX_TOKENS:,} tokens; the limit)")
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Line by line, each line read with a cap: a 100 MB line is refused after ``MAX_LINE_BYTES``, not held."""
     try:
-        raw = path.read_bytes()
+        handle = path.open("rb")
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the dataset: {exc.strerror or exc}") from None
-    if b"\x00" in raw:
-        raise DatasetError(f"{path}: binary data, not JSON Lines (a Parquet file must end in .parquet)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start}): expected JSON Lines") from None
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except ValueError:
-            raise _bad(path, number, "not JSON", line) from None
+    offset = 0
+    with handle:
+        if b"\x00" in handle.read(1 << 16):  # a binary file is named as such, whatever its first line is
+            raise DatasetError(f"{path}: binary data, not JSON Lines (a Parquet file must end in .parquet)")
+        handle.seek(0)
+        for number in range(1, 1 << 62):
+            try:
+                raw = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise DatasetError(f"{path}: cannot read the dataset: {exc.strerror or exc}") from None
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_BYTES:
+                raise DatasetError(f"{path}:{number}: the row is longer than {MAX_LINE_BYTES:,} bytes (its text may "
+                                   f"be {MAX_ROW_TEXT_BYTES:,} bytes, {MAX_TOKENS:,} tokens: the limit of a prompt)")
+            if b"\x00" in raw:
+                raise DatasetError(f"{path}: binary data, not JSON Lines (a Parquet file must end in .parquet)")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{path}: not UTF-8 text (byte {offset + exc.start}): expected JSON Lines") from None
+            offset += len(raw)
+            if not line.strip():
+                continue
+            try:
+                check_depth(line)
+                yield number, json.loads(line)
+            except JsonShapeError as exc:
+                raise _bad(path, number, str(exc)) from None
+            except (ValueError, RecursionError):
+                raise _bad(path, number, "not JSON", line) from None
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Row group by row group, within a budget of decoded text checked before each group is turned into rows.
+
+    A few kilobytes of Parquet can decode to gigabytes (compression, a dictionary entry repeated): the
+    footer's uncompressed sizes are checked first, then each group is read with its text columns as
+    dictionaries (as stored) and its decoded size summed from them, before any row is expanded.
+    """
     try:
         import pyarrow.parquet as pq  # only for Parquet datasets: the load processes stay light otherwise
     except ImportError:  # pragma: no cover - a dependency of rushhour
         raise DatasetError(f"{path}: reading Parquet needs the 'pyarrow' package") from None
     try:
-        names = pq.read_schema(path).names
+        meta = pq.read_metadata(path)
+        names = meta.schema.to_arrow_schema().names
         columns = [c for c in ("conversations", "messages") if c in names]
         if not columns:
             raise DatasetError(f"{path}: no 'conversations' or 'messages' column (columns: {', '.join(names)})")
-        table = pq.read_table(path, columns=columns)
+        leaves = [meta.schema.column(j) for j in range(meta.num_columns)]
+        wanted = [j for j, c in enumerate(leaves) if c.path.split(".", 1)[0] in columns]
+        texts = [leaves[j].path for j in wanted if leaves[j].physical_type == "BYTE_ARRAY"]
+        _check_stored_sizes(path, meta, wanted)
+        handle = pq.ParquetFile(path, read_dictionary=texts)
     except DatasetError:
         raise
     except Exception as exc:  # pyarrow raises its own types for a file that is not Parquet
-        raise DatasetError(f"{path}: not a readable Parquet file: {str(exc).splitlines()[0][:160]}") from None
-    for number, row in enumerate(table.to_pylist(), start=1):
-        yield number, {k: v for k, v in row.items() if v is not None}
+        raise DatasetError(f"{path}: not a readable Parquet file: {_first_line(exc)}") from None
+    number, decoded = 0, 0
+    for group in range(meta.num_row_groups):
+        try:
+            table = handle.read_row_group(group, columns=columns)
+        except Exception as exc:
+            raise DatasetError(f"{path}: row group {group}: not readable: {_first_line(exc)}") from None
+        decoded += _decoded_bytes(table)
+        if decoded > MAX_DATASET_BYTES:
+            raise DatasetError(f"{path}: row group {group} (rows {number + 1}–{number + table.num_rows}): the text "
+                               f"decodes to more than the {MAX_DATASET_BYTES:,} bytes a dataset may hold")
+        for batch in table.to_batches(max_chunksize=PARQUET_BATCH_ROWS):
+            for row in batch.to_pylist():  # dictionary columns come back as their values
+                number += 1
+                yield number, {k: v for k, v in row.items() if v is not None}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+
+
+def _check_stored_sizes(path: Path, meta: Any, wanted: list[int]) -> None:
+    """The footer's uncompressed sizes of the columns read, summed group by group, within the budget."""
+    total = 0
+    for group in range(meta.num_row_groups):
+        chunks = meta.row_group(group)
+        total += sum(max(0, chunks.column(j).total_uncompressed_size) for j in wanted)
+        if total > MAX_DATASET_BYTES:
+            raise DatasetError(f"{path}: row group {group}: the columns read decompress to more than the "
+                               f"{MAX_DATASET_BYTES:,} bytes a dataset may hold (a decompression bomb?)")
+
+
+def _decoded_bytes(table: Any) -> int:
+    """Bytes the table's text takes once every dictionary index is expanded (computed, not expanded)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = 0
+    stack = [column for column in table.columns]
+    while stack:  # nested lists and structs: walked with a stack, flattened chunk by chunk
+        item = stack.pop()
+        chunks = item.chunks if isinstance(item, pa.ChunkedArray) else [item]
+        for chunk in chunks:
+            kind = chunk.type
+            if pa.types.is_dictionary(kind):
+                lengths = pc.binary_length(chunk.dictionary)
+                total += int(pc.sum(pc.take(lengths, chunk.indices.drop_null())).as_py() or 0)
+            elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+                stack.append(chunk.flatten())
+            elif pa.types.is_struct(kind):
+                stack.extend(chunk.flatten())
+            else:
+                total += chunk.nbytes
+    return total
 
 
 def _bad(path: Path, row: int, what: str, line: Any = None) -> DatasetError:
     if line is None:
         return DatasetError(f"{path}:{row}: {what}")
-    text = line if isinstance(line, str) else json.dumps(line)[:200]
+    text = line if isinstance(line, str) else json.dumps(line, default=_shown)[:200]
     cut = text.strip()[:60] + ("…" if len(text.strip()) > 60 else "")
     return DatasetError(f"{path}:{row}: {what}: {cut!r}")
+
+
+def _shown(value: Any) -> str:
+    """A value JSON cannot write (bytes, a date from Parquet) as its type and a short repr."""
+    return f"<{type(value).__name__}> {value!r:.40}"
 
 
 def _dialog(path: Path, row: int, obj: Any, fmt: str) -> Dialog:
@@ -152,6 +263,10 @@ def _dialog(path: Path, row: int, obj: Any, fmt: str) -> Dialog:
         turns.append(Turn("\n".join(user), None))
     if not turns:
         raise _bad(path, row, "no user message")
+    size = sum(len(text.encode()) for _, text in messages)
+    if size > MAX_ROW_TEXT_BYTES:
+        raise _bad(path, row, f"{size:,} bytes of text (≈ {-(-size // BYTES_PER_TOKEN):,} tokens): more than one "
+                              f"prompt may hold ({MAX_TOKENS:,} tokens, {MAX_ROW_TEXT_BYTES:,} bytes; the limit)")
     return Dialog(row, "\n".join(system), tuple(turns))
 
 

@@ -137,11 +137,18 @@ class ShardTail:
         return None
 
     def stop_reason(self) -> str | None:
-        """``budget`` when a process stopped the run on its budget."""
+        """``budget`` when a process stopped the run on its budget, ``template_error`` on its chat template."""
         for event in self.events:
             if event.get("name") == "budget_reached" and (event.get("detail") or {}).get("scope") == "run":
                 return "budget"
+            if event.get("name") == "template_error":
+                return "template_error"
         return None
+
+    def template_error(self) -> str | None:
+        """The one line of the first chat template over a cap in a load process, if one was."""
+        found = next((e for e in self.events if e.get("name") == "template_error"), None)
+        return None if found is None else str((found.get("detail") or {}).get("message") or "")
 
 
 def progress_line(tail: ShardTail, elapsed_s: float, total_s: float) -> str:

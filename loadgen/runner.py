@@ -29,6 +29,7 @@ import stacks
 from loadgen import doomed, procs, runkey
 from loadgen.live import ShardTail, progress_line, render
 from loadgen.manifest import RunManifest, versions, write_manifest
+from loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
 from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from loadgen.schedule import scale_phases
 from loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
@@ -40,7 +41,7 @@ from scenarios.loader import Problem, located, resolve_scenario_path
 from scenarios.model import PROFILES, Route, Scenario, parse_duration
 from scenarios.names import did_you_mean
 
-EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130
+EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130  # 130: Ctrl-C or SIGTERM of the runner only
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
 EXIT_DOOMED = 2  # every attempt failed alike (wrong model, key, address): the run could not measure (invalid)
 LOCUST_DISK_FULL = 4  # exit code of a load process whose shard hit a full disk (loadgen/engine/locustfile.py)
@@ -254,9 +255,25 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     if not given.is_absolute() and (scenario_dir / given).exists():
         given = scenario_dir / given
     try:
-        load(given)
+        tokenizer = load(given)
     except TokenizerError as exc:
         raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, str(exc))])) from None
+    if tokenizer.chat_template is not None:  # rendered once now, in a child with caps: a bomb fails here, not mid-run
+        from loadgen.template_trial import trial_render
+
+        problem = trial_render(Path(tokenizer.path).parent, str(tokenizer.template_file))
+        if problem:
+            raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, problem)]))
+    from loadgen.datasets import DatasetError, check_tokens
+
+    for i, persona in enumerate(scenario.personas):  # dataset rows held to a prompt's tokens, counted exactly now
+        spec = getattr(persona, "dataset", None)
+        if spec is not None:
+            try:
+                check_tokens(spec.path, spec.format, spec.limit, tokenizer.count)
+            except DatasetError as exc:
+                problems = [Problem(f"personas.{i}.dataset.path", None, str(exc))]
+                raise ScenarioError(where, located(where, problems)) from None
     target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
     return scenario.model_copy(update={"target": target})
 
@@ -978,6 +995,11 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         stop_reason = str(aborted["stop_reason"])
     if overran and not interrupted:  # a stuck Locust: what its shards say about the stop is not the story
         stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
+    # a load process killed under it (out of memory, a signal from elsewhere): said by name, never taken for Ctrl-C
+    death = None if interrupted or overran or forwarded_at is not None else load_death(
+        proc.pid, proc.returncode, tail.events, remote=bool(options.expect_workers))
+    if death is not None:
+        stop_reason = death[0]
     shards = shard_paths(run_dir)
     load_shards = [p for p in shards if not p.name.endswith("-calibration.jsonl")]
     if proc.returncode == LOCUST_DISK_FULL or (scraper is not None and getattr(scraper, "write_error", None)):
@@ -1004,6 +1026,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure
+    elif death is not None:
+        manifest.error = death[1]
+    elif stop_reason == "template_error":
+        manifest.error = tail.template_error()
     ctx.save()
     if stop_reason == "startup_error":
         _say(console, f"[bold red]error:[/] {escape(start_failure or '')}")
@@ -1014,7 +1040,15 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                f"was still running {OVERRUN_MARGIN_S:.0f} s after the run's end; stopped (SIGTERM)")
         _say(console, f"[bold red]error:[/] Locust {how}; records may be missing; see {log_path}")
         _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
-        return RunResult(run_dir, EXIT_INTERRUPTED, stop_reason)
+        return RunResult(run_dir, EXIT_LOAD_LOST, stop_reason)
+    if stop_reason == "template_error" and not interrupted:  # an input error found mid-run: what ran is audited
+        _say(console, f"[bold red]error:[/] {escape(manifest.error or '')}; the load stopped there")
+        _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+        return RunResult(run_dir, EXIT_STARTUP, stop_reason)
+    if death is not None:
+        _say(console, f"[bold red]error:[/] {escape(death[1])}; its records end there; see {log_path}")
+        _say(console, f"{tail.lines} lines in {len(shards)} shard(s); stop reason: {stop_reason}")
+        return RunResult(run_dir, EXIT_LOAD_LOST, stop_reason)
     if not interrupted and not any(_has_requests(p) for p in load_shards) and proc.returncode not in (0, 1):
         _say(console, f"[bold red]error:[/] Locust failed to start (exit {proc.returncode}); see {log_path}")
         return RunResult(run_dir, EXIT_STARTUP, "startup_error")
@@ -1022,6 +1056,21 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     if stop_reason == doomed.STOP_DOOMED:
         return RunResult(run_dir, EXIT_DOOMED, stop_reason)
     return RunResult(run_dir, EXIT_INTERRUPTED if interrupted else EXIT_OK, stop_reason)
+
+
+def load_death(pid: int, returncode: int | None, events: list[dict[str, Any]], *, remote: bool
+               ) -> tuple[str, str] | None:
+    """(stop reason, one line) when the Locust master was killed by a signal or a local load process died
+    without stopping (its shard has no ``worker_stop``); None when every process ended by itself."""
+    line = killed_line("Locust master" if not remote else "Locust master (its workers on other machines)", pid,
+                       returncode)
+    if line is not None:
+        return "load_killed", line
+    lost = [] if remote else lost_shards(events)  # remote workers: `worker_quit`, judged from workers.jsonl
+    if lost:
+        return "lost_worker", (f"{len(lost)} load process(es) died before the end without stopping (shard "
+                               f"{', '.join(lost[:4])}): killed (out of memory? see `dmesg`) or crashed")
+    return None
 
 
 def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals, log_path: Path) -> RunResult:

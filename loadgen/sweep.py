@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from scenarios.loader import validate_data
-from scenarios.model import ChatPersona, Phase, Scenario, Tier
+from scenarios.model import MAX_LADDER, MAX_SCALE, ChatPersona, Phase, Scenario, Tier
 
 Mode = Literal["steady", "scale"]
 
@@ -41,15 +41,16 @@ def parse_scales(text: str, steps: int = 8) -> list[float]:
             low, high = float(low_s), float(high_s)
         except ValueError:
             raise SweepError(f"--scale {text!r}: use LOW..HIGH (e.g. 0.25..3) or a list (0.5,1,2)") from None
-        if not (0 < low < high) or steps < 2:
-            raise SweepError(f"--scale {text!r} with --steps {steps}: need 0 < LOW < HIGH and at least 2 steps")
+        if not (0 < low < high <= MAX_SCALE) or not 2 <= steps <= MAX_LADDER:
+            raise SweepError(f"--scale {text!r} with --steps {steps}: need 0 < LOW < HIGH <= {MAX_SCALE:g} and "
+                             f"2 to {MAX_LADDER} steps")
         return [round(low + (high - low) * i / (steps - 1), 4) for i in range(steps)]
     try:
         values = sorted({float(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise SweepError(f"--scale {text!r}: use LOW..HIGH (e.g. 0.25..3) or a list (0.5,1,2)") from None
-    if not values or values[0] <= 0:
-        raise SweepError(f"--scale {text!r}: scales must be positive")
+    if not values or not all(0 < v <= MAX_SCALE for v in values) or len(values) > MAX_LADDER:  # NaN fails too
+        raise SweepError(f"--scale {text!r}: at most {MAX_LADDER} scales, each a number in (0, {MAX_SCALE:g}]")
     return values
 
 
@@ -61,8 +62,8 @@ def parse_replicas(text: str | None) -> list[int | None]:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise SweepError(f"--replicas {text!r}: use a list of counts, e.g. 1,2,4") from None
-    if not values or values[0] < 1:
-        raise SweepError(f"--replicas {text!r}: counts must be at least 1")
+    if not values or values[0] < 1 or len(values) > MAX_LADDER:
+        raise SweepError(f"--replicas {text!r}: at most {MAX_LADDER} counts, each at least 1")
     return list(values)
 
 

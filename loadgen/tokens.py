@@ -17,6 +17,7 @@ from typing import Any
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
+MAX_TEMPLATE_BYTES = 1 << 20  # real chat templates are a few kilobytes
 
 
 class TokenizerError(ValueError):
@@ -32,6 +33,8 @@ class Tokenizer:
     chat_template: str | None = None
     special: dict[str, str] | None = None
     _template: Any = None
+    template_file: str | None = None  # where the chat template came from, for its errors
+    broken: str | None = None  # a render over a cap: every later render fails at once with it (no 5 s stall each)
 
     def count(self, text: str, special: bool = False) -> int:
         """Tokens in ``text`` (``special``: with the tokenizer's own added BOS/EOS, as a completion prompt)."""
@@ -63,10 +66,18 @@ class Tokenizer:
         """The chat prompt the server builds from ``messages`` and ``tools`` (None without a chat template)."""
         if self.chat_template is None:
             return None
-        if self._template is None:
-            self._template = _compile(self.chat_template)
-        values = dict(self.special or {})
-        return str(self._template.render(messages=messages, tools=tools, add_generation_prompt=True, **values))
+        from loadgen.chat_template import TemplateError, render
+
+        if self.broken is not None:
+            raise TokenizerError(self.broken)
+        try:
+            if self._template is None:
+                self._template = _compile(self.chat_template)
+            values = dict(self.special or {})
+            return render(self._template, dict(values, messages=messages, tools=tools, add_generation_prompt=True))
+        except TemplateError as exc:
+            self.broken = f"chat template {self.template_file}: {exc}"
+            raise TokenizerError(self.broken) from None
 
     def prompt_tokens(
         self,
@@ -127,9 +138,10 @@ def load(path: str | Path) -> Tokenizer:
         raise TokenizerError(f"tokenizer {str(file)!r} cannot be read: {str(exc)[:200]}") from None
     folder = file.parent
     config = _config(folder)
-    template = _template(folder, config)
+    template, template_file = _template(folder, config)
     special = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
-    return Tokenizer(str(file), backend, template, {k: v for k, v in special.items() if v is not None})
+    return Tokenizer(str(file), backend, template, {k: v for k, v in special.items() if v is not None},
+                     template_file=template_file)
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -143,16 +155,25 @@ def _config(folder: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _template(folder: Path, config: dict[str, Any]) -> str | None:
-    """The chat template: ``chat_template.jinja`` first (transformers ≥ 4.50 writes it), then the config's."""
+def _template(folder: Path, config: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the chat template, where it is): ``chat_template.jinja`` first (transformers ≥ 4.50 writes it), then the
+    config's."""
     path = folder / "chat_template.jinja"
     if path.is_file():
-        return path.read_text(encoding="utf-8")
+        if path.stat().st_size > MAX_TEMPLATE_BYTES:
+            raise TokenizerError(f"chat template {path}: more than {MAX_TEMPLATE_BYTES:,} bytes")
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TokenizerError(f"chat template {path}: not readable UTF-8 text ({exc})") from None
     value = config.get("chat_template")
     if isinstance(value, list):  # named templates: the default one
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default")
-    return value if isinstance(value, str) else None
+    if isinstance(value, str) and len(value) > MAX_TEMPLATE_BYTES:
+        raise TokenizerError(f"chat template in {folder / 'tokenizer_config.json'}: more than {MAX_TEMPLATE_BYTES:,} "
+                             "bytes")
+    return (value, f"{folder / 'tokenizer_config.json'} (chat_template)") if isinstance(value, str) else (None, None)
 
 
 def _token_text(value: Any) -> str | None:
@@ -162,13 +183,10 @@ def _token_text(value: Any) -> str | None:
 
 
 def _compile(source: str) -> Any:
-    """The template compiled as transformers (and so vLLM) does: sandboxed, trim_blocks, lstrip_blocks."""
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """The template compiled as transformers (and so vLLM) does (sandboxed, trim_blocks, lstrip_blocks), bounded."""
+    from loadgen.chat_template import compile_template
 
     def raise_exception(message: str) -> None:
         raise TokenizerError(f"chat template: {message}")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(source)
+    return compile_template(source, raise_exception)

@@ -11,7 +11,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loadgen.bounded_json import JsonShapeError, check_depth
+
 MOONCAKE_BLOCK_TOKENS = 512
+MAX_TRACE_BYTES = 2 << 30  # every load process reads the whole trace
+MAX_TRACE_LINE = 1 << 20  # a Mooncake line with a 2M-token prompt's block ids is ~40 kB
+MAX_HASH_IDS = 2_000_000 // MOONCAKE_BLOCK_TOKENS + 1  # the blocks of the largest prompt (MAX_TOKENS)
 DATASET = "dataset"  # a TraceRef's format prefix for a persona's conversation dataset (loadgen/datasets.py)
 
 
@@ -33,6 +38,9 @@ class TraceRow:
 def _text(path: Path) -> str:
     """A trace's text; binary data, another encoding or an unreadable file is a ``TraceError``."""
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_BYTES:
+            raise TraceError(f"{path}: {size:,} bytes, more than the {MAX_TRACE_BYTES:,} a trace may have")
         raw = path.read_bytes()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
@@ -67,6 +75,17 @@ def detect_format(path: Path) -> str:
 def _bad_row(path: Path, lineno: int, what: str, line: str) -> TraceError:
     cut = line.strip()[:60] + ("…" if len(line.strip()) > 60 else "")
     return TraceError(f"{path}:{lineno}: {what}: {cut!r}")
+
+
+def _json_line(line: str) -> Any:
+    """One JSON line of a trace, its length and nesting checked before it is parsed (``JsonShapeError``)."""
+    if len(line) > MAX_TRACE_LINE:
+        raise JsonShapeError(f"a line of {len(line):,} characters, more than the {MAX_TRACE_LINE:,} a trace's may be")
+    check_depth(line)
+    try:
+        return json.loads(line)
+    except RecursionError:  # pragma: no cover - check_depth refuses any nesting that could get here
+        raise ValueError("nested too deep") from None
 
 
 def _count(value: Any) -> int:
@@ -122,15 +141,20 @@ def read_mooncake(path: Path) -> list[TraceRow]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = _json_line(line)
             ts = float(obj["timestamp"]) / 1000.0
             if ts != ts or ts in (float("inf"), float("-inf")):
                 raise ValueError("timestamp is not finite")
             row = TraceRow(n, 0.0, _count(obj["input_length"]), _count(obj["output_length"]),
                            tuple(int(h) for h in obj.get("hash_ids", ())))
+        except JsonShapeError as exc:
+            raise _bad_row(path, n + 1, str(exc), line) from None
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             raise _bad_row(path, n + 1, "not a Mooncake trace line ({timestamp, input_length, output_length})",
                            line) from None
+        if len(row.hash_ids) > MAX_HASH_IDS:
+            raise _bad_row(path, n + 1, f"{len(row.hash_ids):,} hash_ids, more than the {MAX_HASH_IDS:,} blocks of "
+                                        "the largest prompt", line)
         t0 = ts if t0 is None else t0
         rows.append(TraceRow(n, ts - t0, row.prompt_tokens, row.output_tokens, row.hash_ids))
     return rows
@@ -237,11 +261,13 @@ def check_trace_file(path: Path, ref: TraceRef) -> None:
     for n, line in enumerate(text.split("\n")):
         if line.strip():
             try:
-                obj = json.loads(line)
+                obj = _json_line(line)
                 if not isinstance(obj, dict):
                     raise ValueError("not an object")
                 if ref.column in obj:
                     float(obj[ref.column])
+            except JsonShapeError as exc:
+                raise _bad_row(path, n + 1, str(exc), line) from None
             except (ValueError, TypeError):
                 raise _bad_row(path, n + 1, "not a JSON object with a number in that column", line) from None
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rushhour import flags
 from rushhour.consoles import make_console
 
 if TYPE_CHECKING:
@@ -110,22 +111,27 @@ def _summaries(plan: Plan) -> list[tuple[PlannedStep, Any]]:
 def sweep(
     scenario: Annotated[str, typer.Argument(help="scenario file or built-in name")],
     scale: Annotated[str, typer.Option(help="multipliers of today's peak: LOW..HIGH or a list 0.5,1,2")] = "0.25..3",
-    steps: Annotated[int, typer.Option(help="number of steps for a LOW..HIGH range")] = 8,
+    steps: Annotated[int, typer.Option(help="number of steps for a LOW..HIGH range", callback=flags.steps)] = 8,
     replicas: Annotated[str | None, typer.Option(help="testbed replica counts to sweep, e.g. 1,2,4")] = None,
     step_duration: Annotated[str, typer.Option(help="steady time per step, e.g. 30s")] = "30s",
     warmup: Annotated[str, typer.Option(help="warm-up at the step's load before it, e.g. 10s (0 = none)")] = "10s",
     mode: Annotated[str, typer.Option(help="steady: one steady phase per step; scale: scale every phase")] = "steady",
-    target_scale: Annotated[float, typer.Option(help="with --replicas: the load (× today's peak) to size for")] = 2.0,
-    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every step)")] = None,
+    target_scale: Annotated[float, typer.Option(help="with --replicas: the load (× today's peak) to size for",
+                                               callback=flags.target_scale)] = 2.0,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every step)",
+                                             callback=flags.seed)] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
-    processes: Annotated[int, typer.Option(help="Locust processes per step")] = 1,
+    processes: Annotated[int, typer.Option(help="Locust processes per step", callback=flags.processes)] = 1,
     search: Annotated[bool, typer.Option("--search", help="bisect the --scale range to the highest load at which "
                                          "every tier meets its SLOs (the SLO boundary), instead of a ladder")] = False,
     precision: Annotated[float, typer.Option(help="--search: stop when the bracket is this narrow "
-                                             "(0.1 = the failing level within 10 % of the passing one)")] = 0.1,
-    max_probes: Annotated[int, typer.Option(help="--search: runs in all, repeats included")] = 8,
+                                             "(0.1 = the failing level within 10 % of the passing one)",
+                                             callback=flags.precision)] = 0.1,
+    max_probes: Annotated[int, typer.Option(help="--search: runs in all, repeats included",
+                                           callback=flags.max_probes)] = 8,
     repeats: Annotated[int, typer.Option(help="--search: extra runs (other seeds) of a level whose interval "
-                                         "straddles a threshold, before it is called inconclusive")] = 1,
+                                         "straddles a threshold, before it is called inconclusive",
+                                         callback=flags.repeats)] = 1,
     simulate: Annotated[bool, typer.Option(help="run every step in virtual time against the testbed's model")] = False,
 ) -> None:
     """Run a ladder of load levels (and replica counts); report every tier's knee and a plain answer.
@@ -250,13 +256,16 @@ def study(
     scenario: Annotated[str, typer.Option(help="the study's base scenario")] = "multitier-study",
     duration: Annotated[str | None, typer.Option(help="override the run time per cell, e.g. 12s")] = None,
     k: Annotated[str | None, typer.Option(help="override the tier counts, e.g. 1,2,4,6,10")] = None,
-    seed: Annotated[int | None, typer.Option(help="override the seed (same for every cell)")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the seed (same for every cell)",
+                                             callback=flags.seed)] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
     quick: Annotated[bool, typer.Option("--quick", help="shorthand for --grid quick")] = False,
     from_dir: Annotated[Path | None, typer.Option("--from", help="re-analyse a study folder, run nothing")] = None,
     simulate: Annotated[bool, typer.Option(help="run every cell in virtual time against the testbed's model")] = False,
-    replicas: Annotated[int | None, typer.Option(help="replicas of every cell (default: the base scenario's)")] = None,
-    scale: Annotated[float, typer.Option(help="the base workload × this (with --replicas: the study at scale)")] = 1.0,
+    replicas: Annotated[int | None, typer.Option(help="replicas of every cell (default: the base scenario's)",
+                                                callback=flags.sim_replicas)] = None,
+    scale: Annotated[float, typer.Option(help="the base workload × this (with --replicas: the study at scale)",
+                                        callback=flags.scale)] = 1.0,
 ) -> None:
     """Reproduce the multi-tier study: K tiers × mixes × loads × fifo / llm-d / headroom, against its claims."""
     import dataclasses
@@ -276,7 +285,7 @@ def study(
         if duration:
             chosen = dataclasses.replace(chosen, duration_s=parse_duration(duration))
         if k:
-            chosen = dataclasses.replace(chosen, k=tuple(sorted({int(x) for x in k.split(",")})))
+            chosen = dataclasses.replace(chosen, k=flags.tier_counts(k))
         base = load_scenario(scenario)
         if replicas is not None or scale != 1.0:
             base = _at_scale(base, replicas, scale)
@@ -333,15 +342,18 @@ def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:
 def compare(
     runs: Annotated[list[Path], typer.Argument(help="baseline run folder, then one or more candidate run folders")],
     fail_on_regression: Annotated[bool, typer.Option(help="exit 1 when a candidate regresses")] = False,
-    alpha: Annotated[float, typer.Option(help="significance level (Holm-corrected over all gated tests)")] = 0.05,
-    latency_threshold: Annotated[float, typer.Option(help="practical threshold: p99 relative increase")] = 0.10,
+    alpha: Annotated[float, typer.Option(help="significance level (Holm-corrected over all gated tests)",
+                                        callback=flags.alpha)] = 0.05,
+    latency_threshold: Annotated[float, typer.Option(help="practical threshold: p99 relative increase",
+                                                    callback=flags.latency_threshold)] = 0.10,
     min_latency_ms: Annotated[float | None, typer.Option(
         min=0, max=3_600_000, show_default=False, help="practical threshold: p99 increase in ms too (a smaller "
         "rise is a busy host's jitter); default 25")] = None,
-    drop_threshold: Annotated[float, typer.Option(help="practical threshold: drop-rate increase (0.01 = 1 pt)")] = 0.01,
+    drop_threshold: Annotated[float, typer.Option(help="practical threshold: drop-rate increase (0.01 = 1 pt)",
+                                                 callback=flags.drop_threshold)] = 0.01,
     correction: Annotated[str, typer.Option(help="holm or none")] = "holm",
     allow_invalid: Annotated[bool, typer.Option(help="judge runs the audit marked invalid (warn, not exit 2)")] = False,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    seed: Annotated[int, typer.Option(help="bootstrap seed", callback=flags.seed)] = 0,
     html: Annotated[Path | None, typer.Option(help="write the HTML comparison here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="write (append) the Markdown comparison here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write compare.json here")] = None,

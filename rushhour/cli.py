@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rushhour import flags
 from rushhour.consoles import make_console, widen_help
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -126,6 +127,7 @@ def scenario_check(
     allow_path: AllowPaths = None,
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
+    from loadgen.runner import check_tokenizer
     from loadgen.traces import localise_traces
     from rushhour.fits import context_warnings
     from scenarios import ScenarioError, load_scenario, resolve_scenario_path
@@ -136,6 +138,7 @@ def scenario_check(
             scenario = load_scenario(name)
             folder = resolve_scenario_path(name).resolve().parent
             scenario = localise_traces(scenario, folder, allow_path or [], name)
+            scenario = check_tokenizer(scenario, folder, name)  # and its chat template's trial render
         except ScenarioError as exc:
             bad += 1
             console.print(str(exc), highlight=False, markup=False, soft_wrap=True)
@@ -201,18 +204,21 @@ def run(
     target: Annotated[str | None, typer.Option(help="override target URL ('testbed' for the embedded one)")] = None,
     profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
-    processes: Annotated[int, typer.Option(help="Locust processes on this machine")] = 1,
+    processes: Annotated[int, typer.Option(help="Locust processes on this machine", callback=flags.processes)] = 1,
     duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total, e.g. 60s")] = None,
-    seed: Annotated[int | None, typer.Option(help="override the scenario seed")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed", callback=flags.seed)] = None,
     web: Annotated[bool, typer.Option(help="keep Locust's web UI instead of running headless")] = False,
     dry_run: Annotated[bool, typer.Option(help="print expected requests and tokens per tier; send nothing")] = False,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
     allow_path: AllowPaths = None,
     expect_workers: Annotated[int, typer.Option(
-        help="wait for N `rushhour worker`s on other machines; they run the load and ship their records here")] = 0,
+        help="wait for N `rushhour worker`s on other machines; they run the load and ship their records here",
+        callback=flags.expect_workers)] = 0,
     master_bind: Annotated[str, typer.Option(help="address the master listens on for its workers")] = "127.0.0.1",
-    master_port: Annotated[int, typer.Option(help="port the master listens on for its workers")] = 5557,
-    workers_wait: Annotated[float, typer.Option(help="seconds to wait for the workers before giving up")] = 60.0,
+    master_port: Annotated[int, typer.Option(help="port the master listens on for its workers",
+                                            callback=flags.port)] = 5557,
+    workers_wait: Annotated[float, typer.Option(help="seconds to wait for the workers before giving up",
+                                               callback=flags.workers_wait)] = 60.0,
     abort: Annotated[str | None, typer.Option(
         help="stop early and fail the gate: 'hopeless' (an SLO can no longer pass), 'saturation' (the queue only "
              "grows or refusals climb), both comma-separated, or 'none'; default: the scenario's `abort:`")] = None,
@@ -399,8 +405,8 @@ def serve(
                                                "430,000-token context), where a scenario's `url: testbed` starts "
                                                "`tiny` (4 sequences, a 4,096-token context)")] = None,
     replicas: Annotated[int | None, typer.Option(
-        help="simulated replicas; default 2 (a scenario's testbed: 1)")] = None,
-    speed: Annotated[float | None, typer.Option(help="time scale of the simulated GPUs")] = None,
+        help="simulated replicas; default 2 (a scenario's testbed: 1)", callback=flags.testbed_replicas)] = None,
+    speed: Annotated[float | None, typer.Option(help="time scale of the simulated GPUs", callback=flags.speed)] = None,
 ) -> None:
     """Serve the embedded testbed: a simulated tiered GPU stack with a ground-truth ledger.
 
@@ -589,7 +595,8 @@ def doctor(
     target: Annotated[str | None, typer.Option(help="the stack's base URL, e.g. http://127.0.0.1:8000")] = None,
     profile: Annotated[str | None, typer.Option(help="the stack profile (vllm, litellm, llm-d, …)")] = None,
     model: Annotated[str | None, typer.Option(help="model name to request (default: the scenario's)")] = None,
-    fillers: Annotated[int, typer.Option(help="long requests per polarity trial (0: skip it)")] = 8,
+    fillers: Annotated[int, typer.Option(help="long requests per polarity trial (0: skip it)",
+                                         callback=flags.fillers)] = 8,
     metrics: Annotated[str | None, typer.Option(help="metrics URL (default: the target's /metrics)")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the probes' records")] = Path("runs"),
 ) -> None:

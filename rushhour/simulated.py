@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from rushhour import flags
 from rushhour.consoles import make_console
 
 console = make_console(stderr=True)
@@ -24,10 +25,12 @@ def simulate(
     scenario: Annotated[str, typer.Argument(help="scenario file or built-in name (see `rushhour scenario list`)")],
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
     duration: Annotated[str | None, typer.Option(help="shorten/stretch phases to this total, e.g. 1h")] = None,
-    seed: Annotated[int | None, typer.Option(help="override the scenario seed")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed", callback=flags.seed)] = None,
     profile: Annotated[str | None, typer.Option(help="override the stack profile")] = None,
-    replicas: Annotated[int | None, typer.Option(help="simulated replicas (default: the scenario's testbed)")] = None,
-    scale: Annotated[float, typer.Option(help="workload × this: arrival rates, swarm sizes, replay speed")] = 1.0,
+    replicas: Annotated[int | None, typer.Option(help="simulated replicas (default: the scenario's testbed)",
+                                                callback=flags.sim_replicas)] = None,
+    scale: Annotated[float, typer.Option(help="workload × this: arrival rates, swarm sizes, replay speed",
+                                        callback=flags.scale)] = 1.0,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona's workload × FACTOR too "
                                                        "(repeatable: --grow swarm=5 --grow chat=2)")] = None,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
@@ -79,14 +82,17 @@ def plan(
     scenario: Annotated[str, typer.Argument(help="scenario file or built-in name")],
     replicas: Annotated[str, typer.Option(help="replica counts: LOW..HIGH (doubling) or a list 8,16,64")] = "8..512",
     scale: Annotated[str, typer.Option(help="workload multipliers: LOW..HIGH (with --steps) or a list 1,2")] = "1..10",
-    steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range")] = 4,
+    steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range", callback=flags.steps)] = 4,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona grown first, every cell "
                                                        "(repeatable: --grow swarm=5 --grow chat=2 --scale 1)")] = None,
     duration: Annotated[str, typer.Option(help="simulated time per cell (the phases stretched to it)")] = "60s",
-    gpus_per_replica: Annotated[int, typer.Option(help="GPUs one replica holds (GPU-hours)")] = 1,
-    gpu_hour_price: Annotated[float | None, typer.Option(help="price of one GPU-hour, for a cost column")] = None,
+    gpus_per_replica: Annotated[int, typer.Option(help="GPUs one replica holds (GPU-hours)",
+                                                 callback=flags.gpus_per_replica)] = 1,
+    gpu_hour_price: Annotated[float | None, typer.Option(help="price of one GPU-hour, for a cost column",
+                                                         callback=flags.gpu_hour_price)] = None,
     gate: Annotated[bool, typer.Option(help="exit 1 when a scale has no replica count meeting every SLO")] = False,
-    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every cell)")] = None,
+    seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every cell)",
+                                             callback=flags.seed)] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""

@@ -52,6 +52,8 @@ MAX_STEPS = 100_000  # steps of a task, turns of a session
 MAX_DURATION_S = 7 * 86_400.0  # any duration, and all phases together: one week
 MAX_REPLICAS = 256  # simulated replicas of the embedded testbed
 MAX_SIM_REPLICAS = 16_384  # replicas of a stack in virtual time (`rushhour simulate/plan --replicas`)
+MAX_SCALE = 1_000.0  # a workload multiplier (`--scale`, `--target-scale`), as a phase's rate_scale
+MAX_LADDER = 100  # levels of a sweep or plan (`--steps`, a --scale or --replicas list): each is a run
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -26,7 +26,7 @@ from loadgen.testbed_proc import testbed_config
 from loadgen.traces import localise_traces
 from scenarios import load_scenario
 from scenarios.loader import resolve_scenario_path, revalidate
-from scenarios.model import MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
+from scenarios.model import MAX_LADDER, MAX_SCALE, MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
 from scenarios.names import did_you_mean
 from sim import compiled
 from sim.cluster import Cluster, build_config
@@ -82,8 +82,9 @@ def parse_grow(items: list[str]) -> dict[str, float]:
             factor = float(value)
         except ValueError:
             factor = float("nan")
-        if not eq or not name.strip() or not factor > 0 or factor == float("inf"):
-            raise ValueError(f"--grow {item!r}: use PERSONA=FACTOR with a factor > 0, e.g. --grow swarm=5")
+        if not eq or not name.strip() or not 0 < factor <= MAX_SCALE:  # NaN and inf fail too
+            raise ValueError(f"--grow {item!r}: use PERSONA=FACTOR with a factor in (0, {MAX_SCALE:g}], "
+                             "e.g. --grow swarm=5")
         if name.strip() in out:
             raise ValueError(f"--grow {item!r}: persona {name.strip()!r} is grown twice")
         out[name.strip()] = factor
@@ -284,9 +285,9 @@ def replica_ladder(text: str) -> list[int]:
                 r *= 2
             return [*out, high]
         values = sorted({int(v) for v in text.split(",") if v.strip()})
-        if not values or values[0] < 1 or values[-1] > MAX_SIM_REPLICAS:
+        if not values or values[0] < 1 or values[-1] > MAX_SIM_REPLICAS or len(values) > MAX_LADDER:
             raise ValueError
         return values
     except ValueError:
         raise ValueError(f"--replicas {text!r}: use LOW..HIGH (doubling, e.g. 8..512) or a list (8,16,64), "
-                         f"counts from 1 to {MAX_SIM_REPLICAS:,}") from None
+                         f"at most {MAX_LADDER} counts from 1 to {MAX_SIM_REPLICAS:,}") from None

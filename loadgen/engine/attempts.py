@@ -19,6 +19,7 @@ from loadgen.flow.protocol import Logical as Logical
 from loadgen.prompts import ToolCall
 from loadgen.record import RequestRecord
 from loadgen.tiers import TierWire, pins_output
+from loadgen.tokens import TokenizerError
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
@@ -104,7 +105,10 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
         route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body,
         pin_output=pinned, tools=req.tools,
     )
-    record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt_tokens(route.dialect)
+    try:
+        record.prompt_tokens_intended, record.prompt_tokens_exact = req.prompt_tokens(route.dialect)
+    except TokenizerError as exc:  # the chat template over a cap: nothing is sent, and this process stops its load
+        return template_failed(ctx, record, str(exc))
     record.max_tokens = req.max_tokens
     record.output_pinned = pinned
     record.tools_offered = bool(req.tools)
@@ -141,6 +145,16 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
         record.client_timeout = False
         record.abandoned = True
         record.error = f"abandoned: no first token within the user's patience ({patience:.1f} s)"
+    return record
+
+
+def template_failed(ctx: WorkerContext, record: RequestRecord, message: str) -> RequestRecord:
+    """The attempt not sent (its prompt could not be rendered), and the load stopped once: ``template_error``."""
+    record.not_sent, record.reason, record.error = True, "template", message
+    record.sent_ns = record.done_ns = ctx.now_ns()
+    if ctx.stop_reason != "template_error":
+        ctx.event("template_error", message=message)
+        ctx.stopping, ctx.stop_reason = True, "template_error"
     return record
 
 

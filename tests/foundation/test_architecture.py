@@ -66,7 +66,7 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "pyarrow": frozenset({"audit", "reports", "rushhour", "loadgen.datasets", "loadgen.columns"}),
     "aiohttp": frozenset({"testbed"}),
     "uvloop": frozenset({"testbed"}),
-    "jinja2": frozenset({"reports", "loadgen.tokens"}),  # loadgen.tokens renders a model's chat template
+    "jinja2": frozenset({"reports", "loadgen.tokens", "loadgen.chat_template"}),  # a model's chat template, bounded
     "tokenizers": frozenset({"loadgen.tokens"}),
     "markupsafe": frozenset({"reports"}),
     "typer": frozenset({"rushhour"}),

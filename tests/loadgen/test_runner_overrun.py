@@ -15,6 +15,7 @@ import pytest
 
 from loadgen import runner
 from loadgen.manifest import read_manifest
+from loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
 
 SCENARIO = """
 name: overrun
@@ -35,6 +36,7 @@ drain_s: 0
 """
 STUCK = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 POLITE = "import time; time.sleep(600)"  # dies on SIGTERM
+KILLED = "import os, signal, time; time.sleep(0.3); os.kill(os.getpid(), signal.SIGKILL)"  # as the OOM killer does
 
 
 class _Console:
@@ -68,7 +70,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str) -> tuple[ru
 def test_stuck_locust_is_reported_as_killed_for_overrunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result, console = _run(tmp_path, monkeypatch, STUCK)
     assert result.run_dir is not None and result.stop_reason == "overrun_killed"
-    assert result.exit_code == runner.EXIT_INTERRUPTED
+    assert result.exit_code == EXIT_LOAD_LOST  # not 130: nobody pressed Ctrl-C
     manifest = read_manifest(result.run_dir)
     assert manifest.stop_reason == "overrun_killed" and manifest.locust_exit_code == -9
     assert manifest.overrun_killed_after_end_s >= 1.0
@@ -83,3 +85,23 @@ def test_locust_stopped_by_sigterm_after_overrunning(tmp_path: Path, monkeypatch
     assert read_manifest(result.run_dir).stop_reason == "overrun_stopped"
     assert any("stopped (SIGTERM)" in line for line in console.lines)
     assert not any("failed to start" in line for line in console.lines)
+    assert result.exit_code == EXIT_LOAD_LOST
+
+
+def test_a_killed_load_process_is_named_with_its_signal_not_taken_for_ctrl_c(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, console = _run(tmp_path, monkeypatch, KILLED)
+    assert result.run_dir is not None and result.stop_reason == "load_killed"
+    assert result.exit_code == EXIT_LOAD_LOST != runner.EXIT_INTERRUPTED
+    manifest = read_manifest(result.run_dir)
+    assert manifest.stop_reason == "load_killed" and manifest.locust_exit_code == -9
+    assert manifest.error is not None and f"(PID {manifest.locust_pid}) was killed by SIGKILL" in manifest.error
+    text = "\n".join(console.lines)
+    assert "was killed by SIGKILL" in text and "dmesg" in text and "failed to start" not in text
+
+
+def test_lost_shards_are_the_processes_that_started_and_never_stopped() -> None:
+    events = [{"name": "worker_start", "shard": "h-1"}, {"name": "worker_start", "shard": "h-2"},
+              {"name": "worker_stop", "shard": "h-1"}, {"name": "worker_start", "shard": "h-3-calibration"}]
+    assert lost_shards(events) == ["h-2"]
+    assert lost_shards([*events, {"name": "worker_stop", "shard": "h-2"}]) == []
