@@ -389,13 +389,17 @@ def audit(
     When neither the records, run.json, metrics.jsonl, the rules nor the audit's code changed since the
     last audit (its attempts table's fingerprint), the existing summary is kept: nothing to redo.
     """
-    from audit import AuditError, current_summary, run_audit
+    from audit import AuditError, IntegrityError, current_summary, run_audit
 
     note = _disk_full_note(run_dir)
     if note:
         console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     try:
-        kept = None if force else current_summary(run_dir)
+        try:
+            kept = None if force else current_summary(run_dir)
+        except IntegrityError as exc:  # an edited or damaged table is never kept: derived again from the records
+            console.print(f"warning: {exc}; auditing again", highlight=False, markup=False, soft_wrap=True)
+            kept = None
         summary = kept or run_audit(run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
@@ -439,9 +443,9 @@ def report(
 
     try:
         summary = load_or_audit(run_dir)
+        paths = write_reports(summary, run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
-    paths = write_reports(summary, run_dir)
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
     if open_browser:
