@@ -69,7 +69,8 @@ def run_audit(
             digests = hashed.result()
             integrity.unseal(run_dir)  # killed from here on: an unsealed folder, audited again, never a stale seal
             path = write_summary(result.summary, run_dir)
-            writer.finish({**inputs, "summary_sha256": _sha256(path), "inputs_sha256": integrity.inputs_digest(digests)})
+            bound = {"summary_sha256": _sha256(path), "inputs_sha256": integrity.inputs_digest(digests)}
+            writer.finish({**inputs, **bound})
         except BaseException:
             writer.abort()
             raise

@@ -81,7 +81,7 @@ class Manifest:
 
 @dataclass(frozen=True)
 class Difference:
-    """What ``verify`` found: files whose content changed, files the manifest does not name, files it names that are gone."""
+    """What ``verify`` found: files changed, files the manifest does not name, files it names that are gone."""
 
     changed: list[str]
     added: list[str]
@@ -152,7 +152,7 @@ def _entry(value: Any, where: str) -> Entry:
 
 
 def parse_manifest(data: bytes) -> Manifest:
-    """``integrity.json``'s bytes as a Manifest; ValueError saying what is wrong (a hostile file is bounded and typed)."""
+    """``integrity.json``'s bytes as a Manifest; ValueError saying what is wrong (bounded and typed: hostile input)."""
     if len(data) > MAX_MANIFEST_BYTES:
         raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
     raw = json.loads(data)

@@ -516,7 +516,12 @@ def history(
                               drop_abs=parse_percent(min_drop_change, what="--min-drop-change"))
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    result, rows = build_history(runs_dirs, out_dir, window, rule)
+    from audit import AuditError
+
+    try:
+        result, rows = build_history(runs_dirs, out_dir, window, rule)
+    except AuditError as exc:  # an edited or damaged run's audit: refused, named
+        raise _fail(str(exc)) from None
     if not result.runs:
         raise _fail("no audited run found in " + ", ".join(str(p) for p in runs_dirs))
     for line in result.skipped:
