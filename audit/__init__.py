@@ -62,6 +62,7 @@ def run_audit(
     inputs = _inputs(run_dir)  # taken before reading: a shard that grows meanwhile is stale
     writer = _table.TableWriter(run_dir)  # the table is encoded on a second thread while the summary is finished
     # every input's SHA-256 for integrity.json, on a thread of its own (hashlib lets go of the GIL: ~1 GB/s a core)
+    previous = integrity.previous_manifest(run_dir)
     with ThreadPoolExecutor(max_workers=1) as pool:
         hashed = pool.submit(integrity.hash_inputs, run_dir)
         try:
@@ -74,7 +75,7 @@ def run_audit(
         except BaseException:
             writer.abort()
             raise
-    integrity.seal(run_dir, result.summary.run.run_id, digests, integrity.TABLE_AND_SUMMARY)
+    integrity.seal(run_dir, result.summary.run.run_id, digests, integrity.TABLE_AND_SUMMARY, previous)
     return result.summary
 
 

@@ -102,7 +102,7 @@ def newest_problems(found: list[FoundRun]) -> list[str]:
     problems: list[str] = []
     starts = {f.run_dir: _start(f.started_at) for f in found if f.started_at}
     for view, key in (("folder time", lambda f: id_time(f.run_dir.name)), ("run id", lambda f: id_time(f.run_id))):
-        stamps = {f.run_dir: key(f) for f in found if key(f)}
+        stamps: dict[Path, str] = {f.run_dir: stamp for f in found if (stamp := key(f))}
         if not stamps:
             continue
         last = max(stamps.values())

@@ -62,6 +62,9 @@ class Manifest:
     run_id: str
     inputs: dict[str, Entry]
     outputs: dict[str, Entry] = field(default_factory=dict)
+    # inputs a later audit found rewritten or removed (not just grown) since the folder was first sealed, as first
+    # sealed: an audit again re-derives the outputs, it never forgets that the run's own files changed
+    rewritten: dict[str, Entry] = field(default_factory=dict)
 
     @property
     def inputs_sha256(self) -> str:
@@ -73,6 +76,7 @@ class Manifest:
             "inputs_sha256": self.inputs_sha256,
             "inputs": {name: e.as_json() for name, e in sorted(self.inputs.items())},
             "outputs": {name: e.as_json() for name, e in sorted(self.outputs.items())},
+            "rewritten": {name: e.as_json() for name, e in sorted(self.rewritten.items())},
         }
 
     def to_bytes(self) -> bytes:
@@ -161,12 +165,12 @@ def parse_manifest(data: bytes) -> Manifest:
     if not isinstance(raw.get("run_id"), str):
         raise ValueError("no run_id")
     parts: dict[str, dict[str, Entry]] = {}
-    for key in ("inputs", "outputs"):
-        section = raw.get(key)
+    for key in ("inputs", "outputs", "rewritten"):
+        section = raw.get(key, {} if key == "rewritten" else None)
         if not isinstance(section, dict) or len(section) > MAX_FILES:
             raise ValueError(f"no {key} table")
         parts[key] = {str(name): _entry(value, f"{key}.{name}") for name, value in section.items()}
-    manifest = Manifest(raw["run_id"], parts["inputs"], parts["outputs"])
+    manifest = Manifest(raw["run_id"], parts["inputs"], parts["outputs"], parts["rewritten"])
     if raw.get("inputs_sha256") != manifest.inputs_sha256:
         raise ValueError("inputs_sha256 is not the digest of its inputs")
     return manifest
@@ -212,24 +216,55 @@ def unseal(run_dir: Path) -> None:
         (Path(run_dir) / INTEGRITY_FILE).unlink()
 
 
-def seal(run_dir: Path, run_id: str, inputs: dict[str, Entry], outputs: Iterable[str]) -> Manifest:
+def previous_manifest(run_dir: Path) -> Manifest | None:
+    """The folder's manifest before an audit replaces it (None: none, or damaged)."""
+    try:
+        return read_manifest(run_dir)
+    except IntegrityError:
+        return None
+
+
+def seal(run_dir: Path, run_id: str, inputs: dict[str, Entry], outputs: Iterable[str],
+         previous: Manifest | None = None) -> Manifest:
     """Write the manifest of a fresh audit: ``inputs`` (hashed before the audit read them) and ``outputs`` hashed now.
 
-    Reports an earlier audit wrote stay named while their bytes are the ones the previous manifest named
+    ``previous`` is the manifest the audit replaces: inputs it sealed that are rewritten or gone are kept
+    in ``rewritten``; reports an earlier audit wrote stay named while their bytes are the ones it named
     (they are rushhour's, of an earlier audit); anything else is left out, so ``verify`` names it.
     """
     run_dir = Path(run_dir)
     with _locked(run_dir):
-        try:
-            previous = read_manifest(run_dir)
-        except IntegrityError:
-            previous = None
         manifest = Manifest(run_id, dict(inputs), {name: hash_file(run_dir / name) for name in outputs})
+        if previous is not None:
+            manifest.rewritten = {**_rewritten(run_dir, previous.inputs, inputs), **previous.rewritten}
         for name, entry in (previous.outputs.items() if previous else ()):
             if name not in manifest.outputs and (run_dir / name).is_file() and _entry_of(run_dir, name) == entry:
                 manifest.outputs[name] = entry
         _write(run_dir, manifest)
     return manifest
+
+
+def _grown(path: Path, before: Entry) -> bool:
+    """True when the file's first ``before.size`` bytes are still the ones hashed (a shard or log that only grew)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    digest, left = hashlib.sha256(), before.size
+    with os.fdopen(fd, "rb") as handle:
+        while left > 0:
+            chunk = handle.read(min(left, 1 << 20))
+            if not chunk:
+                return False
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest() == before.sha256
+
+
+def _rewritten(run_dir: Path, before: dict[str, Entry], now: dict[str, Entry]) -> dict[str, Entry]:
+    """The inputs sealed before that are gone now or changed other than by growing, as they were sealed."""
+    return {name: old for name, old in before.items() if now.get(name) != old
+            and not (name in now and now[name].size > old.size and _grown(run_dir / name, old))}
 
 
 def record_outputs(run_dir: Path, names: Iterable[str]) -> bool:

@@ -532,6 +532,25 @@ def history(
     raise typer.Exit(result.exit_code if fail_on_regression else EXIT_OK)
 
 
+@app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
+    key: Annotated[str | None, typer.Option(
+        help="check integrity.sig against this Ed25519 key: env:NAME (a PEM public or private key)")] = None,
+    sign: Annotated[str | None, typer.Option(
+        help="sign the intact folder's integrity.json with this Ed25519 private key: env:NAME")] = None,
+) -> None:
+    """Is the run folder the one its audit sealed (integrity.json)? Exit 0 intact, 1 tampered (names files), 2 usage."""
+    from rushhour.verify import verify as verify_folder
+
+    outcome = verify_folder(run_dir, key, sign)
+    if outcome.error:
+        raise _fail(outcome.error, outcome.code)
+    for line in outcome.lines:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(outcome.code)
+
+
 def _gate_repeat(folder: Path, markdown: Path | None, junit: Path | None) -> int:
     """The gate of a ``run --repeat`` folder: its runs' verdicts and the aggregate, as repeat.json decided."""
     from rushhour.repeat import read_repeat
