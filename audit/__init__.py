@@ -64,7 +64,7 @@ def run_audit(
     # every input's SHA-256 for integrity.json, on a thread of its own (hashlib lets go of the GIL: ~1 GB/s a core)
     previous = integrity.previous_manifest(run_dir)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        hashed = pool.submit(integrity.hash_inputs, run_dir)
+        hashed = pool.submit(integrity.hash_inputs, run_dir, previous)
         try:
             result = audit(run_dir, slo_file=slo_file, judge=judge, table_writer=writer)
             digests = hashed.result()

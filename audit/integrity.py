@@ -46,13 +46,17 @@ class IntegrityError(AuditError):
 
 @dataclass(frozen=True)
 class Entry:
-    """One file's content: its SHA-256 and size."""
+    """One file's content: its SHA-256 and size (and, for an input, the stat it was hashed at: not its content)."""
 
     sha256: str
     size: int
+    stat: tuple[int, ...] | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "size": self.size}
+
+    def stored(self) -> dict[str, Any]:
+        return {**self.as_json(), "stat": list(self.stat)} if self.stat else self.as_json()
 
 
 @dataclass
@@ -74,7 +78,7 @@ class Manifest:
         return {
             "schema": INTEGRITY_SCHEMA, "algorithm": "sha256", "run_id": self.run_id,
             "inputs_sha256": self.inputs_sha256,
-            "inputs": {name: e.as_json() for name, e in sorted(self.inputs.items())},
+            "inputs": {name: e.stored() for name, e in sorted(self.inputs.items())},
             "outputs": {name: e.as_json() for name, e in sorted(self.outputs.items())},
             "rewritten": {name: e.as_json() for name, e in sorted(self.rewritten.items())},
         }
@@ -142,17 +146,43 @@ def _entry_of(run_dir: Path, rel: str) -> Entry:
         return Entry(hashlib.sha256(f"not a regular file: {target}".encode()).hexdigest(), -1)
 
 
-def hash_inputs(run_dir: Path) -> dict[str, Entry]:
-    """Every input file's hash: each file of the folder but the audit's and the reports' outputs."""
+def _stat_key(path: Path) -> tuple[int, ...] | None:
+    """What changes whenever a file's bytes may have: size, mtime, ctime (which no user can set back) and inode."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def hash_inputs(run_dir: Path, previous: Manifest | None = None) -> dict[str, Entry]:
+    """Every input file's hash: each file of the folder but the audit's and the reports' outputs.
+
+    A file whose stat is the one ``previous`` hashed it at keeps that hash (a gate or a re-audit of an
+    unchanged run reads no input twice); ``verify`` never does this: it hashes every byte.
+    """
     run_dir = Path(run_dir)
-    return {rel: _entry_of(run_dir, rel) for rel in folder_files(run_dir) if rel not in OUTPUT_FILES}
+    found: dict[str, Entry] = {}
+    for rel in folder_files(run_dir):
+        if rel in OUTPUT_FILES:
+            continue
+        key = _stat_key(run_dir / rel)
+        old = previous.inputs.get(rel) if previous else None
+        if key is not None and old is not None and old.stat == key:
+            found[rel] = old
+            continue
+        entry = _entry_of(run_dir, rel)
+        found[rel] = Entry(entry.sha256, entry.size, key)
+    return found
 
 
 def _entry(value: Any, where: str) -> Entry:
     if not (isinstance(value, dict) and isinstance(value.get("sha256"), str) and _HEX64.fullmatch(value["sha256"])
             and isinstance(value.get("size"), int) and not isinstance(value.get("size"), bool)):
         raise ValueError(f"{where}: not a sha256 and a size")
-    return Entry(value["sha256"], value["size"])
+    stat = value.get("stat")
+    ok = isinstance(stat, list) and len(stat) == 4 and all(type(v) is int for v in stat)
+    return Entry(value["sha256"], value["size"], tuple(stat) if ok else None)
 
 
 def parse_manifest(data: bytes) -> Manifest:

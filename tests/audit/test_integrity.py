@@ -235,3 +235,20 @@ def test_history_fails_when_the_newest_run_is_back_dated(runs: list[Path], tmp_p
     res = rushhour("history", *map(str, runs), "--out", str(tmp_path / "h"), "--window", "3", "--fail-on-regression")
     _newest_fails(res, runs[4], "is out of order: it started at 2026-12-06T04:00:00+00:00")
     assert json.loads((tmp_path / "h" / "history.json").read_text())["exit_code"] == 2
+
+
+def test_an_unchanged_input_is_not_hashed_again_and_a_touched_one_is(runs: list[Path], tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (run,) = copy(runs[:1], tmp_path)
+    audit.run_audit(run)  # the copy's new inodes and times: hashed once
+    hashed: list[str] = []
+    real = integrity.hash_file
+    monkeypatch.setattr(integrity, "hash_file", lambda path: hashed.append(Path(path).name) or real(path))
+    audit.run_audit(run)  # a gate's audit of the unchanged run
+    assert not set(hashed) & {"run.json", "host-p1.jsonl", "host-p1.arrows"}, hashed
+    os.utime(run / "records" / "host-p1.jsonl")  # same bytes, a new time: hashed again, still no rewrite
+    audit.run_audit(run)
+    assert "host-p1.jsonl" in hashed and "run.json" not in hashed
+    manifest = integrity.read_manifest(run)
+    assert manifest is not None and manifest.rewritten == {}
+    assert verify(run).code == 0
