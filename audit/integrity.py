@@ -181,8 +181,9 @@ def _entry(value: Any, where: str) -> Entry:
             and isinstance(value.get("size"), int) and not isinstance(value.get("size"), bool)):
         raise ValueError(f"{where}: not a sha256 and a size")
     stat = value.get("stat")
-    ok = isinstance(stat, list) and len(stat) == 4 and all(type(v) is int for v in stat)
-    return Entry(value["sha256"], value["size"], tuple(stat) if ok else None)
+    if not (isinstance(stat, list) and len(stat) == 4 and all(type(v) is int for v in stat)):
+        stat = None  # no stat (an output) or a foreign one: the file is hashed again
+    return Entry(value["sha256"], value["size"], tuple(stat) if stat else None)
 
 
 def parse_manifest(data: bytes) -> Manifest:
