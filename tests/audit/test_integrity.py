@@ -252,3 +252,22 @@ def test_an_unchanged_input_is_not_hashed_again_and_a_touched_one_is(runs: list[
     manifest = integrity.read_manifest(run)
     assert manifest is not None and manifest.rewritten == {}
     assert verify(run).code == 0
+
+
+def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
+    from audit.history import FoundRun, newest_problems
+
+    def found(name: str, start: str | None, problem: str | None = None, run_id: str | None = None) -> FoundRun:
+        return FoundRun(Path("/runs") / name, run_id or name, start, problem)
+
+    ordered = [found("20261206T050000Z-a", "2026-12-06T05:00:00Z"), found("20261206T050100Z-b", "2026-12-06T05:01:00Z")]
+    assert newest_problems(ordered) == []
+    assert newest_problems([found("r1", "2026-12-06T05:01:00Z"), found("r2", "2026-12-06T05:00:00Z")]) == []
+    broken = newest_problems([*ordered, found("20261206T050200Z-c", None, "run.json is unreadable")])
+    assert len(broken) == 2 and all("cannot be loaded: run.json is unreadable" in p for p in broken)
+    # back-dated: its start says 04:59, its folder and id 05:02
+    late = newest_problems([*ordered, found("20261206T050200Z-c", "2026-12-06T04:59:00Z")])
+    assert late and "is out of order" in late[0] and "20261206T050100Z-b started at 2026-12-06T05:01:00Z" in late[0]
+    # the folder renamed, the run id kept: still found by its run id
+    renamed = newest_problems([*ordered, found("mine", "2026-12-06T04:59:00Z", run_id="20261206T050200Z-c")])
+    assert len(renamed) == 1 and renamed[0].startswith("the newest run by run id (20261206T050200Z)")
