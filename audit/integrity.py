@@ -79,12 +79,19 @@ class Manifest:
             "schema": INTEGRITY_SCHEMA, "algorithm": "sha256", "run_id": self.run_id,
             "inputs_sha256": self.inputs_sha256,
             "inputs": {name: e.stored() for name, e in sorted(self.inputs.items())},
-            "outputs": {name: e.as_json() for name, e in sorted(self.outputs.items())},
+            "outputs": {name: e.stored() for name, e in sorted(self.outputs.items())},
             "rewritten": {name: e.as_json() for name, e in sorted(self.rewritten.items())},
         }
 
     def to_bytes(self) -> bytes:
         return (json.dumps(self.as_json(), indent=1, sort_keys=True) + "\n").encode()
+
+    def content_bytes(self) -> bytes:
+        """What a signature covers: the run, every file's hash and size, in canonical JSON (not the stat hints,
+        which a re-audit of the same files changes)."""
+        body = {**self.as_json(), "inputs": {n: e.as_json() for n, e in self.inputs.items()},
+                "outputs": {n: e.as_json() for n, e in self.outputs.items()}}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -171,9 +178,15 @@ def hash_inputs(run_dir: Path, previous: Manifest | None = None) -> dict[str, En
         if key is not None and old is not None and old.stat == key:
             found[rel] = old
             continue
-        entry = _entry_of(run_dir, rel)
-        found[rel] = Entry(entry.sha256, entry.size, key)
+        found[rel] = _with_stat(run_dir / rel, key)
     return found
+
+
+def _with_stat(path: Path, key: tuple[int, ...] | None = None) -> Entry:
+    """The file's hash with the stat it had before and after hashing (none if it changed meanwhile)."""
+    key = key or _stat_key(path)
+    entry = _entry_of(path.parent, path.name)
+    return Entry(entry.sha256, entry.size, key if key is not None and _stat_key(path) == key else None)
 
 
 def _entry(value: Any, where: str) -> Entry:
@@ -265,7 +278,7 @@ def seal(run_dir: Path, run_id: str, inputs: dict[str, Entry], outputs: Iterable
     """
     run_dir = Path(run_dir)
     with _locked(run_dir):
-        manifest = Manifest(run_id, dict(inputs), {name: hash_file(run_dir / name) for name in outputs})
+        manifest = Manifest(run_id, dict(inputs), {name: _with_stat(run_dir / name) for name in outputs})
         if previous is not None:
             manifest.rewritten = {**_rewritten(run_dir, previous.inputs, inputs), **previous.rewritten}
         for name, entry in (previous.outputs.items() if previous else ()):
@@ -306,7 +319,7 @@ def record_outputs(run_dir: Path, names: Iterable[str]) -> bool:
         if manifest is None:
             return False
         for name in names:
-            manifest.outputs[name] = hash_file(run_dir / name)
+            manifest.outputs[name] = _with_stat(run_dir / name)
         _write(run_dir, manifest)
     return True
 
@@ -332,6 +345,8 @@ def check_outputs(run_dir: Path, names: Iterable[str] = TABLE_AND_SUMMARY,
             continue
         if not path.exists():
             raise IntegrityError(f"{path}: removed after the audit; {_HINT}")
+        if expected.stat is not None and _stat_key(path) == expected.stat:
+            continue  # not written since it was hashed (any write changes its ctime, which no one can set back)
         if _entry_of(run_dir, name) != expected:
             raise IntegrityError(f"{path}: changed after the audit (its SHA-256 is not the one in {INTEGRITY_FILE}): "
                                  f"not trusted; {_HINT}")

@@ -1,9 +1,12 @@
 """Ed25519 signatures of a run folder's ``integrity.json`` (``rushhour verify --sign / --key``), in ``integrity.sig``.
 
+What is signed is the manifest's content (``Manifest.content_bytes``: the run id and every file's hash and
+size, canonical JSON), so a re-audit that writes the very same files keeps the signature good.
+
 For vendor disputes: whoever holds the public key can check that a folder is the one the key's holder
 signed, which the manifest alone cannot show (anyone who edits a file can rewrite the manifest too).
 Keys come only from the environment (``env:NAME``, as credentials do elsewhere) and are never printed,
-logged or written; ``integrity.sig`` holds the public key, the manifest's SHA-256 and the signature.
+logged or written; ``integrity.sig`` holds the public key, the signed content's SHA-256 and the signature.
 
 ``cryptography`` (the PyCA library, pinned in pyproject.toml) does the Ed25519: the standard library has
 no public-key signature, and an HMAC would make every checker a possible forger.

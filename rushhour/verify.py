@@ -13,7 +13,6 @@ from pathlib import Path
 
 from audit.integrity import (
     INTEGRITY_FILE,
-    MAX_MANIFEST_BYTES,
     SIGNATURE_FILE,
     TABLE_AND_SUMMARY,
     IntegrityError,
@@ -94,7 +93,7 @@ def verify(run_dir: Path, key: str | None = None, sign: str | None = None) -> Ou
     from rushhour.signing import MAX_SIGNATURE_BYTES, check, read_bounded
     from rushhour.signing import sign as make_signature
 
-    manifest_bytes = read_bounded(run_dir / INTEGRITY_FILE, MAX_MANIFEST_BYTES)
+    manifest_bytes = manifest.content_bytes()
     if sign:
         path = run_dir / SIGNATURE_FILE
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
