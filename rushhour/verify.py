@@ -13,6 +13,7 @@ from pathlib import Path
 
 from audit.integrity import (
     INTEGRITY_FILE,
+    OUTPUT_FILES,
     SIGNATURE_FILE,
     TABLE_AND_SUMMARY,
     IntegrityError,
@@ -48,6 +49,13 @@ def _binding_problem(run_dir: Path, manifest: Manifest) -> str | None:
     return None
 
 
+def _unsealed_output(name: str) -> str:
+    """Why a report the manifest does not name may be there: written before the last audit sealed the folder."""
+    if name in OUTPUT_FILES:
+        return " (a report no seal names: written before the last audit, or edited; `rushhour report` writes it again)"
+    return ""
+
+
 def verify(run_dir: Path, key: str | None = None, sign: str | None = None) -> Outcome:
     """Check ``run_dir`` against its manifest (and signature); sign it with ``sign`` when intact."""
     if key and sign:
@@ -74,7 +82,8 @@ def verify(run_dir: Path, key: str | None = None, sign: str | None = None) -> Ou
         difference = compare_folder(run_dir, manifest)
     except IntegrityError as exc:
         return Outcome(EXIT_TAMPERED, [f"TAMPERED: {exc}"])
-    lines = [f"changed  {p}" for p in difference.changed] + [f"added    {p}" for p in difference.added]
+    lines = [f"changed  {p}" for p in difference.changed]
+    lines += [f"added    {p}{_unsealed_output(p)}" for p in difference.added]
     lines += [f"removed  {p}" for p in difference.removed]
     lines += [f"rewritten {p} (an input changed after the folder was first sealed; audited again since)"
               for p in sorted(manifest.rewritten)]
