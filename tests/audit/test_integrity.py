@@ -274,3 +274,22 @@ def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
     # the folder renamed, the run id kept: still found by its run id
     renamed = newest_problems([*ordered, found("mine", "2026-12-06T04:59:00Z", run_id="20261206T050200Z-c")])
     assert len(renamed) == 1 and renamed[0].startswith("the newest run by run id (20261206T050200Z)")
+
+
+@pytest.mark.e2e
+def test_a_real_run_is_sealed_intact_through_report_and_gate(tmp_path: Path) -> None:
+    """`rushhour run` on the testbed: nothing writes into the folder after its seal (logs, ledger, reports)."""
+    from ..workflow.wf_helpers import scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(seconds=5))
+    res = rushhour("run", str(path), "--out", str(tmp_path / "runs"))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert res.returncode == 0, res.stdout + res.stderr
+    manifest = integrity.read_manifest(run_dir)
+    assert manifest is not None and {"report.html", "drops.csv", "attempts.parquet"} <= set(manifest.outputs)
+    assert {"run.json", "testbed-ledger.jsonl"} <= set(manifest.inputs)
+    intact = rushhour("verify", str(run_dir))
+    assert intact.returncode == 0, intact.stdout + intact.stderr
+    rushhour("gate", str(run_dir))  # audits again: the same files, still intact
+    assert rushhour("verify", str(run_dir)).returncode == 0
