@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +115,12 @@ def inputs_digest(inputs: dict[str, Entry]) -> str:
 
 
 def hash_file(path: Path) -> Entry:
-    """A file's SHA-256 and size, read in chunks (never a symlink's target: O_NOFOLLOW)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    """A regular file's SHA-256 and size, read in chunks (OSError for a symlink, a FIFO or a device: never followed,
+    never waited on)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
         digest = hashlib.file_digest(handle, "sha256")
         return Entry(digest.hexdigest(), handle.tell())
@@ -129,27 +134,32 @@ def _is_temporary(name: str) -> bool:
 def folder_files(run_dir: Path) -> list[str]:
     """Every file of the folder, as relative POSIX paths, sorted (not the manifest, its signature or temp files)."""
     run_dir = Path(run_dir)
-    found: list[str] = []
+    try:
+        return sorted(_walk(run_dir))
+    except RecursionError:
+        raise IntegrityError(f"{run_dir}: folders nested too deep: not a run folder") from None
+
+
+def _walk(run_dir: Path) -> Iterator[str]:
+    count = 0
     for root, dirs, files in os.walk(run_dir):  # never follows a symlinked folder
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
-            if _is_temporary(name):
-                continue
             rel = (Path(root) / name).relative_to(run_dir).as_posix()
-            if rel in (INTEGRITY_FILE, SIGNATURE_FILE):
+            if _is_temporary(name) or rel in (INTEGRITY_FILE, SIGNATURE_FILE):
                 continue
-            found.append(rel)
-            if len(found) > MAX_FILES:
+            count += 1
+            if count > MAX_FILES:
                 raise IntegrityError(f"{run_dir}: more than {MAX_FILES:,} files: not a run folder")
-    return sorted(found)
+            yield rel
 
 
 def _entry_of(run_dir: Path, rel: str) -> Entry:
     path = run_dir / rel
     try:
         return hash_file(path)
-    except OSError:  # a symlink (O_NOFOLLOW) or a file gone meanwhile: hashed as what it is, so it never matches
-        target = os.readlink(path) if path.is_symlink() else "(unreadable)"
+    except OSError:  # a symlink, a FIFO, a file gone meanwhile: hashed as what it is, so it never matches
+        target = os.readlink(path) if path.is_symlink() else "(not a readable regular file)"
         return Entry(hashlib.sha256(f"not a regular file: {target}".encode()).hexdigest(), -1)
 
 
@@ -193,10 +203,10 @@ def _entry(value: Any, where: str) -> Entry:
     if not (isinstance(value, dict) and isinstance(value.get("sha256"), str) and _HEX64.fullmatch(value["sha256"])
             and isinstance(value.get("size"), int) and not isinstance(value.get("size"), bool)):
         raise ValueError(f"{where}: not a sha256 and a size")
-    stat = value.get("stat")
-    if not (isinstance(stat, list) and len(stat) == 4 and all(type(v) is int for v in stat)):
-        stat = None  # no stat (an output) or a foreign one: the file is hashed again
-    return Entry(value["sha256"], value["size"], tuple(stat) if stat else None)
+    hint = value.get("stat")
+    if not (isinstance(hint, list) and len(hint) == 4 and all(type(v) is int for v in hint)):
+        hint = None  # no stat (an output) or a foreign one: the file is hashed again
+    return Entry(value["sha256"], value["size"], tuple(hint) if hint else None)
 
 
 def parse_manifest(data: bytes) -> Manifest:
