@@ -293,3 +293,11 @@ def test_a_real_run_is_sealed_intact_through_report_and_gate(tmp_path: Path) -> 
     assert intact.returncode == 0, intact.stdout + intact.stderr
     rushhour("gate", str(run_dir))  # audits again: the same files, still intact
     assert rushhour("verify", str(run_dir)).returncode == 0
+
+
+def test_a_fifo_in_a_hostile_folder_is_named_never_waited_on(runs: list[Path], tmp_path: Path) -> None:
+    (run,) = copy(runs[:1], tmp_path)
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")  # a reader would block on it forever
+    found = verify(run)
+    assert found.code == 1 and "changed  run.json" in found.lines
