@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pyarrow.lib import ArrowException
 
+from audit import integrity
 from audit import table as _table
 from audit.build import SUMMARY_FILE, audit, write_summary
 from audit.errors import AuditError
 from audit.summary import Summary
 from loadgen.columns import file_print
 
-__all__ = ["AuditError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
+__all__ = ["AuditError", "IntegrityError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
+
+IntegrityError = integrity.IntegrityError
+_BINDING = ("summary_sha256", "inputs_sha256")  # what the table's metadata adds to the inputs' fingerprint
 
 _PACKAGES = ("audit", "stacks", "scenarios")  # the code a summary and its table depend on
 # and the loadgen modules the audit reads records and run.json through (a new parser or sidecar: re-audit)
@@ -55,25 +61,49 @@ def run_audit(
         return audit(run_dir, slo_file=slo_file, judge=judge).summary
     inputs = _inputs(run_dir)  # taken before reading: a shard that grows meanwhile is stale
     writer = _table.TableWriter(run_dir)  # the table is encoded on a second thread while the summary is finished
-    try:
-        result = audit(run_dir, slo_file=slo_file, judge=judge, table_writer=writer)
-        path = write_summary(result.summary, run_dir)
-        writer.finish({**inputs, "summary_sha256": _sha256(path)})
-    except BaseException:
-        writer.abort()
-        raise
+    # every input's SHA-256 for integrity.json, on a thread of its own (hashlib lets go of the GIL: ~1 GB/s a core)
+    previous = integrity.previous_manifest(run_dir)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        hashed = pool.submit(integrity.hash_inputs, run_dir, previous)
+        try:
+            result = audit(run_dir, slo_file=slo_file, judge=judge, table_writer=writer)
+            digests = hashed.result()
+            integrity.unseal(run_dir)  # killed from here on: an unsealed folder, audited again, never a stale seal
+            path = write_summary(result.summary, run_dir)
+            bound = {"summary_sha256": _sha256(path), "inputs_sha256": integrity.inputs_digest(digests)}
+            writer.finish({**inputs, **bound})
+        except BaseException:
+            writer.abort()
+            raise
+    integrity.seal(run_dir, result.summary.run.run_id, digests, integrity.TABLE_AND_SUMMARY, previous)
     return result.summary
 
 
+def _unbound(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The table's fingerprint without what binds it to its outputs and manifest (compared with the run now)."""
+    return {k: v for k, v in inputs.items() if k not in _BINDING}
+
+
+def _checked_table(run_dir: Path) -> tuple[dict[str, Any] | None, bool]:
+    """(the table's stored fingerprint, whether the folder is sealed); IntegrityError when the table or the summary
+    is not what the audit wrote (``integrity.json``)."""
+    stored = _table.stored_inputs(run_dir)
+    manifest = integrity.check_outputs(run_dir, table_inputs_sha256=(stored or {}).get("inputs_sha256"))
+    return stored, manifest is not None
+
+
 def current_summary(run_dir: Path) -> Summary | None:
-    """The run's ``summary.json`` when nothing it was audited from changed (inputs, rules, code), else None."""
+    """The run's ``summary.json`` when nothing it was audited from changed (inputs, rules, code), else None.
+
+    IntegrityError when the summary or the table is not the one the audit wrote (``integrity.json``); a
+    folder without a manifest (audited before manifests) is not current.
+    """
     run_dir = Path(run_dir)
     path = run_dir / SUMMARY_FILE
-    stored = _table.stored_inputs(run_dir)
-    if stored is None or not path.exists():
+    stored, sealed = _checked_table(run_dir)
+    if stored is None or not sealed or not path.exists():
         return None
-    if stored.get("summary_sha256") != _sha256(path) or {**stored, "summary_sha256": None} != {
-            **_inputs(run_dir), "summary_sha256": None}:
+    if stored.get("summary_sha256") != _sha256(path) or _unbound(stored) != _unbound(_inputs(run_dir)):
         return None
     try:
         return Summary.model_validate_json(path.read_text())
@@ -97,7 +127,9 @@ def load_or_audit(run_dir: Path) -> Summary:
     if found is not None:
         return found
     path = run_dir / SUMMARY_FILE
-    if _table.stored_inputs(run_dir) is None and path.exists() and path.stat().st_mtime >= _inputs_mtime(run_dir):
+    unsealed = not (run_dir / integrity.INTEGRITY_FILE).exists()
+    if unsealed and _table.stored_inputs(run_dir) is None and path.exists() and \
+            path.stat().st_mtime >= _inputs_mtime(run_dir):
         try:
             return Summary.model_validate_json(path.read_text())
         except ValueError:
@@ -106,11 +138,13 @@ def load_or_audit(run_dir: Path) -> Summary:
 
 
 def attempts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
-    """The run's classified attempts table (``attempts.parquet``), re-auditing first when it is stale."""
+    """The run's classified attempts table (``attempts.parquet``), re-auditing first when it is stale or unsealed.
+
+    IntegrityError (one line naming the file) when the table is not the one the audit wrote.
+    """
     run_dir = Path(run_dir)
-    stored = _table.stored_inputs(run_dir)
-    current = _inputs(run_dir)
-    if stored is None or {**stored, "summary_sha256": None} != {**current, "summary_sha256": None}:
+    stored, sealed = _checked_table(run_dir)
+    if stored is None or not sealed or _unbound(stored) != _unbound(_inputs(run_dir)):
         try:
             run_audit(run_dir)
         except OSError:  # a read-only run folder: audit in memory, the answer is the same
@@ -118,4 +152,8 @@ def attempts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:
             assert built is not None
             frame = _table.to_frame(built)
             return frame[columns] if columns else frame
-    return _table.read_table(run_dir, columns)
+    try:
+        return _table.read_table(run_dir, columns)
+    except (OSError, ValueError, ArrowException) as exc:  # sealed yet unreadable: never a traceback
+        raise IntegrityError(f"{run_dir / _table.ATTEMPTS_FILE}: cannot read the attempts table: "
+                             f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None

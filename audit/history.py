@@ -19,7 +19,9 @@ that passed in every run of the window and fails now is a regression whatever th
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +62,64 @@ class HistoryRun:
     run_dir: Path
     summary: Summary
     samples: dict[str, TierSamples] | None = field(default=None)  # loaded only for the regression check
+
+
+@dataclass(frozen=True)
+class FoundRun:
+    """A run folder the history found, loaded or not: what tells which run is the newest without its audit."""
+
+    run_dir: Path
+    run_id: str | None  # run.json's, when it could be read
+    started_at: str | None  # the audited start (None: the run could not be loaded)
+    problem: str | None = None  # why it could not be loaded
+
+
+_STAMP = re.compile(r"(\d{8}T\d{6}Z)")  # rushhour's run ids (and so its run folders' names) start with their UTC time
+
+
+def id_time(name: str | None) -> str | None:
+    """The UTC time a run id or run folder's name starts with (``20261206T050450Z-8de732``), sortable; None if none."""
+    match = _STAMP.match(name or "")
+    return match.group(1) if match else None
+
+
+def _start(value: str) -> datetime | None:
+    try:
+        start = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return start if start.tzinfo else start.replace(tzinfo=UTC)
+
+
+def newest_problems(found: list[FoundRun]) -> list[str]:
+    """Why the newest run cannot be judged: it is not the run the history would judge, or it did not load.
+
+    The newest is taken twice without trusting its audit: by its folder's time (the UTC time its name
+    starts with) and by its run id's (run.json). Either newest must have loaded and must start no earlier
+    than any other run; else the history would silently judge the run before it (a broken or back-dated
+    newest run), so it says so and cannot pass.
+    """
+    problems: list[str] = []
+    starts = {f.run_dir: _start(f.started_at) for f in found if f.started_at}
+    for view, key in (("folder time", lambda f: id_time(f.run_dir.name)), ("run id", lambda f: id_time(f.run_id))):
+        stamps: dict[Path, str] = {f.run_dir: stamp for f in found if (stamp := key(f))}
+        if not stamps:
+            continue
+        last = max(stamps.values())
+        for newest in (f for f in found if stamps.get(f.run_dir) == last):
+            start = starts.get(newest.run_dir)
+            if newest.problem or newest.started_at is None:
+                problems.append(f"the newest run by {view} ({last}), {newest.run_dir}, cannot be loaded: "
+                                f"{newest.problem or 'no summary'}")
+                continue
+            later = [f for f in found if f.run_dir in starts and stamps.get(f.run_dir) != last
+                     and (start is None or (starts[f.run_dir] or start) > start)]
+            if start is None or later:
+                first = max(later, key=lambda f: starts[f.run_dir] or datetime.min.replace(tzinfo=UTC), default=None)
+                other = f"; {first.run_dir} started at {first.started_at}" if first else ""
+                problems.append(f"the newest run by {view} ({last}), {newest.run_dir}, is out of order: it started "
+                                f"at {newest.started_at}{other}")
+    return list(dict.fromkeys(problems))
 
 
 def order_runs(runs: list[HistoryRun]) -> list[HistoryRun]:

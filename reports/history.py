@@ -63,6 +63,9 @@ def verdict_text(result: HistoryResult) -> str:
         return f"no regression of {result.newest} against the {len(result.window)} run(s) before it"
     if result.exit_code == 1:
         return f"REGRESSION of {result.newest}: {len(result.regressions)} finding(s)"
+    newest = next((n for n in result.notes if n.startswith("the newest run by ")), None)
+    if newest:  # a broken or out-of-order newest run: the run judged was not the newest
+        return f"not judged: {newest}"
     reason = next((n for n in result.notes if "nothing to compare" in n or "did not end on schedule" in n), None)
     if result.comparison is not None and result.comparison.verdict == "invalid":
         reason = "the newest run is invalid: " + "; ".join(result.comparison.candidate.reasons)

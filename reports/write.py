@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from audit.integrity import record_outputs
 from audit.summary import Summary
 from reports import drops
 from reports.html import render_html
@@ -25,9 +26,11 @@ def write_reports(summary: Summary, run_dir: Path) -> dict[str, Path]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     csv_text = drops.render_csv(drops.drop_rows(summary, run_dir))
-    return {
+    paths = {
         "drops_csv": _write(run_dir / "drops.csv", csv_text),
         "html": _write(run_dir / "report.html", render_html(summary, run_dir, csv_text)),
         "markdown": _write(run_dir / "report.md", render_markdown(summary)),
         "junit": _write(run_dir / "junit.xml", render_junit(summary)),
     }
+    record_outputs(run_dir, [p.name for p in paths.values()])  # integrity.json names them (an audited folder's)
+    return paths

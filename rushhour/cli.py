@@ -440,13 +440,17 @@ def audit(
     When neither the records, run.json, metrics.jsonl, the rules nor the audit's code changed since the
     last audit (its attempts table's fingerprint), the existing summary is kept: nothing to redo.
     """
-    from audit import AuditError, current_summary, run_audit
+    from audit import AuditError, IntegrityError, current_summary, run_audit
 
     note = _disk_full_note(run_dir)
     if note:
         console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     try:
-        kept = None if force else current_summary(run_dir)
+        try:
+            kept = None if force else current_summary(run_dir)
+        except IntegrityError as exc:  # an edited or damaged table is never kept: derived again from the records
+            console.print(f"warning: {exc}; auditing again", highlight=False, markup=False, soft_wrap=True)
+            kept = None
         summary = kept or run_audit(run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
@@ -490,9 +494,9 @@ def report(
 
     try:
         summary = load_or_audit(run_dir)
+        paths = write_reports(summary, run_dir)
     except AuditError as exc:
         raise _fail(str(exc)) from None
-    paths = write_reports(summary, run_dir)
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
     if open_browser:
@@ -563,7 +567,12 @@ def history(
                               drop_abs=parse_percent(min_drop_change, what="--min-drop-change"))
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    result, rows = build_history(runs_dirs, out_dir, window, rule)
+    from audit import AuditError
+
+    try:
+        result, rows = build_history(runs_dirs, out_dir, window, rule)
+    except AuditError as exc:  # an edited or damaged run's audit: refused, named
+        raise _fail(str(exc)) from None
     if not result.runs:
         raise _fail("no audited run found in " + ", ".join(str(p) for p in runs_dirs))
     for line in result.skipped:
@@ -572,6 +581,25 @@ def history(
     out.print(f"trend: {(out_dir / HISTORY_PARQUET).resolve()}", highlight=False)
     out.print(f"HTML:  {(out_dir / HISTORY_HTML).resolve()}", highlight=False)
     raise typer.Exit(result.exit_code if fail_on_regression else EXIT_OK)
+
+
+@app.command()
+def verify(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
+    key: Annotated[str | None, typer.Option(
+        help="check integrity.sig against this Ed25519 key: env:NAME (a PEM public or private key)")] = None,
+    sign: Annotated[str | None, typer.Option(
+        help="sign the intact folder's integrity.json with this Ed25519 private key: env:NAME")] = None,
+) -> None:
+    """Is the run folder the one its audit sealed (integrity.json)? Exit 0 intact, 1 tampered (names files), 2 usage."""
+    from rushhour.verify import verify as verify_folder
+
+    outcome = verify_folder(run_dir, key, sign)
+    if outcome.error:
+        raise _fail(outcome.error, outcome.code)
+    for line in outcome.lines:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(outcome.code)
 
 
 def _gate_repeat(folder: Path, markdown: Path | None, junit: Path | None) -> int:

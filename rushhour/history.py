@@ -14,9 +14,19 @@ from typing import Any
 
 from audit.between import LEVEL, MIN_RUNS
 from audit.compare import RegressionRule
-from audit.history import HistoryResult, HistoryRun, judge_newest, order_runs, trend_rows, trend_table
+from audit.history import (
+    FoundRun,
+    HistoryResult,
+    HistoryRun,
+    judge_newest,
+    newest_problems,
+    order_runs,
+    trend_rows,
+    trend_table,
+)
 
 HISTORY_PARQUET, HISTORY_HTML, HISTORY_JSON = "history.parquet", "history.html", "history.json"
+MAX_RUN_JSON = 16 << 20  # bytes of run.json read to find its run id (a hostile file is cut, then refused)
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -37,6 +47,17 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return list(unique)
 
 
+def _run_id(run_dir: Path) -> str | None:
+    """run.json's run id, read without the audit (a broken run too); None when it cannot be read."""
+    try:
+        with (run_dir / "run.json").open("rb") as handle:
+            data = json.loads(handle.read(MAX_RUN_JSON + 1)[:MAX_RUN_JSON])
+    except (OSError, ValueError):
+        return None
+    value = data.get("run_id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -46,16 +67,20 @@ def _write(path: Path, text: str) -> None:
 def build_history(paths: list[Path], out_dir: Path, window: int,
                   rule: RegressionRule | None = None) -> tuple[HistoryResult, list[dict[str, Any]]]:
     """Load, order, write history.parquet/.json/.html into ``out_dir``; the result and the trend rows."""
-    from audit import AuditError, load_or_audit
+    from audit import AuditError, IntegrityError, load_or_audit
     from audit.compare import load_run
     from reports.history import render_history_html
 
-    runs, skipped = [], []
+    runs, skipped, found = [], [], []
     for run_dir in find_runs(paths):
         try:
             runs.append(HistoryRun(run_dir, load_or_audit(run_dir)))
+            found.append(FoundRun(run_dir, _run_id(run_dir), runs[-1].summary.run.started_at))
+        except IntegrityError:
+            raise  # an edited or damaged audit is refused, not skipped: the caller names it (exit 2)
         except (AuditError, OSError, ValueError) as exc:
             skipped.append(f"{run_dir}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            found.append(FoundRun(run_dir, _run_id(run_dir), None, skipped[-1].split(": ", 1)[1]))
     runs = order_runs(runs)
     rows = trend_rows(runs)
     rule = rule or RegressionRule()
@@ -77,6 +102,9 @@ def build_history(paths: list[Path], out_dir: Path, window: int,
         result.method, result.judgements = verdict.method, verdict.judgements
     else:
         result.notes = ["no audited run found"]
+    problems = newest_problems(found)
+    if problems:  # the run judged above may not be the newest: never a pass
+        result.notes, result.exit_code = [*problems, *result.notes], 2
     out_dir.mkdir(parents=True, exist_ok=True)
     trend_table(rows).to_parquet(out_dir / HISTORY_PARQUET, index=False)
     _write(out_dir / HISTORY_JSON, json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) + "\n")

@@ -53,14 +53,18 @@ def test_any_input_or_rule_change_makes_it_stale(tmp_path: Path, monkeypatch: py
     monkeypatch.undo()
     assert audit.current_summary(run) is not None
     (run / "summary.json").write_text((run / "summary.json").read_text() + " ")
-    assert audit.current_summary(run) is None  # not the summary written with the table
+    with pytest.raises(audit.IntegrityError, match=r"summary\.json: changed after the audit"):
+        audit.current_summary(run)  # not the summary written with the table: refused, not taken for stale
 
 
-def test_a_damaged_table_is_rebuilt(tmp_path: Path) -> None:
+def test_a_damaged_table_is_refused_by_readers_and_rebuilt_by_the_audit(tmp_path: Path) -> None:
     run = _run(tmp_path)
     audit.run_audit(run)
     (run / table.ATTEMPTS_FILE).write_bytes(b"not parquet")
-    assert table.stored_inputs(run) is None and audit.current_summary(run) is None
+    assert table.stored_inputs(run) is None
+    with pytest.raises(audit.IntegrityError, match=r"attempts\.parquet: changed after the audit"):
+        audit.attempts(run)
+    audit.run_audit(run)
     assert len(audit.attempts(run)) == 4
 
 

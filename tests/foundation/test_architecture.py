@@ -70,9 +70,10 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "tokenizers": frozenset({"loadgen.tokens"}),
     "markupsafe": frozenset({"reports"}),
     "typer": frozenset({"rushhour"}),
+    "cryptography": frozenset({"rushhour.signing"}),  # Ed25519 of a run folder's integrity manifest
 }
 # Modules that import nothing outside the standard library (and their own package, for record.py).
-STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest", "loadgen.runkey"})
+STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest", "loadgen.runkey", "audit.integrity"})
 # ... except an optional accelerator that writes the same bytes (the module falls back to the stdlib without it)
 ACCELERATORS = {"loadgen.record": frozenset({"orjson"})}
 
