@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rushhour import flags
-from rushhour.consoles import make_console
+from rushhour.consoles import make_console, print_error
 
 if TYPE_CHECKING:
     from loadgen.sweep import Plan, PlannedStep
@@ -22,7 +22,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(console, message)
     return typer.Exit(code)
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from rushhour import flags
-from rushhour.consoles import make_console, widen_help
+from rushhour.consoles import make_console, print_error, widen_help
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_FLAG = "--debug"
@@ -110,7 +110,7 @@ out = make_console()
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(console, message)
     return typer.Exit(code)
 
 

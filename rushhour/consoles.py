@@ -45,3 +45,10 @@ def widen_help() -> None:
 
     if typer.rich_utils.MAX_WIDTH is None and "COLUMNS" not in os.environ and not _is_terminal(sys.stdout):
         typer.rich_utils.MAX_WIDTH = LOG_WIDTH
+
+
+def print_error(console: Console, message: str) -> None:
+    """``error: <message>`` in red; the message is text, never markup (it may quote what the user typed)."""
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)

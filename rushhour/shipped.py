@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from rushhour.consoles import make_console
+from rushhour.consoles import make_console, print_error
 
 console = make_console(stderr=True)
 
@@ -55,10 +55,7 @@ def example_path(name: str) -> Path:
 
 
 def _fail(message: str) -> typer.Exit:
-    from rich.markup import escape
-
-    # the message quotes what the user typed: shown as text, never read as markup
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    print_error(console, message)  # the message quotes what the user typed: text, never markup
     return typer.Exit(EXIT_USAGE)
 
 

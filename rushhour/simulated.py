@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from rushhour import flags
-from rushhour.consoles import make_console
+from rushhour.consoles import make_console, print_error
 
 console = make_console(stderr=True)
 out = make_console()
@@ -17,7 +17,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    print_error(console, message)
     return typer.Exit(code)
 
 

@@ -79,3 +79,11 @@ def test_a_directory_as_scenario_is_a_one_line_problem(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "is a directory" in result.stderr
+
+
+@pytest.mark.parametrize("verb", [["run"], ["scenario", "show"], ["simulate"], ["sweep"]])
+def test_what_the_user_typed_is_never_read_as_markup(verb: list[str]) -> None:
+    """A name with Rich markup in it ('[/]') is quoted back as text: exit 2, never a MarkupError (exit 3)."""
+    result = _rushhour(*verb, "[/]")
+    assert result.returncode == 2, result.stderr
+    assert "'[/]'" in result.stderr and "MarkupError" not in result.stderr
