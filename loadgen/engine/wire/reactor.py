@@ -28,6 +28,8 @@ from gevent.event import Event
 from gevent.hub import get_hub
 from gevent.monkey import get_original
 
+from loadgen.record import FIRST_TOKEN_KERNEL, FIRST_TOKEN_RECV
+
 # the real epoll: Locust monkey-patches ``select`` (gevent's has none), and this loop must not block in it
 _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
 
@@ -134,6 +136,8 @@ class Stream:
                 self.error = exc
                 reactor.finish(self)
                 return
+            if self.phase_now == 0:
+                _note_first_token(self.attempt, stamp, now)
             if parser.done:
                 self.end_ns = stamp
                 reactor.finish(self)
@@ -158,6 +162,16 @@ class Stream:
                 raise TimeoutError
             wake.wait(remaining / 1e9)
             wake.clear()
+
+
+def _note_first_token(attempt: Any, stamp: int, now: int) -> None:
+    """If this read brought the first token: how it was timed, when the loop read it, how many tokens it held."""
+    interp = attempt.interp
+    if interp is None or interp.first_token_ns is None or attempt.ft_read_ns is not None:
+        return
+    attempt.ft_clock = FIRST_TOKEN_KERNEL if stamp != now else FIRST_TOKEN_RECV
+    attempt.ft_read_ns = now
+    attempt.ft_batch = interp.tokens  # every token so far came in this read
 
 
 def kernel_ns(ancillary: list[tuple[int, int, bytes]], now: int) -> int:
