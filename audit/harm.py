@@ -49,14 +49,15 @@ def loop_lag_at(times_ns: np.ndarray, health_ts_ns: np.ndarray, health_lag_ns: n
     return out
 
 
-def first_token_error_ns(clock: np.ndarray, batch: np.ndarray, tokens: np.ndarray, first_ns: np.ndarray,
-                         last_ns: np.ndarray, lag_ns: np.ndarray) -> np.ndarray:
+def first_token_error_ns(clock: np.ndarray, batch: np.ndarray, tokens: np.ndarray, itl_mean_ns: np.ndarray,
+                         first_ns: np.ndarray, lag_ns: np.ndarray) -> np.ndarray:
     """How late each first token's recorded time may be (ns; NaN where there is no first token).
 
     Kernel stamp, read alone (batch ≤ 1): 0, whatever the loop did. Kernel stamp of a read that held ``batch``
     tokens: the stamp is the last one's, so it is late by the span of the batch, (batch − 1) inter-token gaps
-    measured after it, or the loop lag in effect when no gap was seen after it. User-space stamp (or none
-    said): the loop lag in effect when it was read.
+    as the stream went on after it (its mean gap counts the batch's zero gaps: (tokens − 1) · mean spread over
+    the tokens − batch gaps after it), or the loop lag in effect when no gap was seen after it. User-space
+    stamp (or none said): the loop lag in effect when it was read.
     """
     has = np.isfinite(first_ns)
     kernel = clock == FIRST_TOKEN_KERNEL
@@ -64,7 +65,7 @@ def first_token_error_ns(clock: np.ndarray, batch: np.ndarray, tokens: np.ndarra
     n = np.nan_to_num(tokens.astype(np.float64), nan=0.0)
     after = n - b  # gaps seen after the batch
     with np.errstate(invalid="ignore", divide="ignore"):
-        gap = np.where(after > 0, (last_ns - first_ns) / np.where(after > 0, after, 1.0), np.nan)
+        gap = np.where(after > 0, itl_mean_ns * (n - 1) / np.where(after > 0, after, 1.0), np.nan)
     span = np.where(np.isfinite(gap), (b - 1) * gap, lag_ns)
     lag = np.nan_to_num(lag_ns, nan=0.0)
     err = np.where(kernel, np.where(b <= 1, 0.0, np.nan_to_num(span, nan=0.0)), lag)

@@ -189,7 +189,7 @@ def first_token_errors(attempts: pd.DataFrame, health: pd.DataFrame) -> np.ndarr
     h_lag = health["loop_lag_ns"].to_numpy(dtype=np.float64) if len(health) else np.zeros(0)
     clock = attempts["first_token_clock"].astype(object).to_numpy() if "first_token_clock" in attempts.columns \
         else np.full(n, None, dtype=object)
-    return harm.first_token_error_ns(clock, col("first_token_batch"), col("tokens"), first, col("last_token_ns"),
+    return harm.first_token_error_ns(clock, col("first_token_batch"), col("tokens"), col("itl_mean_ns"), first,
                                      harm.loop_lag_at(at, h_ts, h_lag))
 
 

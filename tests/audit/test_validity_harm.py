@@ -21,9 +21,12 @@ NAN = float("nan")
 
 def _errors(clock: list[str | None], batch: list[float], tokens: list[float], first: list[float],
             last: list[float], lag: list[float]) -> np.ndarray:
-    return harm.first_token_error_ns(np.array(clock, dtype=object), np.array(batch, dtype=np.float64),
-                                     np.array(tokens, dtype=np.float64), np.array(first), np.array(last),
-                                     np.array(lag))
+    """As the writer records them: the stream's mean gap over its tokens (a batch's tokens share one time)."""
+    tok = np.array(tokens, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        itl = np.where(tok > 1, (np.array(last) - np.array(first)) / (tok - 1), np.nan)
+    return harm.first_token_error_ns(np.array(clock, dtype=object), np.array(batch, dtype=np.float64), tok, itl,
+                                     np.array(first), np.array(lag))
 
 
 def test_a_kernel_stamp_read_alone_is_exact_whatever_the_loop_did() -> None:
@@ -81,7 +84,7 @@ def _attempts(n: int, *, clock: str | None = "kernel", batch: int = 1, late_ms: 
         "not_sent": np.zeros(n, bool), "reason": [None] * n, "status": [200] * n, "attempt": [1] * n,
         "sent_ns": [i * S for i in range(n)], "schedule_lag_ns": [late_ms * MS] * n,
         "first_token_ns": first, "first_token_read_ns": first + 300 * MS, "first_token_batch": [batch] * n,
-        "tokens": [20] * n, "last_token_ns": first + 19 * 20 * MS,
+        "tokens": [20] * n, "itl_mean_ns": [20 * MS * (20 - batch) / 19] * n,
     })
     if clock is not None:
         frame["first_token_clock"] = [clock] * n
