@@ -77,7 +77,8 @@ def start_testbed(tmp: Path, core: int, speed: float) -> tuple[subprocess.Popen[
     port_file, ledger = tmp / "port", tmp / "ledger.jsonl"
     # The ledger's times are the testbed's own (user space): real-time priority on its core keeps the machine's
     # other users from delaying them, so they stay a ground truth (without the right to, it runs as it is).
-    rt = ["chrt", "-f", "20"] if subprocess.run(["chrt", "-f", "20", "true"], capture_output=True).returncode == 0 else []
+    allowed = subprocess.run(["chrt", "-f", "20", "true"], capture_output=True).returncode == 0
+    rt = ["chrt", "-f", "20"] if allowed else []
     proc = subprocess.Popen([*rt, "taskset", "-c", str(core), PY, "-m", "testbed", "--profile", "llm-d", "--port", "0",
                              "--port-file", str(port_file), "--ledger", str(ledger), "--preset", "tiny",
                              "--replicas", "2", "--speed", str(speed)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,

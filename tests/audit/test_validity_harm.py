@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from helpers import MS, S, RunBuilder
+from helpers import MS, RunBuilder, S
 
 from audit import harm, remedy, run_audit
 from audit.validity import check_validity
