@@ -27,7 +27,7 @@ from loadgen.engine.wire.http import (
     ResponseTooLarge,
     parse_retry_after,
 )
-from loadgen.engine.wire.reactor import Stream, reactor
+from loadgen.engine.wire.reactor import Stream, reactor, stamp_receives
 from loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
 from loadgen.engine.wire.toolcalls import ToolCallCollector
 from loadgen.prompts import ToolCall
@@ -287,6 +287,8 @@ def perform(
         while True:
             sock, reused = pool.acquire(timeouts.connect_s)
             may_retry = reused and not retried
+            if USE_REACTOR and type(sock) is gsocket.socket:
+                stamp_receives(sock)
             try:
                 sock.sendall(request)
             except OSError:

@@ -79,8 +79,6 @@ class Stream:
         raw = sock._sock  # the real (non-blocking) socket: no gevent wait, no timer
         self._recv = raw.recv
         self._recvmsg = raw.recvmsg
-        with contextlib.suppress(OSError):  # without it the first token is stamped at recv, like every read
-            raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.parser = parser
         self.attempt = attempt
         self.phase = phase
@@ -162,6 +160,13 @@ class Stream:
                 raise TimeoutError
             wake.wait(remaining / 1e9)
             wake.clear()
+
+
+def stamp_receives(sock: Any) -> None:
+    """Ask the kernel to timestamp what ``sock`` receives: before the request is written, since bytes that
+    arrived before the option was set carry no stamp (a fast answer's first read would be timed at recv)."""
+    with contextlib.suppress(OSError, AttributeError):  # without it the first token is stamped at recv
+        sock._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
 
 def _note_first_token(attempt: Any, stamp: int, now: int) -> None:
