@@ -176,19 +176,22 @@ def first_token_facts(attempts: pd.DataFrame) -> bool:
 
 
 def first_token_errors(attempts: pd.DataFrame, health: pd.DataFrame) -> np.ndarray:
-    """Each attempt's possible first-token error (ns, NaN without a first token): audit.harm on the records."""
-    n = len(attempts)
+    """The possible error (ns) of each first token that was sent and came: audit.harm on the records."""
+    keep = ~attempts["not_sent"].to_numpy(dtype=bool) & attempts["first_token_ns"].notna().to_numpy()
+    n = int(keep.sum())
 
     def col(name: str) -> np.ndarray:
-        return attempts[name].to_numpy(dtype=np.float64) if name in attempts.columns else np.full(n, np.nan)
+        if name not in attempts.columns:
+            return np.full(n, np.nan)
+        return attempts[name].to_numpy(dtype=np.float64)[keep]
 
     first = col("first_token_ns")
     read = col("first_token_read_ns")
     at = np.where(np.isfinite(read), read, first)
     h_ts = health["ts_ns"].to_numpy(dtype=np.float64) if len(health) else np.zeros(0)
     h_lag = health["loop_lag_ns"].to_numpy(dtype=np.float64) if len(health) else np.zeros(0)
-    clock = attempts["first_token_clock"].astype(object).to_numpy() if "first_token_clock" in attempts.columns \
-        else np.full(n, None, dtype=object)
+    clock = (attempts["first_token_clock"].astype(object).to_numpy()[keep] if "first_token_clock" in attempts.columns
+             else np.full(n, None, dtype=object))
     return harm.first_token_error_ns(clock, col("first_token_batch"), col("tokens"), col("itl_mean_ns"), first,
                                      harm.loop_lag_at(at, h_ts, h_lag))
 
@@ -253,8 +256,7 @@ def check_validity(
     moved = judged_tokens = 0
     too_many_moved = False
     if judged:
-        sent_mask = ~attempts["not_sent"].to_numpy()
-        errors = first_token_errors(attempts, health)[sent_mask]
+        errors = first_token_errors(attempts, health)
         too_many_moved, moved, judged_tokens = harm.moved_first_tokens(errors)
         if too_many_moved:
             reasons.append(f"{moved} of {judged_tokens} first token(s) stamped more than "
