@@ -50,7 +50,7 @@ from loadgen.manifest import read_manifest  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 DEFAULT_CASES = ("quiet,hog1,hog2,hog4,stop50,stop150,stop300,wide2,quiet,hog3,stop100,stop500,wide4,hog6,"
-                 "stop200,stop300@0.5,stop150@0.5,stop400@0.3,quiet")
+                 "stop200,stop300@0.5,stop150@0.5,stop400@0.3,quiet,quiet@25,hog4@25,wide4@25,stop100@25")
 SCENARIO = """
 name: validity-bench
 seed: {seed}
