@@ -33,9 +33,12 @@ class Diagnosis:
         """One line: cause, then remedy."""
         parts = []
         if self.process:
-            lag = f"loop lag up to {text.ms(self.lag_max_ms)}" if self.lag_max_ms is not None else "lagging"
-            parts.append(f"{self.process} lagged most ({lag}, {self.lagging_seconds} second(s) over "
-                         f"{text.ms(LAG_MS)})")
+            lag = f"loop lag up to {text.ms(self.lag_max_ms)}" if self.lag_max_ms is not None else "no lag sample"
+            if self.lagging_seconds:
+                parts.append(f"{self.process} lagged most ({lag}, {self.lagging_seconds} second(s) over "
+                             f"{text.ms(LAG_MS)})")
+            else:
+                parts.append(f"{self.process}: {lag}")
         if self.load_avg_max is not None:
             cores = f" on {self.cores} core(s)" if self.cores else ""
             parts.append(f"host load average up to {self.load_avg_max:.1f}{cores}")

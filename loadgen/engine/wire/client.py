@@ -482,7 +482,7 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
             record.first_token_clock = attempt.ft_clock or FIRST_TOKEN_RECV
             read_ns = attempt.ft_read_ns if attempt.ft_read_ns is not None else interp.first_token_ns
             record.first_token_read_ns = read_ns - anchor_ns
-            record.first_token_batch = attempt.ft_batch if attempt.ft_batch is not None else None
+            record.first_token_batch = attempt.ft_batch
         if interp.tools is not None and attempt.tool_calls is not None:
             attempt.tool_calls.extend(interp.tools.calls())
     elif 200 <= head.status < 300:
