@@ -939,7 +939,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     validity = validity.model_copy(update={
         "remote_shards": len(clock.remote_shards),
         "clock_offset_uncertainty_ms": None if clock.uncertainty_ns is None else clock.uncertainty_ns / 1e6})
-    validity = with_shortfall(validity, data.events)
+    validity = with_shortfall(validity, data.events, data.health, validity.embedded_testbed)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
         verdicts += tier_verdicts(tier, info.slo, judge)

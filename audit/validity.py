@@ -328,15 +328,24 @@ def _load_max(health: pd.DataFrame) -> float | None:
 SHORTFALL_EVENT = "shortfall"  # loadgen/engine/personas/common.py: arrivals the open loop could not offer, per interval
 
 
-def with_shortfall(validity: Validity, events: list[dict[str, Any]]) -> Validity:
+def with_shortfall(validity: Validity, events: list[dict[str, Any]], health: pd.DataFrame | None = None,
+                   embedded_testbed: bool = False) -> Validity:
     """The run is invalid when the generator wrote ``shortfall`` events: it fell behind its schedule or
-    ran out of slots past its per-interval record bound, so the load asked for was never offered."""
+    ran out of slots past its per-interval record bound, so the load asked for was never offered. With the
+    health samples, a cause and remedy are named if none was yet."""
     hits = [e for e in events if e.get("name") == SHORTFALL_EVENT]
     if not hits:
         return validity
     reason = (f"the generator could not offer the scheduled load in {len(hits)} interval(s) (shortfall events: "
               "arrivals too late to send or beyond its not_sent record bound were only counted)")
-    return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})
+    update: dict[str, Any] = {"valid": False, "reasons": [*validity.reasons, reason]}
+    if validity.cause is None and health is not None:
+        after = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)] if len(health) else health
+        diagnosis = remedy.diagnose(after, embedded_testbed=embedded_testbed)
+        update |= {"cause": diagnosis.sentence(), "remedies": diagnosis.remedies,
+                   "lagging_process": diagnosis.process or None,
+                   "generator_cpu_mean_percent": diagnosis.cpu_mean_percent}
+    return validity.model_copy(update=update)
 
 
 def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Validity:

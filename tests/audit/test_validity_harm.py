@@ -14,7 +14,7 @@ import pandas as pd
 from helpers import MS, RunBuilder, S
 
 from audit import harm, remedy, run_audit
-from audit.validity import check_validity
+from audit.validity import check_validity, with_shortfall
 
 NAN = float("nan")
 
@@ -143,6 +143,15 @@ def test_late_sends_void_whatever_the_stamps() -> None:
 def test_a_quiet_run_names_no_cause() -> None:
     v = check_validity(_attempts(20), _health([1.0] * 20), skipped_lines=0, truncated_shards=0, duration_s=20)
     assert v.valid and not v.warnings and v.cause is None and v.load_avg_max == 5.5
+
+
+def test_a_shortfall_names_its_cause_too() -> None:
+    v = check_validity(_attempts(20), _health([1.0] * 20), skipped_lines=0, truncated_shards=0, duration_s=20)
+    assert v.valid and v.cause is None
+    # the samples say the process was busy (its share of the run above 70 % of a core): more processes
+    short = with_shortfall(v, [{"name": "shortfall", "ts_ns": 5 * S}], _health([1.0] * 20, cpu=80.0))
+    assert not short.valid and short.cause is not None and "the Locust process (pid 4242)" in short.cause
+    assert short.remedies[0].startswith("fewer users per process: `--processes 2`"), short.remedies
 
 
 def test_remedies_follow_the_cause() -> None:
