@@ -162,9 +162,34 @@ class Stream:
             wake.clear()
 
 
+def _keep_stamping() -> socket.socket | None:
+    """A socket that keeps the kernel's receive timestamping on for this process's life.
+
+    Linux turns timestamping on for every socket only while some socket asks for it, and turns it on
+    late (deferred work) when the first one asks: a fast answer's bytes could land before that, unstamped
+    (the record then says ``recv``). One idle UDP socket that asks from the process's start avoids it.
+    """
+    try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    try:
+        keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        keeper.close()
+        return None
+    return keeper
+
+
+_KEEPER: tuple[int, socket.socket | None] | None = None
+
+
 def stamp_receives(sock: Any) -> None:
     """Ask the kernel to timestamp what ``sock`` receives: before the request is written, since bytes that
     arrived before the option was set carry no stamp (a fast answer's first read would be timed at recv)."""
+    global _KEEPER
+    if _KEEPER is None or _KEEPER[0] != os.getpid():  # a forked process keeps its own
+        _KEEPER = (os.getpid(), _keep_stamping())
     with contextlib.suppress(OSError, AttributeError):  # without it the first token is stamped at recv
         sock._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
