@@ -942,7 +942,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     validity = validity.model_copy(update={
         "remote_shards": len(clock.remote_shards),
         "clock_offset_uncertainty_ms": None if clock.uncertainty_ns is None else clock.uncertainty_ns / 1e6})
-    validity = with_shortfall(validity, data.events)
+    validity = with_shortfall(validity, data.events, data.health, validity.embedded_testbed)
     validity = with_doomed(validity, data.manifest)
     verdicts: list[Verdict] = []
     for info, tier in zip(infos, tier_summaries, strict=True):
@@ -966,8 +966,14 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
             data={"skipped_lines": validity.skipped_lines, "truncated_shards": validity.truncated_shards}))
     if not validity.valid:
         findings.insert(0, Finding(kind="invalid", severity="error", tier=None,
-                                   message="run invalid for latency claims: " + "; ".join(validity.reasons),
-                                   data={"reasons": validity.reasons}))
+                                   message="run invalid for latency claims: " + "; ".join(validity.reasons)
+                                   + (f" ({validity.cause})" if validity.cause else ""),
+                                   data={"reasons": validity.reasons, "remedies": validity.remedies}))
+    elif validity.warnings:  # generator trouble that moved no recorded time: said, not voided
+        findings.insert(0, Finding(kind="generator_lag", severity="warning", tier=None,
+                                   message="; ".join(validity.warnings)
+                                   + (f" ({validity.cause})" if validity.cause else ""),
+                                   data={"warnings": validity.warnings, "remedies": validity.remedies}))
     findings += _masked_findings(tier_summaries, route_summaries, duration_s)
     breaker_rows = merged_breaker_changes([
         {"t_s": float(r["ts_ns"]) / NS_PER_S, "route": str(r["route"]), "state": str(r["state"]),
@@ -1014,7 +1020,8 @@ def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: floa
         wait([after])  # its failure is the audit's caller's to raise (``TableWriter.finish``)
     validity = check_validity(attempts, data.health, skipped_lines=data.skipped_lines,
                               truncated_shards=data.truncated_shards, workers_lost=workers_lost,
-                              duration_s=duration_s, lost_names=data.lost_workers)
+                              duration_s=duration_s, lost_names=data.lost_workers,
+                              embedded_testbed=bool(data.manifest.testbed_pid or data.manifest.testbeds))
     memory.trim()  # its temporaries (~90 MB at a million attempts) back to the kernel before the routes' own
     routes = _routes(attempts, data.breakers, duration_s * NS_PER_S)
     memory.trim()

@@ -37,11 +37,13 @@ REQUEST_USED = (
     "service_tier", "reconnected",
     "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
     "twin_of", "control", "tools_offered", "tool_call", "parent_id",
+    "first_token_clock", "first_token_read_ns", "first_token_batch", "itl_mean_ns",
 )
 
 # Columns shifted when a shard's anchor differs from the run's (a worker on its own anchor).
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {
-    KIND_REQUEST: ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "done_ns"),
+    KIND_REQUEST: ("intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "done_ns",
+                   "first_token_read_ns"),
     KIND_TASK: ("start_ns", "deadline_ns", "end_ns"),
     KIND_HEALTH: ("ts_ns",),
     KIND_BREAKER: ("ts_ns",),
@@ -50,7 +52,7 @@ TIME_COLUMNS: dict[str, tuple[str, ...]] = {
 # Low-cardinality text: dictionary-encoded, so a million rows cost a few bytes each.
 CATEGORICAL = ("tier", "tenant", "persona", "route", "reason", "error", "in_band_error", "retry_reason",
                "endpoint", "model", "dialect", "service_tier", "outcome", "first_failure", "state",
-               "previous", "cause", "name", "task_id", "tool_call", "parent_id")
+               "previous", "cause", "name", "task_id", "tool_call", "parent_id", "first_token_clock")
 
 
 # Unique-ish text (ids): kept as arrow strings in the frame.

@@ -403,6 +403,20 @@ class Validity(_Model):
         "to the master; None when a remote shard has no measured offset (then only NTP bounds it)")
     remote_shards: int = Field(default=0, description="shards aligned through the wall clock (written on "
                                "another host than the run's anchor)")
+    warnings: list[str] = Field(default_factory=list, description="generator trouble that moved no recorded time "
+                                "beyond the tolerances (sustained loop lag, CPU): the run stays valid")
+    cause: str | None = Field(default=None, description="which load process lagged, the host's load average, the "
+                              "generator's CPU share, and what to change (set on generator trouble)")
+    remedies: list[str] = Field(default_factory=list, description="what to change, most likely first")
+    lagging_process: str | None = Field(default=None, description="the load process that lagged most (role, pid)")
+    load_avg_max: float | None = Field(default=None, description="the host's highest 1-minute load average")
+    generator_cpu_mean_percent: float | None = Field(default=None, description="the lagging process's mean CPU, "
+                                                     "percent of one core")
+    embedded_testbed: bool = Field(default=False, description="the run's own testbed shared the generator's cores")
+    timing_judged_by: str = Field(default="symptom", description="harm: the records say how first tokens were "
+                                  "timed, so loop lag and CPU only warn; symptom: older records, they void the run")
+    first_tokens_moved: int = Field(default=0, description="first tokens whose time may be late by more than "
+                                    "the tolerance (audit.harm)")
 
 
 class RouteSummary(_Model):

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit import text
+from audit import harm, remedy, text
 from audit.fold import NS_PER_MS, NS_PER_S, eq
 from audit.summary import Validity
 from loadgen.manifest import STOP_DOOMED, RunManifest
@@ -171,14 +171,44 @@ def delayed_requests(lags_ms: np.ndarray) -> tuple[bool, int]:
     return late >= DELAYED_MIN and late > DELAYED_SHARE * len(lags_ms), late
 
 
+def first_token_facts(attempts: pd.DataFrame) -> bool:
+    """Do the records say how their first tokens were timed (``first_token_clock``)? Older writers did not."""
+    return "first_token_clock" in attempts.columns and bool(attempts["first_token_clock"].notna().any())
+
+
+def first_token_errors(attempts: pd.DataFrame, health: pd.DataFrame) -> np.ndarray:
+    """The possible error (ns) of each first token that was sent and came: audit.harm on the records."""
+    keep = ~attempts["not_sent"].to_numpy(dtype=bool) & attempts["first_token_ns"].notna().to_numpy()
+    n = int(keep.sum())
+
+    def col(name: str) -> np.ndarray:
+        if name not in attempts.columns:
+            return np.full(n, np.nan)
+        return attempts[name].to_numpy(dtype=np.float64)[keep]
+
+    first = col("first_token_ns")
+    read = col("first_token_read_ns")
+    at = np.where(np.isfinite(read), read, first)
+    h_ts = health["ts_ns"].to_numpy(dtype=np.float64) if len(health) else np.zeros(0)
+    h_lag = health["loop_lag_ns"].to_numpy(dtype=np.float64) if len(health) else np.zeros(0)
+    clock = (attempts["first_token_clock"].astype(object).to_numpy()[keep] if "first_token_clock" in attempts.columns
+             else np.full(n, None, dtype=object))
+    return harm.first_token_error_ns(clock, col("first_token_batch"), col("tokens"), col("itl_mean_ns"), first,
+                                     harm.loop_lag_at(at, h_ts, h_lag))
+
+
 def check_validity(
     attempts: pd.DataFrame, health: pd.DataFrame, *, skipped_lines: int, truncated_shards: int,
     workers_lost: int = 0, duration_s: float = 0.0, lost_names: list[str] | None = None,
+    embedded_testbed: bool = False,
 ) -> Validity:
-    """Mark the run invalid when the generator lagged or was busy for a sustained time, delayed too many
-    requests, could not send, lost a worker, or the target was unreachable for a substantial part of
-    the run (or for most attempts)."""
+    """Mark the run invalid when the measurement was harmed: requests sent too late after their intended time,
+    first tokens stamped too late (loop lag in effect on a user-space stamp, or a kernel stamp that a late read
+    moved), not sent, a lost worker, or the target unreachable for a substantial part of the run (or for most
+    attempts). Sustained loop lag or CPU that moved no time is a warning; for records that do not say how their
+    first tokens were timed (older writers) it still voids the run, as it always did."""
     reasons: list[str] = []
+    warnings: list[str] = []
     if workers_lost:
         named = f" ({', '.join(lost_names)})" if lost_names else ""
         reasons.append(f"{workers_lost} load-generator process(es) died mid-run (no worker_stop){named}: "
@@ -221,14 +251,30 @@ def check_validity(
     lags = attempts["schedule_lag_ns"].to_numpy(dtype=np.float64)[sent] / NS_PER_MS if len(attempts) else np.array([])
     sched = _p99(lags) if len(lags) else None
     too_late, late = delayed_requests(lags)
+    # harm, not symptom: with the timing facts in the records, loop lag and CPU only warn
+    judged = len(attempts) > 0 and first_token_facts(attempts)
+    symptoms = warnings if judged else reasons
+    moved = judged_tokens = 0
+    too_many_moved = False
+    if judged:
+        errors = first_token_errors(attempts, health)
+        too_many_moved, moved, judged_tokens = harm.moved_first_tokens(errors)
+        if too_many_moved:
+            reasons.append(f"{moved} of {judged_tokens} first token(s) stamped more than "
+                           f"{text.ms(harm.FIRST_TOKEN_TOLERANCE_MS)} late (read after a generator stall: a "
+                           f"user-space stamp, or a kernel stamp of a read that held later tokens; limit "
+                           f"{text.pct(harm.MOVED_SHARE)} of them): TTFT not trustworthy")
+    # said of a symptom when neither harm rule fired (else the reasons name what it moved)
+    harmless = "" if too_late or too_many_moved else ": it moved no send or first-token time beyond the tolerances"
     if lagging:
-        reasons.append(f"generator loop lag > {text.ms(LOOP_LAG_MS)} in {lag_count} of {len(lag_ms)} busy "
+        symptoms.append(f"generator loop lag > {text.ms(LOOP_LAG_MS)} in {lag_count} of {len(lag_ms)} busy "
                        f"second(s), {text.seconds(lag_run_s)} in a row at most (limit {text.seconds(SUSTAINED_S)} "
-                       f"in a row or {text.pct(LAGGING_SHARE)} of them): tail latency not trustworthy")
+                       f"in a row or {text.pct(LAGGING_SHARE)} of them)"
+                       + (harmless if judged else ": tail latency not trustworthy"))
     if cpu_busy:
-        reasons.append(f"generator CPU > {text.pct(CPU_BUSY_PERCENT / 100)} of a core in {cpu_count} of {len(cpu)} "
+        symptoms.append(f"generator CPU > {text.pct(CPU_BUSY_PERCENT / 100)} of a core in {cpu_count} of {len(cpu)} "
                        f"samples, {text.seconds(cpu_run_s)} in a row at most (limit {text.seconds(SUSTAINED_S)} "
-                       f"in a row or {text.pct(CPU_BUSY_SHARE)} of them)")
+                       f"in a row or {text.pct(CPU_BUSY_SHARE)} of them)" + (harmless if judged else ""))
     if not_sent:
         reasons.append(f"{not_sent} request(s) not sent on schedule (generator out of slots)")
     if too_late:
@@ -237,9 +283,20 @@ def check_validity(
                        f"{text.ms(sched or 0.0)}; limit {text.pct(DELAYED_SHARE)} of them): the generator fell behind")
     if len(attempts) == 0:
         reasons.append("no request records")
+    generator = lagging or cpu_busy or too_late or bool(not_sent) or too_many_moved
+    diagnosis = remedy.diagnose(health, embedded_testbed=embedded_testbed) if generator else None
     return Validity(
         valid=not reasons,
         reasons=reasons,
+        warnings=warnings,
+        cause=diagnosis.sentence() if diagnosis is not None else None,
+        remedies=diagnosis.remedies if diagnosis is not None else [],
+        lagging_process=diagnosis.process or None if diagnosis is not None else None,
+        load_avg_max=diagnosis.load_avg_max if diagnosis is not None else _load_max(health),
+        generator_cpu_mean_percent=diagnosis.cpu_mean_percent if diagnosis is not None else None,
+        embedded_testbed=embedded_testbed,
+        timing_judged_by="harm" if judged else "symptom",
+        first_tokens_moved=moved,
         loop_lag_p99_ms=lag,
         cpu_max_percent=cpu_max,
         not_sent=not_sent,
@@ -255,22 +312,41 @@ def check_validity(
                     "cpu_busy_share": CPU_BUSY_SHARE, "schedule_lag_ms": SCHEDULE_LAG_MS,
                     "delayed_share": DELAYED_SHARE, "delayed_min": DELAYED_MIN,
                     "not_sent": 0, "unreachable_min_s": UNREACHABLE_MIN_S,
-                    "unreachable_share": UNREACHABLE_SHARE, "no_answer_share": NO_ANSWER_SHARE},
+                    "unreachable_share": UNREACHABLE_SHARE, "no_answer_share": NO_ANSWER_SHARE,
+                    "first_token_tolerance_ms": harm.FIRST_TOKEN_TOLERANCE_MS, "moved_share": harm.MOVED_SHARE,
+                    "moved_min": harm.MOVED_MIN},
     )
+
+
+def _load_max(health: pd.DataFrame) -> float | None:
+    """The host's highest 1-minute load average in the health samples (None: not recorded)."""
+    if not len(health) or "load1" not in health.columns:
+        return None
+    load = health["load1"].to_numpy(dtype=np.float64)
+    return float(np.nanmax(load)) if np.isfinite(load).any() else None
 
 
 SHORTFALL_EVENT = "shortfall"  # loadgen/engine/personas/common.py: arrivals the open loop could not offer, per interval
 
 
-def with_shortfall(validity: Validity, events: list[dict[str, Any]]) -> Validity:
+def with_shortfall(validity: Validity, events: list[dict[str, Any]], health: pd.DataFrame | None = None,
+                   embedded_testbed: bool = False) -> Validity:
     """The run is invalid when the generator wrote ``shortfall`` events: it fell behind its schedule or
-    ran out of slots past its per-interval record bound, so the load asked for was never offered."""
+    ran out of slots past its per-interval record bound, so the load asked for was never offered. With the
+    health samples, a cause and remedy are named if none was yet."""
     hits = [e for e in events if e.get("name") == SHORTFALL_EVENT]
     if not hits:
         return validity
     reason = (f"the generator could not offer the scheduled load in {len(hits)} interval(s) (shortfall events: "
               "arrivals too late to send or beyond its not_sent record bound were only counted)")
-    return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})
+    update: dict[str, Any] = {"valid": False, "reasons": [*validity.reasons, reason]}
+    if validity.cause is None and health is not None:
+        after = health[~(health["ts_ns"].to_numpy(dtype=np.float64) < 0)] if len(health) else health
+        diagnosis = remedy.diagnose(after, embedded_testbed=embedded_testbed)
+        update |= {"cause": diagnosis.sentence(), "remedies": diagnosis.remedies,
+                   "lagging_process": diagnosis.process or None,
+                   "generator_cpu_mean_percent": diagnosis.cpu_mean_percent}
+    return validity.model_copy(update=update)
 
 
 def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Validity:

@@ -67,6 +67,7 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "output_tokens": _I, "cached_tokens": _I, "service_tier": _S, "reconnected": _B,
     "prompt_tokens_intended": _I, "prompt_tokens_exact": _B, "max_tokens": _I, "output_pinned": _B, "abandoned": _B,
     "twin_of": _S, "control": _B, "parent_id": _S, "tool_call": _S, "tools_offered": _B,
+    "first_token_clock": _S, "first_token_read_ns": _I, "first_token_batch": _I,
 }
 TASK_FIELDS: dict[str, pa.DataType] = {
     "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,
@@ -75,7 +76,7 @@ TASK_FIELDS: dict[str, pa.DataType] = {
 }
 HEALTH_FIELDS: dict[str, pa.DataType] = {
     "ts_ns": _I, "loop_lag_ns": _I, "cpu_percent": _F, "in_flight": _I, "not_sent_total": _I,
-    "sent_total": _I,
+    "sent_total": _I, "pid": _I, "worker_index": _I, "workers": _I, "load1": _F, "cpus": _I,
 }
 BREAKER_FIELDS: dict[str, pa.DataType] = {
     "ts_ns": _I, "route": _S, "state": _S, "previous": _S, "cause": _S,

@@ -49,6 +49,10 @@ KIND_BREAKER = "breaker"
 KIND_EVENT = "event"  # run-level happenings: budget reached, phase change, stop reason
 
 RECORDS_DIR = "records"
+# How a first token's time was taken (RequestRecord.first_token_clock): the kernel's receive timestamp of its
+# bytes (a late event loop cannot move it), or the moment recv() returned them (a late loop moves it).
+FIRST_TOKEN_KERNEL = "kernel"
+FIRST_TOKEN_RECV = "recv"
 # A load process that cannot start writes one line with this mark to its log (locust.log) and exits;
 # the runner finds it there and reports that line as the run's one error.
 START_FAILED_MARK = "rushhour: a load process cannot start:"
@@ -225,6 +229,13 @@ class RequestRecord:
     itl_max_ns: int | None = None
     itl_mean_ns: int | None = None
     token_ns: list[int] | None = None  # per-token times, only when the scenario asks
+    # how first_token_ns was taken: FIRST_TOKEN_KERNEL or FIRST_TOKEN_RECV (None: no first token, or an older
+    # writer); when the event loop read those bytes (ns from the anchor: minus first_token_ns, how long they
+    # waited in the socket); and how many tokens that one read held (more than one: the loop read late, and the
+    # kernel's stamp of a read is its last segment's, so it may be a later token's arrival)
+    first_token_clock: str | None = None
+    first_token_read_ns: int | None = None
+    first_token_batch: int | None = None
     # outcome facts
     status: int = 0  # 0 = no HTTP response at all
     reason: str | None = None  # dropped-reason header, error code/type
@@ -291,6 +302,13 @@ class HealthRecord:
     in_flight: int = 0
     not_sent_total: int = 0
     sent_total: int = 0
+    # who and where: the process (its PID, its index among the run's load processes) and the host's 1-minute
+    # load average (None where the OS has none): what a verdict names when this process lagged
+    pid: int = 0
+    worker_index: int = 0
+    workers: int = 1
+    load1: float | None = None
+    cpus: int = 0  # the cores this process may run on (its affinity)
     kind: str = KIND_HEALTH
     schema: int = SCHEMA_VERSION
 

@@ -70,7 +70,12 @@ def render_markdown(summary: Summary) -> str:
             "> [!CAUTION]",
             "> This run is invalid; its latency and drop figures are not evidence about the server:",
         ]
-        out += [f"> - {_text(r)}" for r in summary.validity.reasons] + [""]
+        out += [f"> - {_text(r)}" for r in summary.validity.reasons]
+        out += ([f"> - {_text(summary.validity.cause)}"] if summary.validity.cause else []) + [""]
+    elif summary.validity.warnings:
+        out += ["> [!WARNING]", "> The generator lagged, but moved no recorded time beyond the tolerances (valid):"]
+        out += [f"> - {_text(w)}" for w in summary.validity.warnings]
+        out += ([f"> - {_text(summary.validity.cause)}"] if summary.validity.cause else []) + [""]
     story = sentences.headline(summary)[1:]
     out += [f"- {_text(line)}" for line in story] + [""]
 

@@ -135,6 +135,11 @@ def print_verdicts(summary: Summary, console: Console) -> None:
     if not summary.validity.valid:
         for reason in summary.validity.reasons:
             console.print(Text("invalid: " + reason, style="red"), highlight=False)
+    for warning in summary.validity.warnings if summary.validity.valid else []:
+        console.print(Text("warning: " + warning, style="yellow"), highlight=False)
+    if summary.validity.cause:
+        console.print(Text(summary.validity.cause, style="red" if not summary.validity.valid else "yellow"),
+                      highlight=False)
     cut = sentences.interrupted_text(summary)
     if cut:
         console.print(Text(cut[0].upper() + cut[1:], style="yellow"), highlight=False)

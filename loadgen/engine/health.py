@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import gevent
@@ -18,6 +19,8 @@ SAMPLE_S = 1.0
 def run_health(ctx: WorkerContext) -> None:
     """Write a ``HealthRecord`` every second and flush the shard (so a kill -9 loses ≤ 1 s)."""
     proc = psutil.Process()
+    pid = os.getpid()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
     proc.cpu_percent(None)
     last_phase: int | None = None
     while not ctx.writer.closed:
@@ -41,6 +44,11 @@ def run_health(ctx: WorkerContext) -> None:
                 c.in_flight,
                 c.not_sent,
                 c.sent,
+                pid,
+                ctx.worker_index,
+                ctx.workers,
+                _load1(),
+                cpus,
             )
         )
         phase = phase_index(ctx.scenario.phases, ctx.now_s())
@@ -48,3 +56,11 @@ def run_health(ctx: WorkerContext) -> None:
             ctx.event("phase", phase=ctx.scenario.phases[phase].name, index=phase)
         last_phase = phase
         ctx.writer.flush()
+
+
+def _load1() -> float | None:
+    """The host's 1-minute load average (None where the OS keeps none): is someone else using the cores?"""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 # every time-free fact a record holds (times differ run to run; their order is checked elsewhere)
 _TIMES = {"sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "done_ns", "itl_max_ns", "itl_mean_ns",
           "token_ns"}
+# how the first token was timed differs by path on purpose (the reactor takes the kernel's stamp): checked below
+_HOW_TIMED = {"first_token_clock", "first_token_read_ns", "first_token_batch"}
 MODES = ["ok", "anthropic", "inband", "malformed", "html", "429", "llmd429", "truncate", "reset", "silent",
          "garbage", "flood", "floodevents", "floodhead", "tricklehead", "bigjson"]
 
@@ -40,7 +42,7 @@ def _facts(port: int, mode: str, use_reactor: bool) -> dict[str, Any]:
         pool.close()
     finally:
         client.USE_REACTOR = True
-    facts = {k: v for k, v in dataclasses.asdict(rec).items() if k not in _TIMES}
+    facts = {k: v for k, v in dataclasses.asdict(rec).items() if k not in _TIMES | _HOW_TIMED}
     facts["has_first_token"] = rec.first_token_ns is not None
     if mode == "floodevents":  # how many tokens a flood delivers before its deadline is timing, not content
         facts["tokens"] = facts["tokens"] > 0
@@ -50,6 +52,23 @@ def _facts(port: int, mode: str, use_reactor: bool) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", MODES)
 def test_reactor_records_match_the_greenlet_path(server: FakeServer, mode: str) -> None:
     assert _facts(server.port, mode, True) == _facts(server.port, mode, False)
+
+
+def test_each_path_says_how_it_timed_the_first_token(server: FakeServer) -> None:
+    """The reactor: the kernel's receive stamp, the read after it, the tokens in that read; the greenlet path: recv."""
+    # the process's first request may race the kernel turning stamping on (its record then says recv, truly)
+    attempt(server.port, "ok")[1].close()
+    for use_reactor, clock in ((True, "kernel"), (False, "recv")):
+        client.USE_REACTOR = use_reactor
+        try:
+            rec, pool = attempt(server.port, "ok", timeouts=Timeouts(connect_s=1, ttft_s=1, total_s=1.5))
+            pool.close()
+        finally:
+            client.USE_REACTOR = True
+        assert rec.first_token_ns is not None and rec.first_token_read_ns is not None
+        assert rec.first_token_clock == clock, rec
+        assert rec.first_token_read_ns >= rec.first_token_ns
+        assert (rec.first_token_batch or 0) >= 1 if use_reactor else rec.first_token_batch is None
 
 
 def _user_wakeups(port: int, streams: int, use_reactor: bool) -> tuple[int, int]:

@@ -27,11 +27,11 @@ from loadgen.engine.wire.http import (
     ResponseTooLarge,
     parse_retry_after,
 )
-from loadgen.engine.wire.reactor import Stream, reactor
+from loadgen.engine.wire.reactor import Stream, reactor, stamp_receives
 from loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
 from loadgen.engine.wire.toolcalls import ToolCallCollector
 from loadgen.prompts import ToolCall
-from loadgen.record import RequestRecord, short_text
+from loadgen.record import FIRST_TOKEN_RECV, RequestRecord, short_text
 from stacks import header_reason
 
 RECV_BYTES = 65536
@@ -168,6 +168,9 @@ class _Attempt:
         "_record_token_times",
         "body",
         "dialect",
+        "ft_batch",
+        "ft_clock",
+        "ft_read_ns",
         "head",
         "headers_ns",
         "interp",
@@ -190,6 +193,11 @@ class _Attempt:
         self.body = bytearray()
         self._record_token_times = record_token_times
         self.parser: ResponseParser | None = None  # when set, stream bytes go straight to the interpreter
+        # how the first token was timed (the reactor's Stream sets them): the kernel's receive stamp or recv's
+        # return, when the loop read those bytes, and how many tokens that one read held
+        self.ft_clock: str | None = None
+        self.ft_read_ns: int | None = None
+        self.ft_batch: int | None = None
 
     def on_headers(self, head: ResponseHead, now_ns: int) -> None:
         self.head = head
@@ -279,6 +287,8 @@ def perform(
         while True:
             sock, reused = pool.acquire(timeouts.connect_s)
             may_retry = reused and not retried
+            if USE_REACTOR and type(sock) is gsocket.socket:
+                stamp_receives(sock)
             try:
                 sock.sendall(request)
             except OSError:
@@ -467,6 +477,12 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
     interp = attempt.interp
     if interp is not None:
         _fill_stream(record, interp, anchor_ns, bytes(attempt.body))
+        if interp.first_token_ns is not None:
+            # a read the reactor did not stamp (TLS, the plain loop) was stamped when recv returned
+            record.first_token_clock = attempt.ft_clock or FIRST_TOKEN_RECV
+            read_ns = attempt.ft_read_ns if attempt.ft_read_ns is not None else interp.first_token_ns
+            record.first_token_read_ns = read_ns - anchor_ns
+            record.first_token_batch = attempt.ft_batch
         if interp.tools is not None and attempt.tool_calls is not None:
             attempt.tool_calls.extend(interp.tools.calls())
     elif 200 <= head.status < 300:
@@ -477,6 +493,8 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
             record.complete = record.error is None
             record.first_token_ns = record.last_token_ns = record.done_ns
             record.tokens = 1
+            record.first_token_clock = FIRST_TOKEN_RECV  # the body's end, read by the loop
+            record.first_token_read_ns = record.done_ns
         record.prompt_tokens = facts.get("prompt_tokens")
         record.output_tokens = facts.get("output_tokens")
         record.cached_tokens = facts.get("cached_tokens")

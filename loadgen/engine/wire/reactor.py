@@ -28,6 +28,8 @@ from gevent.event import Event
 from gevent.hub import get_hub
 from gevent.monkey import get_original
 
+from loadgen.record import FIRST_TOKEN_KERNEL, FIRST_TOKEN_RECV
+
 # the real epoll: Locust monkey-patches ``select`` (gevent's has none), and this loop must not block in it
 _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
 
@@ -77,8 +79,6 @@ class Stream:
         raw = sock._sock  # the real (non-blocking) socket: no gevent wait, no timer
         self._recv = raw.recv
         self._recvmsg = raw.recvmsg
-        with contextlib.suppress(OSError):  # without it the first token is stamped at recv, like every read
-            raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.parser = parser
         self.attempt = attempt
         self.phase = phase
@@ -134,6 +134,8 @@ class Stream:
                 self.error = exc
                 reactor.finish(self)
                 return
+            if self.phase_now == 0:
+                _note_first_token(self.attempt, stamp, now)
             if parser.done:
                 self.end_ns = stamp
                 reactor.finish(self)
@@ -158,6 +160,48 @@ class Stream:
                 raise TimeoutError
             wake.wait(remaining / 1e9)
             wake.clear()
+
+
+def _keep_stamping() -> socket.socket | None:
+    """A socket that keeps the kernel's receive timestamping on for this process's life.
+
+    Linux turns timestamping on for every socket only while some socket asks for it, and turns it on
+    late (deferred work) when the first one asks: a fast answer's bytes could land before that, unstamped
+    (the record then says ``recv``). One idle UDP socket that asks from the process's start avoids it.
+    """
+    try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    try:
+        keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        keeper.close()
+        return None
+    return keeper
+
+
+_KEEPER: tuple[int, socket.socket | None] | None = None
+
+
+def stamp_receives(sock: Any) -> None:
+    """Ask the kernel to timestamp what ``sock`` receives: before the request is written, since bytes that
+    arrived before the option was set carry no stamp (a fast answer's first read would be timed at recv)."""
+    global _KEEPER
+    if _KEEPER is None or _KEEPER[0] != os.getpid():  # a forked process keeps its own
+        _KEEPER = (os.getpid(), _keep_stamping())
+    with contextlib.suppress(OSError, AttributeError):  # without it the first token is stamped at recv
+        sock._sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+
+def _note_first_token(attempt: Any, stamp: int, now: int) -> None:
+    """If this read brought the first token: how it was timed, when the loop read it, how many tokens it held."""
+    interp = attempt.interp
+    if interp is None or interp.first_token_ns is None or attempt.ft_read_ns is not None:
+        return
+    attempt.ft_clock = FIRST_TOKEN_KERNEL if stamp != now else FIRST_TOKEN_RECV
+    attempt.ft_read_ns = now
+    attempt.ft_batch = interp.tokens  # every token so far came in this read
 
 
 def kernel_ns(ancillary: list[tuple[int, int, bytes]], now: int) -> int:
