@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
+from pydantic import ValidationError
 from rich.markup import escape
 
 import stacks
@@ -197,8 +198,10 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
         target = target.model_copy(update=tupdate)
         try:
             target = type(target).model_validate(target.model_dump())
-        except ValueError as exc:
-            raise ScenarioError("--target", [Problem("target.url", None, str(exc))]) from None
+        except ValidationError as exc:  # each error's own words: never the rejected value (it may hold a key)
+            problems = [Problem("target." + ".".join(map(str, err["loc"])), None,
+                                str(err["msg"]).removeprefix("Value error, ")) for err in exc.errors()]
+            raise ScenarioError("--target", problems) from None
         update["target"] = target
     if options.seed is not None:
         update["seed"] = options.seed

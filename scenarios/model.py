@@ -186,8 +186,10 @@ def env_only(value: str | None) -> str | None:
 class Strict(BaseModel):
     """Base for scenario sections: unknown keys are errors (typos must not pass silently)."""
 
-    # .inf and .nan are numbers to YAML; none of ours means anything infinite
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False)
+    # .inf and .nan are numbers to YAML; none of ours means anything infinite. A rejected value is never echoed
+    # in an error's text (a URL with a key in it, a literal credential): the loader quotes what it needs itself
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True, allow_inf_nan=False,
+                              hide_input_in_errors=True)
 
 
 # --------------------------------------------------------------------------- SLOs

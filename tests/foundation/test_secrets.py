@@ -93,3 +93,20 @@ def test_an_echo_without_prefix_or_in_part_is_redacted() -> None:
 )
 def test_key_value_patterns_are_redacted(text: str, kept: str) -> None:
     assert redact(text) == kept
+
+
+def test_a_refused_value_is_never_echoed_in_a_validation_error() -> None:
+    """pydantic's error text quotes the rejected input: a URL with a key in it must not come back in the error."""
+    import pytest as _pytest
+
+    from loadgen.runner import RunOptions, apply_overrides
+    from scenarios import ScenarioError, load_scenario
+    from scenarios.loader import validate_data
+
+    with _pytest.raises(ScenarioError) as caught:
+        apply_overrides(load_scenario("demo"), RunOptions(target="http://user:sk-live-secret-0123@gw:80"))
+    assert "user or password" in str(caught.value) and "sk-live-secret" not in str(caught.value)
+    with _pytest.raises(ScenarioError) as caught:
+        validate_data({"name": "x", "target": {"url": "http://u:sk-live-secret-9@h"},
+                       "tiers": [{"name": "a", "credential": "sk-live-secret-8"}]}, "x")
+    assert "sk-live-secret" not in str(caught.value) and "sk-live-secret" not in repr(caught.value.problems)
