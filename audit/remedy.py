@@ -41,10 +41,10 @@ class Diagnosis:
                 parts.append(f"{self.process}: {lag}")
         if self.load_avg_max is not None:
             cores = f" on {self.cores} core(s)" if self.cores else ""
-            parts.append(f"host load average up to {self.load_avg_max:.1f}{cores}")
+            parts.append(f"host load average up to {text.tenths(self.load_avg_max)}{cores}")
         if self.cpu_mean_percent is not None:
-            peak = f", max {self.cpu_max_percent:.0f} %" if self.cpu_max_percent is not None else ""
-            parts.append(f"its CPU {self.cpu_mean_percent:.0f} % of a core on average{peak}")
+            peak = f", max {text.whole(self.cpu_max_percent)} %" if self.cpu_max_percent is not None else ""
+            parts.append(f"its CPU {text.whole(self.cpu_mean_percent)} % of a core on average{peak}")
         if self.embedded_testbed:
             parts.append("the embedded testbed runs on the same cores as the generator")
         cause = "; ".join(parts) or "no health samples to attribute it"
@@ -115,7 +115,8 @@ def _remedies(d: Diagnosis) -> list[str]:
             out.append("more load processes than this host's cores allow: add a host (`rushhour worker`, "
                        "docs/distributed.md)")
     if crowded or not busy_self:
-        load = f" (load average {d.load_avg_max:.1f} on {d.cores} core(s))" if crowded else ""
+        load = (f" (load average {text.tenths(d.load_avg_max)} on {d.cores} core(s))"
+                if crowded and d.load_avg_max is not None else "")
         out.append(f"a quieter host{load}: other work held the generator's core")
     if d.embedded_testbed:
         out.append("the testbed on another host (`rushhour serve` there, then `--target URL`)")

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import stacks
+from audit import text
 from audit.errors import AuditError
 from audit.phases import measured_flags
 from loadgen.manifest import RunManifest
@@ -123,10 +124,10 @@ def testbed_label(scenario: Scenario | None) -> str | None:
     options = scenario.target.testbed
     label = f"{stacks.testbed_profile(scenario.target.profile)} · {options.preset} × {options.replicas}"
     if options.speed != 1.0:
-        label += f" at speed {options.speed:g}"
+        label += f" at speed {text.plain(options.speed)}"
     if options.config:  # config overrides change the stack: a short digest tells two configs apart
-        text = json.dumps(options.config, sort_keys=True, default=str)
-        label += f" · config {hashlib.sha256(text.encode()).hexdigest()[:8]}"
+        config = json.dumps(options.config, sort_keys=True, default=str)
+        label += f" · config {hashlib.sha256(config.encode()).hexdigest()[:8]}"
     return label
 
 

@@ -92,6 +92,11 @@ def whole(value: float) -> str:
     return f"{value:.0f}"
 
 
+def tenths(value: float) -> str:
+    """A measure to a tenth, without a unit (a load average): '3.4'."""
+    return f"{value:.1f}"
+
+
 def plain(value: float) -> str:
     """A number as a person typed it (a threshold, a scale): '2', '0.5', '1e+03'."""
     return f"{value:g}"
