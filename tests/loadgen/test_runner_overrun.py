@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from loadgen import runner
-from loadgen.manifest import read_manifest
-from loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
+from rushhour.loadgen import runner
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
 
 SCENARIO = """
 name: overrun
