@@ -242,7 +242,10 @@ def _tail(path: Path, size: int = 1500) -> str:
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    """The folder holding the `rushhour` package (a checkout's root, or site-packages), for a child's PYTHONPATH."""
+    # unresolved: this file is rushhour/loadgen/testbed_proc.py (in a checkout rushhour/loadgen links to loadgen/);
+    # the installed package's own folder on the path would put its modules (rushhour/locust.py …) at top level
+    return Path(__file__).absolute().parents[2]
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:

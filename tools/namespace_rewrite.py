@@ -60,7 +60,8 @@ def _imports(match: re.Match[str]) -> str:
         elif comment and "F401" in comment:  # loaded for its side effect, the name unused
             lines.append(f"import rushhour.{module}")
         else:  # `import audit.compare` binds `audit` and loads audit.compare
-            lines += [f"import rushhour.{module}  # noqa: F401 - loads it; used as {module}", f"from rushhour import {top}"]
+            lines += [f"import rushhour.{module}  # noqa: F401 - loads it; used as {module}",
+                      f"from rushhour import {top}"]
     if not lines and all(not k.startswith("rushhour.") for k in kept):
         return match.group(0)
     if kept:

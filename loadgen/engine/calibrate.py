@@ -108,7 +108,8 @@ def _load(path: Path) -> Scenario:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.calibrate",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--scenario", required=True, help="run.json (resolved scenario) or a scenario YAML")

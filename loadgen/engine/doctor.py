@@ -191,7 +191,8 @@ def run(ctx: WorkerContext, fillers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.doctor",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the doctor's folder (its plan file names the scenario)")
     args = parser.parse_args(argv)
     folder = Path(args.dir)

@@ -70,8 +70,9 @@ class Replay(ReplayUser):
 def testbed(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
-         "--preset", "tiny", "--replicas", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file),
+         "--ledger", str(ledger), "--preset", "tiny", "--replicas", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
         for _ in range(400):
             if port_file.exists() and port_file.read_text().strip():

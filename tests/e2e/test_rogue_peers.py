@@ -114,8 +114,8 @@ def _testbed(procs: list[subprocess.Popen[bytes]], tmp: Path) -> tuple[str, Path
     cfg = tmp / "testbed.yaml"
     cfg.write_text(json.dumps(testbed_proc.testbed_config(load_scenario(local))))
     port, ledger, log = _port(), tmp / "ledger.jsonl", tmp / "testbed.log"
-    _start(procs, [sys.executable, "-m", "rushhour.testbed", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
-                   "--ledger", str(ledger)], tmp, log, child_env())
+    _start(procs, [sys.executable, "-m", "rushhour.testbed", "--config", str(cfg), "--host", "127.0.0.1",
+                   "--port", str(port), "--ledger", str(ledger)], tmp, log, child_env())
     _until("testbed start", lambda: b"testbed listening" in log.read_bytes(), 60, log)
     return f"http://127.0.0.1:{port}", ledger
 

@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-PURE = ["rushhour.loadgen.runner", "rushhour.loadgen.tiers", "rushhour.loadgen.prompts", "rushhour.loadgen.schedule", "rushhour.loadgen.traces", "rushhour.loadgen.live",
-        "rushhour.loadgen.testbed_proc", "rushhour.loadgen.record", "rushhour.loadgen.manifest", "rushhour.loadgen.probes", "rushhour.loadgen.endpoint",
-        "rushhour.loadgen.dryrun", "rushhour.loadgen.sweep",
-        # the child's gevent-free parts (the wire's parsers), importable on their own
-        "rushhour.loadgen.engine.wire.http", "rushhour.loadgen.engine.wire.sse", "rushhour.loadgen.engine.wire.stream",
-        "rushhour.loadgen.engine.wire.dialects"]
+PURE = ["rushhour.loadgen." + name for name in (
+    "runner", "tiers", "prompts", "schedule", "traces", "live", "testbed_proc", "record", "manifest", "probes",
+    "endpoint", "dryrun", "sweep",
+    # the child's gevent-free parts (the wire's parsers), importable on their own
+    "engine.wire.http", "engine.wire.sse", "engine.wire.stream", "engine.wire.dialects")]
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -202,6 +202,6 @@ def test_testbed_health_is_kept_for_a_testbed_target_and_bad_cli_input_is_one_li
     assert not profile_filter("litellm")("vllm:num_requests_waiting")
     for args, text in ((["--profile", "nope"], "unknown stack profile 'nope'"),
                        (["--credential", "sk-literal"], "env:VARIABLE")):
-        proc = subprocess.run([sys.executable, "-m", "rushhour.loadgen.scrape", "http://127.0.0.1:9/metrics", "/dev/null",
-                               "--max-scrapes", "1", *args], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "rushhour.loadgen.scrape", "http://127.0.0.1:9/metrics",
+                               "/dev/null", "--max-scrapes", "1", *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and text in proc.stderr and "Traceback" not in proc.stderr

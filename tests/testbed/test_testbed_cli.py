@@ -18,8 +18,8 @@ def _start(tmp_path: Path, speed: str, stdout: int) -> tuple[subprocess.Popen[st
     """`python -m rushhour.testbed` on an ephemeral port; returns the process, its port and its ledger path."""
     port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
-         "--preset", "tiny", "--replicas", "1", "--speed", speed],
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file),
+         "--ledger", str(ledger), "--preset", "tiny", "--replicas", "1", "--speed", speed],
         stdout=stdout, stderr=subprocess.PIPE, text=True)
     for _ in range(200):
         if port_file.exists():
