@@ -38,13 +38,16 @@ PTH_LINE = (f"import os; os.environ.get({ENV!r}) == '1' and "
             "__import__('rushhour.sim.compiled').sim.compiled.install()\n")
 
 # The simulator's hot path: the testbed's stack model, the loop and cluster, the personas' flows, the records.
-MODULES = tuple("rushhour." + name for name in (
-    "sim.client", "sim.cluster", "sim.driver", "sim.loop", "sim.personas", "sim.prompt", "sim.ticks",
-    "testbed.clock", "testbed.engine", "testbed.faults", "testbed.flow", "testbed.job", "testbed.policies",
-    "testbed.prefix_cache", "testbed.prefix_hash", "testbed.profiles", "testbed.stack", "testbed.tokens",
-    "loadgen.flow.agents", "loadgen.flow.chat", "loadgen.flow.protocol", "loadgen.flow.send",
-    "loadgen.prompts", "loadgen.record", "loadgen.resilience", "loadgen.schedule", "loadgen.workload",
-))
+MODULES = (
+    "rushhour.sim.client", "rushhour.sim.cluster", "rushhour.sim.driver", "rushhour.sim.loop",
+    "rushhour.sim.personas", "rushhour.sim.prompt", "rushhour.sim.ticks", "rushhour.testbed.clock",
+    "rushhour.testbed.engine", "rushhour.testbed.faults", "rushhour.testbed.flow", "rushhour.testbed.job",
+    "rushhour.testbed.policies", "rushhour.testbed.prefix_cache", "rushhour.testbed.prefix_hash",
+    "rushhour.testbed.profiles", "rushhour.testbed.stack", "rushhour.testbed.tokens",
+    "rushhour.loadgen.flow.agents", "rushhour.loadgen.flow.chat", "rushhour.loadgen.flow.protocol",
+    "rushhour.loadgen.flow.send", "rushhour.loadgen.prompts", "rushhour.loadgen.record",
+    "rushhour.loadgen.resilience", "rushhour.loadgen.schedule", "rushhour.loadgen.workload",
+)
 
 # How anyone gets a build: a pip user has no Makefile (`make compile` runs this too)
 BUILD_COMMAND = "python -m rushhour.sim.compiled build"

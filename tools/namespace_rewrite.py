@@ -34,6 +34,7 @@ _STR_FROM = re.compile(rf"((?:[\"']|\\n)[ \t]*)from ({NAME}) import ")
 _STR_IMPORT = re.compile(rf"((?:[\"']|\\n)[ \t]*)import ({P})(?=\\n|[\"';])")
 _DASH_M = re.compile(rf"(?<![\w-])-m ({NAME})\b")
 _ARG_M = re.compile(rf"([\"']-m[\"'],\s*[\"'])({NAME})([\"'])")
+_FSTRING = re.compile(rf"(\bf[\"'])({P})\.(?=\{{)")  # f"stacks.{name}"
 _WHOLE = re.compile(rf"([\"'])({P}(?:\.\w+)+)([\"'])")
 
 
@@ -79,6 +80,7 @@ def rewrite(text: str, path: str) -> str:
     text = _STR_IMPORT.sub(r"\1from rushhour import \2", text)
     text = _DASH_M.sub(r"-m rushhour.\1", text)
     text = _ARG_M.sub(r"\1rushhour.\2\3", text)
+    text = _FSTRING.sub(r"\1rushhour.\2.", text)
     if path.endswith(".py") and path not in LAYER_TABLES:
         text = _WHOLE.sub(lambda m: (m.group(1) + "rushhour." + m.group(2) + m.group(3))
                           if _is_module_path(m.group(2)) else m.group(0), text)

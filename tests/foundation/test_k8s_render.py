@@ -152,7 +152,7 @@ def test_dockerfile_copies_what_the_wheel_build_reads() -> None:
         assert name in text.split("COPY pyproject.toml", 1)[1].splitlines()[0], name
     for source in hatch["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]:
         if source != "examples/Dockerfile":  # the image's own recipe is not needed inside it
-            assert f"COPY {source} examples/" in text or f"COPY {source} " in text, source
+            assert f"COPY {source} examples/" in text or f"COPY {source} " in text or f"COPY {source}/ " in text, source
 
 
 def test_the_documented_dockerfile_is_the_shipped_one_and_builds_the_same_image() -> None:
