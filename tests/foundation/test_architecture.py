@@ -241,7 +241,8 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
         "testbed.engine imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
     ({"testbed.prefix_hash": {"numpy"}}, []),
     ({"stacks.x": {"yaml"}}, ["stacks.x imports yaml: it must stay standard library only"]),
-    ({"scenarios.x": {"rushhour.audit.summary"}}, ["scenarios.x imports audit.summary: scenarios may not import audit"]),
+    ({"scenarios.x": {"rushhour.audit.summary"}}, [
+        "scenarios.x imports audit.summary: scenarios may not import audit"]),
     ({"testbed.x": {"rushhour.stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
     ({"loadgen.scrape": {"aiohttp"}}, ["loadgen.scrape imports aiohttp: only testbed may"]),
     ({"loadgen.engine.worker": {"gevent", "rushhour.loadgen.engine.attempts"}}, []),
