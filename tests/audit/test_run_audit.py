@@ -265,7 +265,7 @@ def test_the_code_fingerprint_covers_every_loadgen_module_the_audit_imports() ->
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            imported |= {n for n in names if n.startswith("loadgen.")}
+            imported |= {n.removeprefix("rushhour.") for n in names if n.startswith("rushhour.loadgen.")}
     covered = {m.removesuffix(".py").replace("/", ".") for m in audit._MODULES}
     assert imported, "the walk found no loadgen import: the test would pass on anything"
     assert imported <= covered, f"audit imports {sorted(imported - covered)} but code_version() does not hash them"
