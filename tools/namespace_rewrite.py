@@ -29,8 +29,8 @@ LAYER_TABLES = {"tests/foundation/test_architecture.py"}
 
 _FROM = re.compile(rf"^(\s*)from ({NAME}) import ", re.M)
 _IMPORT = re.compile(r"^(\s*)import ([\w.]+(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+(?:\s+as\s+\w+)?)*)[ \t]*(#.*)?$", re.M)
-# code inside a string: "from loadgen.x import y\n", "    import stacks\n"
-_STR_FROM = re.compile(rf"((?:[\"']|\\n)[ \t]*)from ({NAME}) import ")
+# code inside a string: "from loadgen.x import y\n", "import sys; from loadgen.x import y", "    import stacks\n"
+_STR_FROM = re.compile(rf"((?:[\"']|\\n|;)[ \t]*)from ({NAME}) import ")
 _STR_IMPORT = re.compile(rf"((?:[\"']|\\n)[ \t]*)import ({P})(?=\\n|[\"';])")
 _DASH_M = re.compile(rf"(?<![\w-])-m ({NAME})\b")
 _ARG_M = re.compile(rf"([\"']-m[\"'],\s*[\"'])({NAME})([\"'])")

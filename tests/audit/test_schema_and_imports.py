@@ -20,7 +20,7 @@ def test_schema_file_is_up_to_date() -> None:
 
 
 def test_audit_imports_no_locust_or_gevent() -> None:
-    code = ("import sys, audit, audit.ledger, audit.classify, audit.schema; "
-            "bad = [m for m in ('locust', 'gevent', 'reports') if m in sys.modules]; print(bad)")
+    code = ("import sys, rushhour.audit, rushhour.audit.ledger, rushhour.audit.classify, rushhour.audit.schema; "
+            "bad = [m for m in ('locust', 'gevent', 'rushhour.reports') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -196,7 +196,7 @@ def test_the_trial_render_refuses_in_a_capped_child_naming_the_file(tmp_path: Pa
 def test_the_trial_child_stays_under_its_memory_cap(tmp_path: Path) -> None:
     """The render that no operator check sees, measured: the child and its own child, through wait4."""
     folder = _model(tmp_path / "m", AROUND_THE_CHECKS)
-    code = (f"from pathlib import Path; from loadgen.template_trial import trial_render; "
+    code = (f"from pathlib import Path; from rushhour.loadgen.template_trial import trial_render; "
             f"print(trial_render(Path({str(folder)!r}), 't'))")
     exit_code, said, _, peak_mb = run_measured([sys.executable, "-c", code], tmp_path)
     assert "ran out of memory" in said and exit_code == 0
