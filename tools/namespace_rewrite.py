@@ -23,8 +23,8 @@ NAME = rf"{P}(?:\.\w+)*"
 SUFFIXES = {".py", ".md", ".sh", ".toml", ".cfg", ".yaml", ".yml"}
 NAMES = {"Makefile", "Dockerfile"}
 SKIP = {"tools/namespace_rewrite.py"}
-# Files whose strings name *layers* (package folders), not import paths: only their import statements change.
 LINE_LENGTH = 120  # pyproject's [tool.ruff]
+# Files whose strings name *layers* (package folders), not import paths: only their import statements change.
 LAYER_TABLES = {"tests/foundation/test_architecture.py"}
 
 _FROM = re.compile(rf"^(\s*)from ({NAME}) import ", re.M)
