@@ -98,9 +98,8 @@ def _mypy_version() -> str:
 
 def manifest() -> dict[str, str] | None:
     """The current build's modules and their extension files, or None when there is no build for these sources."""
-    path = BUILD_ROOT / digest() / "manifest.json"
-    try:
-        data = json.loads(path.read_text())
+    try:  # digest() too: a module imported by its old top-level name (a venv's .pth from before) finds no sources
+        data = json.loads((BUILD_ROOT / digest() / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
     files: dict[str, str] = data.get("files", {})
