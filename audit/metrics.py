@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import stacks
-from audit.fold import NS_PER_S
-from audit.timeline import Grid
+from rushhour import stacks
+from rushhour.audit.fold import NS_PER_S
+from rushhour.audit.timeline import Grid
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-import stacks
-from scenarios.model import Route, Scenario, TestbedOptions
+from rushhour import stacks
+from rushhour.scenarios.model import Route, Scenario, TestbedOptions
 
 # keys of the testbed's flow_control section that a scenario may write at the top level for short
 _FLOW_KEYS = {
@@ -135,7 +135,7 @@ class TestbedProcess:
         cmd = [
             sys.executable,
             "-m",
-            "testbed",
+            "rushhour.testbed",
             "--config",
             str(config_path),
             "--port",
@@ -242,7 +242,10 @@ def _tail(path: Path, size: int = 1500) -> str:
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    """The folder holding the `rushhour` package (a checkout's root, or site-packages), for a child's PYTHONPATH."""
+    # unresolved: this file is rushhour/loadgen/testbed_proc.py (in a checkout rushhour/loadgen links to loadgen/);
+    # the installed package's own folder on the path would put its modules (rushhour/locust.py …) at top level
+    return Path(__file__).absolute().parents[2]
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:

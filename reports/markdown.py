@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import html
 
-from audit.summary import Summary, TokenFidelity
-from reports import control, fmt, inconclusive, sentences, sidebyside
+from rushhour.audit.summary import Summary, TokenFidelity
+from rushhour.reports import control, fmt, inconclusive, sentences, sidebyside
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 

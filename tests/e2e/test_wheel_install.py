@@ -30,7 +30,9 @@ from .locust_helpers import locust_until_chat_served, served_chat
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "rushhour", "sim")
+# one installed namespace: the wheel's only top-level name is rushhour (the checkout's folders are its subpackages)
+SUBPACKAGES = ("stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "sim")
+PACKAGES = (*(f"rushhour.{p}" for p in SUBPACKAGES), "rushhour")
 CACHE = Path(os.environ.get("RUSHHOUR_WHEEL_VENV_CACHE", Path.home() / ".cache" / "rushhour"))
 
 
@@ -104,15 +106,26 @@ def _free_port() -> int:
 def test_the_wheel_carries_licence_notice_example_and_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for want in ("rushhour-0.1.0.dist-info/licenses/LICENSE", "rushhour-0.1.0.dist-info/licenses/NOTICE",
-                 "rushhour/examples/locustfile.py", "scenarios/library/demo.yaml", "reports/vendor/uplot/LICENSE",
-                 "scenarios/traces/README.md", "scenarios/traces/LICENSE-APACHE-2.0.txt",
-                 "scenarios/datasets/chat-mini.jsonl"):
+                 "rushhour/examples/locustfile.py", "rushhour/scenarios/library/demo.yaml",
+                 "rushhour/reports/vendor/uplot/LICENSE", "rushhour/scenarios/traces/README.md",
+                 "rushhour/scenarios/traces/LICENSE-APACHE-2.0.txt", "rushhour/scenarios/datasets/chat-mini.jsonl"):
         assert want in names, f"{want} is not in {wheel.name}"
     with zipfile.ZipFile(wheel) as z:
         assert z.read("rushhour/examples/locustfile.py") == (REPO / "examples" / "locustfile.py").read_bytes()
         assert z.read("rushhour-0.1.0.dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
         assert b"Apache License" in z.read("rushhour-0.1.0.dist-info/licenses/LICENSE")
         assert b"uPlot" in z.read("rushhour-0.1.0.dist-info/licenses/NOTICE")
+
+
+def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
+    """Only `rushhour` (and its dist-info) at the top of site-packages: nothing to collide with another
+    distribution's `audit` or `stacks`, nothing a user's folder of that name can shadow."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"rushhour", "rushhour-0.1.0.dist-info"}
+    for sub in SUBPACKAGES:  # every package of the checkout, under the one name
+        assert f"rushhour/{sub}/__init__.py" in names, sub
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("rushhour/audit/__init__.py") == (REPO / "audit" / "__init__.py").read_bytes()
 
 
 def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -> None:
@@ -146,10 +159,10 @@ def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -
     # virtual time: simulate says how a pip user gets the compiled build, and never to run make
     sim = _sh(venv, scratch, "rushhour", "simulate", "demo", "--duration", "20s", "--no-report", timeout=240)
     said = sim.stdout + sim.stderr
-    assert "python -m sim.compiled build" in said and "make" not in said, said
+    assert "python -m rushhour.sim.compiled build" in said and "make" not in said, said
     _sh(venv, scratch, "rushhour", "plan", "ci-smoke", "--replicas", "1..2", "--scale", "1", "--duration", "15s",
         "--out", "plans", timeout=300)
-    build = _sh(venv, scratch, "python", "-m", "sim.compiled", "build", codes=(1,))  # no mypy in a user's venv
+    build = _sh(venv, scratch, "python", "-m", "rushhour.sim.compiled", "build", codes=(1,))  # no mypy in a user's venv
     assert "pip install mypy==" in build.stderr and len(build.stderr.strip().splitlines()) == 1, build.stderr
 
     # a built-in as a template; the schema; the example locustfile against the testbed
@@ -160,17 +173,26 @@ def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -
     _run_example_locustfile(venv, scratch)
 
 
-@pytest.mark.xfail(strict=True, reason="the wheel installs 8 generic top-level packages (stacks, scenarios, loadgen, "
-                   "testbed, audit, reports, sim, rushhour) and the Locust children run `python -m` from the user's "
-                   "folder, so a user's own stacks.py there shadows rushhour's `stacks`: a structural issue (expose "
-                   "only `rushhour` at top level), not this one's")
-def test_a_users_module_named_like_a_top_level_package(venv: Path, tmp_path: Path) -> None:
-    # a folder of YAML named scenarios/ is harmless (the test above); a module file by such a name is not
+def test_a_users_modules_named_like_rushhours_packages(venv: Path, tmp_path: Path) -> None:
+    """A user's own stacks.py and scenarios/ package beside their locustfile shadow nothing of rushhour's:
+    `rushhour run` (its Locust children start with `python -m` from that folder) and the user's locustfile under
+    plain `locust` run, and the old top-level names are not importable from the wheel."""
     project = tmp_path / "project"
-    project.mkdir()
+    (project / "scenarios").mkdir(parents=True)
     (project / "stacks.py").write_text("STACKS = ['my own notes']\n")
+    (project / "scenarios" / "__init__.py").write_text("MINE = True\n")  # a package, not only a folder of YAML
     done = _sh(venv, project, "rushhour", "run", "ci-smoke", "--duration", "5s", "--no-report", timeout=240)
     assert "error:" not in done.stderr, done.stderr[-2000:]
+    where = _sh(venv, project, "python", "-c", "import stacks, scenarios, rushhour.stacks; "
+                "print(stacks.STACKS, scenarios.MINE, rushhour.stacks.__file__)").stdout
+    assert where.startswith("['my own notes'] True ") and str(project) not in where.split()[-1], where
+    for old in SUBPACKAGES:
+        if old not in ("stacks", "scenarios"):  # the user's own, above
+            gone = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {old}"], capture_output=True,
+                                  text=True, cwd=project, env=_user_env(venv), timeout=60)
+            assert gone.returncode == 1 and f"No module named '{old}'" in gone.stderr, gone.stderr
+    (project / "locustfile.py").write_text(_sh(venv, project, "rushhour", "example", "locustfile").stdout)
+    _run_example_locustfile(venv, project)
 
 
 def _run_example_locustfile(venv: Path, scratch: Path) -> None:

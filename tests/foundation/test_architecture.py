@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # (docs/architecture.md "Packages and who may import whom" repeats these tables; keep both true)
 
 PACKAGES = ("stacks", "scenarios", "loadgen", "audit", "reports", "rushhour", "testbed", "sim")
+# Installed, they are one namespace: each folder of the checkout is the subpackage rushhour.<folder>, and every module
+# is imported under that one name (the rules below speak of layers by folder: rushhour.audit.x is audit.x here).
+SUBPACKAGES = frozenset(PACKAGES) - {"rushhour"}
 
 # Which of rushhour's own packages each package may import (a package may always import itself).
 # stacks ◄─ scenarios ◄─ loadgen ◄─ audit ◄─ reports ◄─ rushhour; testbed stands alone; sim drives the
@@ -104,7 +107,8 @@ def module_files(root: Path, packages: Iterable[str]) -> dict[str, tuple[Path, b
         for info in pkgutil.iter_modules([str(folder)], prefix=name + "."):
             leaf = info.name.rsplit(".", 1)[1]
             if info.ispkg:
-                walk(folder / leaf, info.name)
+                if not (folder / leaf).is_symlink():  # rushhour/audit → ../audit: walked as its own layer
+                    walk(folder / leaf, info.name)
             else:
                 out[info.name] = (folder / f"{leaf}.py", False)
 
@@ -114,10 +118,17 @@ def module_files(root: Path, packages: Iterable[str]) -> dict[str, tuple[Path, b
     return out
 
 
-def imports_of(modules: Mapping[str, tuple[Path, bool]]) -> dict[str, set[str]]:
-    """Every module's imports (absolute names), from its source: module-level and function-local alike.
+def layer_name(name: str) -> str:
+    """A module's name by its layer folder: ``rushhour.audit.x`` is ``audit.x``; anything else as it is."""
+    parts = name.split(".")
+    return ".".join(parts[1:]) if len(parts) > 1 and parts[0] == "rushhour" and parts[1] in SUBPACKAGES else name
 
-    ``from pkg import name`` counts as ``pkg.name`` when that is a module, else as ``pkg``.
+
+def imports_of(modules: Mapping[str, tuple[Path, bool]]) -> dict[str, set[str]]:
+    """Every module's imports (absolute names as imported), from its source: module-level and function-local alike.
+
+    ``from pkg import name`` counts as ``pkg.name`` when that is a module, else as ``pkg``; a relative import counts
+    under the name it resolves to (``rushhour.audit.x`` inside audit/).
     """
     out: dict[str, set[str]] = {}
     for name, (path, is_pkg) in modules.items():
@@ -131,11 +142,12 @@ def imports_of(modules: Mapping[str, tuple[Path, bool]]) -> dict[str, set[str]]:
                     parts = name.split(".") if is_pkg else name.split(".")[:-1]
                     parts = parts[: len(parts) - (node.level - 1)]
                     base = ".".join(parts + ([node.module] if node.module else []))
+                    base = f"rushhour.{base}" if parts and parts[0] in SUBPACKAGES else base
                 else:
                     base = node.module or ""
                 for alias in node.names:
                     sub = f"{base}.{alias.name}"
-                    found.add(sub if sub in modules else base)
+                    found.add(sub if layer_name(sub) in modules else base)
         out[name] = found
     return out
 
@@ -145,7 +157,11 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
     out: list[str] = []
     for module, targets in sorted(imports.items()):
         package = module.split(".")[0]
-        for target in sorted(targets):
+        for written in sorted(targets):
+            if written.split(".")[0] in SUBPACKAGES:  # the old top-level name: a second copy of the module
+                out.append(f"{module} imports {written}: import it as rushhour.{written} (one name per module)")
+                continue
+            target = layer_name(written)
             top = target.split(".")[0]
             if top == "__future__":
                 continue
@@ -188,13 +204,13 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "ok.py").write_text("from audit.summary import Summary\nfrom . import sub\n")
+    (pkg / "ok.py").write_text("from rushhour.audit.summary import Summary\nfrom . import sub\n")
     (pkg / "sub" / "bad.py").write_text(
         "import json\n"
-        "from loadgen.record import iter_run\n"  # reports → loadgen: the layering break of issue 13
+        "from rushhour.loadgen.record import iter_run\n"  # reports → loadgen: the layering break of issue 13
         "def later():\n"
         "    import gevent\n"  # a lazy import is an import
-        "    from loadgen import wire\n"
+        "    from rushhour.loadgen import wire\n"
         "    from ..ok import Summary\n"
     )
     (tmp_path / "loadgen" / "wire").mkdir(parents=True)
@@ -202,7 +218,7 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
         (tmp_path / path).write_text("")
     modules = module_files(tmp_path, ("reports", "loadgen"))
     imports = imports_of(modules)
-    assert "loadgen.wire" in imports["reports.sub.bad"] and "reports.ok" in imports["reports.sub.bad"]
+    assert {"rushhour.loadgen.wire", "rushhour.reports.ok"} <= imports["reports.sub.bad"]
     found = violations(imports)
     assert found == [
         "reports.sub.bad imports gevent: only " + ", ".join(sorted(CHILD)) + " may",
@@ -212,24 +228,30 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("imports", "expected"), [
-    ({"audit.x": {"loadgen.engine.wire.client"}}, [
+    ({"audit.x": {"rushhour.loadgen.engine.wire.client"}}, [
         "audit.x imports loadgen.engine.wire.client: audit may not import loadgen",
         "audit.x imports loadgen.engine.wire.client (a Locust-child module) outside the child"]),
-    ({"loadgen.runner": {"loadgen.engine.calibrate"}}, [
+    ({"loadgen.runner": {"rushhour.loadgen.engine.calibrate"}}, [
         "loadgen.runner imports loadgen.engine.calibrate (a Locust-child module) outside the child"]),
-    ({"audit.x": {"loadgen.record", "loadgen.diagnose", "stacks", "numpy"}}, []),
-    ({"audit.x": {"loadgen"}}, ["audit.x imports loadgen: audit may not import loadgen"]),
+    ({"audit.x": {"rushhour.loadgen.record", "rushhour.loadgen.diagnose", "rushhour.stacks", "numpy"}}, []),
+    ({"audit.x": {"rushhour.loadgen"}}, ["audit.x imports loadgen: audit may not import loadgen"]),
     ({"loadgen.sweep": {"numpy"}}, [
         "loadgen.sweep imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
     ({"testbed.engine": {"numpy"}}, [
         "testbed.engine imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
     ({"testbed.prefix_hash": {"numpy"}}, []),
     ({"stacks.x": {"yaml"}}, ["stacks.x imports yaml: it must stay standard library only"]),
-    ({"scenarios.x": {"audit.summary"}}, ["scenarios.x imports audit.summary: scenarios may not import audit"]),
-    ({"testbed.x": {"stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
+    ({"scenarios.x": {"rushhour.audit.summary"}}, [
+        "scenarios.x imports audit.summary: scenarios may not import audit"]),
+    ({"testbed.x": {"rushhour.stacks"}}, ["testbed.x imports stacks: testbed may not import stacks"]),
     ({"loadgen.scrape": {"aiohttp"}}, ["loadgen.scrape imports aiohttp: only testbed may"]),
-    ({"loadgen.engine.worker": {"gevent", "loadgen.engine.attempts"}}, []),
-    ({"rushhour.locust": {"loadgen.engine.users"}}, []),
+    ({"loadgen.engine.worker": {"gevent", "rushhour.loadgen.engine.attempts"}}, []),
+    ({"rushhour.locust": {"rushhour.loadgen.engine.users"}}, []),
+    # the old top-level names load a second copy of a module: never, whatever the layer allows
+    ({"audit.x": {"loadgen.record", "stacks"}}, [
+        "audit.x imports loadgen.record: import it as rushhour.loadgen.record (one name per module)",
+        "audit.x imports stacks: import it as rushhour.stacks (one name per module)"]),
+    ({"audit.x": {"rushhour.cli"}}, ["audit.x imports rushhour.cli: audit may not import rushhour"]),
     ({"rushhour.cli": {"rushhour.locust"}}, [
         "rushhour.cli imports rushhour.locust (a Locust-child module) outside the child"]),
 ])
@@ -270,16 +292,23 @@ FORBIDDEN = {
 }
 
 
+def _loaded_layers(modules: Iterable[str]) -> set[str]:
+    """The layers and third-party packages loaded, by name (``rushhour.audit.x`` is ``audit``; the bare ``rushhour``
+    package, the namespace every subpackage is imported through, is no layer's code)."""
+    return {layer_name(m).split(".")[0] for m in modules if m != "rushhour"}
+
+
 @pytest.mark.parametrize("module", sorted(FORBIDDEN))
 def test_import_does_not_load_forbidden_modules(module: str) -> None:
+    name = module if module.startswith("rushhour") else f"rushhour.{module}"
     code = (
         "import importlib, sys, json\n"
-        f"importlib.import_module({module!r})\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+        f"importlib.import_module({name!r})\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    loaded = set(json.loads(result.stdout))
+    loaded = _loaded_layers(json.loads(result.stdout))
     assert not (FORBIDDEN[module] & loaded), f"{module} loads {sorted(FORBIDDEN[module] & loaded)}"
 
 
@@ -288,17 +317,17 @@ def test_pure_planning_runs_without_gevent(tmp_path: Path) -> None:
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from loadgen.runner import RunOptions, run_scenario\n"
-        "from loadgen.probes import probe_plan, probe_scenario\n"
-        "from loadgen.sweep import plan_sweep, scaled_scenario\n"
-        "from scenarios import load_scenario\n"
+        "from rushhour.loadgen.runner import RunOptions, run_scenario\n"
+        "from rushhour.loadgen.probes import probe_plan, probe_scenario\n"
+        "from rushhour.loadgen.sweep import plan_sweep, scaled_scenario\n"
+        "from rushhour.scenarios import load_scenario\n"
         "sc = load_scenario('demo')\n"
         "assert run_scenario('demo', RunOptions(dry_run=True)).exit_code == 0\n"
         "probe_scenario(sc); probe_plan(sc)\n"
         f"plan_sweep(sc, [0.5, 1.0], out_dir=Path({str(tmp_path)!r})); scaled_scenario(sc, 2.0)\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    loaded = _loaded_layers(json.loads(result.stdout.splitlines()[-1]))
     assert not ({"gevent", "locust"} & loaded), sorted({"gevent", "locust"} & loaded)

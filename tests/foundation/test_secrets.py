@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.record import redact, register_secret
-from loadgen.tiers import TierError, map_tier
-from scenarios import ScenarioError, parse_scenario
+from rushhour.loadgen.record import redact, register_secret
+from rushhour.loadgen.tiers import TierError, map_tier
+from rushhour.scenarios import ScenarioError, parse_scenario
 
 BASE = """\
 name: t
@@ -99,9 +99,9 @@ def test_a_refused_value_is_never_echoed_in_a_validation_error() -> None:
     """pydantic's error text quotes the rejected input: a URL with a key in it must not come back in the error."""
     import pytest as _pytest
 
-    from loadgen.runner import RunOptions, apply_overrides
-    from scenarios import ScenarioError, load_scenario
-    from scenarios.loader import validate_data
+    from rushhour.loadgen.runner import RunOptions, apply_overrides
+    from rushhour.scenarios import ScenarioError, load_scenario
+    from rushhour.scenarios.loader import validate_data
 
     with _pytest.raises(ScenarioError) as caught:
         apply_overrides(load_scenario("demo"), RunOptions(target="http://user:sk-live-secret-0123@gw:80"))

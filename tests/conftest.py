@@ -1,0 +1,26 @@
+"""Suite-wide: every rushhour module is imported under its one name, ``rushhour.<folder>.…``."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+# The repository's package folders; installed they exist only as rushhour.<folder>. A checkout's root is on sys.path
+# (the editable install), so `import audit` would still work there and load a second copy of every module it
+# touches: module state and isinstance checks split. Nothing may do it.
+OLD_NAMES = frozenset({"stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "sim"})
+
+
+def old_names_loaded(modules: list[str]) -> list[str]:
+    """The loaded modules named by an old top-level name (pure)."""
+    return sorted(m for m in modules if m.split(".")[0] in OLD_NAMES)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test (or the code it ran in this process) imported an old top-level name."""
+    old = old_names_loaded(list(sys.modules))
+    if old:
+        print(f"\nerror: imported by an old top-level name (import them as rushhour.X): {', '.join(old[:10])}",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
