@@ -1,0 +1,60 @@
+"""Per-request server times summed over the run against the server's own histograms (vLLM's ``_sum``/``_count``).
+
+vLLM observes ``vllm:request_queue_time_seconds`` and ``vllm:request_prefill_time_seconds`` from the same
+timestamps as the per-request ``metrics`` object (queued → scheduled, scheduled → first token), so over a run
+the client's sum equals the histogram's ``_sum`` delta and the counts agree; a gap is a named error finding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from audit.crosscheck import _increase, _series
+from audit.metrics import ServerMetrics
+from audit.summary import Finding, TimingCheck
+from stacks.profile import CounterCheck
+
+TOLERANCE = 0.01  # 1 % of the server's sum
+# (histogram, record field) pairs
+CHECKS = (("vllm:request_queue_time_seconds", "metrics_queue_time_ms"),
+          ("vllm:request_prefill_time_seconds", "metrics_time_to_first_token_ms"))
+
+
+def _delta(metrics: ServerMetrics, name: str) -> float | None:
+    found = _series(metrics, CounterCheck(client="", metric=name))
+    if found is None:
+        return None
+    increase, _, _ = _increase(found[1], metrics.scrape_ts_ns)
+    return float(increase.sum())
+
+
+def check_timing(attempts: pd.DataFrame, metrics: ServerMetrics) -> tuple[list[TimingCheck], list[Finding]]:
+    """One check per histogram scraped and per-request field reported; findings for the ones that disagree."""
+    checks: list[TimingCheck] = []
+    findings: list[Finding] = []
+    if metrics.empty:
+        return checks, findings
+    for histogram, field in CHECKS:
+        if field not in attempts.columns:
+            continue
+        values = pd.to_numeric(attempts[field], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        reported = values[~np.isnan(values)]
+        server_sum, server_count = _delta(metrics, histogram + "_sum"), _delta(metrics, histogram + "_count")
+        if not len(reported) or server_sum is None or server_count is None:
+            continue
+        client_sum = float(reported.sum()) / 1000.0
+        matches = int(server_count) == len(reported) and abs(client_sum - server_sum) <= TOLERANCE * max(
+            server_sum, 1e-3)
+        checks.append(TimingCheck(metric=histogram, record_field=field, client_count=len(reported),
+                                  server_count=server_count, client_sum_s=client_sum, server_sum_s=server_sum,
+                                  matches=matches))
+        if not matches:
+            findings.append(Finding(
+                kind="timing_mismatch", severity="error", tier=None,
+                message=f"{field} summed over the run ({len(reported)} requests, {client_sum:.3f} s) differs from "
+                        f"the server's {histogram} ({server_count:.0f} requests, {server_sum:.3f} s): "
+                        "the per-request timing and the server's totals disagree",
+                data={"metric": histogram, "field": field, "client_sum_s": client_sum, "server_sum_s": server_sum,
+                      "client_count": len(reported), "server_count": server_count}))
+    return checks, findings
