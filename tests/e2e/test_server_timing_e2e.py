@@ -108,3 +108,16 @@ def test_audit_splits_each_tier(runs: dict[str, Path], profile: str) -> None:
         batch = {p.part: p for p in waits["batch"].parts}
         interactive = {p.part: p for p in waits["interactive"].parts}
         assert (batch["gateway"].share or 0) > (interactive["gateway"].share or 0)
+
+
+@pytest.mark.e2e
+def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
+    from reports.html import render_html
+    from reports.markdown import render_markdown
+
+    summary = run_audit(runs["llm-d"])
+    markdown = render_markdown(summary)
+    assert "### Where each tier waited" in markdown
+    assert "batch waited" in markdown and "interactive waited" in markdown
+    html = render_html(summary)
+    assert 'id="waits"' in html and "batch waited" in html
