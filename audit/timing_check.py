@@ -14,11 +14,9 @@ from audit.crosscheck import _increase, _series
 from audit.metrics import ServerMetrics
 from audit.summary import Finding, TimingCheck
 from stacks.profile import CounterCheck
+from stacks.timing import HISTOGRAMS
 
 TOLERANCE = 0.01  # 1 % of the server's sum
-# (histogram, record field) pairs
-CHECKS = (("vllm:request_queue_time_seconds", "metrics_queue_time_ms"),
-          ("vllm:request_prefill_time_seconds", "metrics_time_to_first_token_ms"))
 
 
 def _delta(metrics: ServerMetrics, name: str) -> float | None:
@@ -35,7 +33,7 @@ def check_timing(attempts: pd.DataFrame, metrics: ServerMetrics) -> tuple[list[T
     findings: list[Finding] = []
     if metrics.empty:
         return checks, findings
-    for histogram, field in CHECKS:
+    for histogram, field in HISTOGRAMS:
         if field not in attempts.columns:
             continue
         values = pd.to_numeric(attempts[field], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

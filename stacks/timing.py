@@ -80,3 +80,10 @@ def from_headers(headers: Mapping[str, str]) -> dict[str, float]:
             if number is not None:
                 facts[field_name] = number
     return facts
+
+# vLLM's histograms of the same intervals (vllm/v1/metrics/stats.py ``update_from_finished_request``: queued →
+# scheduled, scheduled → first token), with the record field each one totals: the audit's timing cross-check
+HISTOGRAMS: tuple[tuple[str, str], ...] = (
+    ("vllm:request_queue_time_seconds", "metrics_queue_time_ms"),
+    ("vllm:request_prefill_time_seconds", "metrics_time_to_first_token_ms"),
+)
