@@ -51,3 +51,5 @@ def test_vllm_per_request_metrics_split_each_tier(vllm_server, tmp_path) -> None
     for tier in ("interactive", "batch"):
         assert waits[tier]["engine_queue"]["reported"] > 0 and waits[tier]["gateway"]["reported"] == 0
     assert waits["batch"]["engine_queue"]["share"] > waits["interactive"]["engine_queue"]["share"], figures
+    # priority scheduling, visibly: the low tier's typical wait in vLLM's queue is several times the high one's
+    assert waits["batch"]["engine_queue"]["p50_ms"] > 3 * waits["interactive"]["engine_queue"]["p50_ms"], figures
