@@ -87,3 +87,12 @@ HISTOGRAMS: tuple[tuple[str, str], ...] = (
     ("vllm:request_queue_time_seconds", "metrics_queue_time_ms"),
     ("vllm:request_prefill_time_seconds", "metrics_time_to_first_token_ms"),
 )
+
+# what a user of each stack does to get per-request timing (``rushhour doctor`` says it when none came back)
+VLLM_FLAG = "--enable-per-request-metrics"
+TURN_ON: dict[str, str] = {
+    "vllm": f"start vLLM (0.32 or later) with {VLLM_FLAG} (and without --disable-log-stats)",
+    "llm-d": f"start its vLLM model servers with {VLLM_FLAG}",
+    "gaie-v1": f"start its vLLM model servers with {VLLM_FLAG}",
+    "litellm": f"LiteLLM sends its x-litellm-*-ms headers by default; start the vLLM behind it with {VLLM_FLAG}",
+}

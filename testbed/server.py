@@ -484,7 +484,8 @@ class Server:
         ex.start(transport, chunked)
         kind = await ex.done
         if kind is None:
-            if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens, self._engine_metrics(ex, ex.sent))):
+            metrics = self._engine_metrics(ex, ex.sent)
+            if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens, metrics)):
                 rec.outcome = "cancelled"
                 return resp
             rec.outcome = "served"
