@@ -207,8 +207,11 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "charts_js": _asset(TEMPLATES / "charts.js"),
         "css": _asset(TEMPLATES / "report.css"),
         "wait_header": waits.HEADER,
+        "wait_caption": waits.CAPTION,
         "wait_rows": waits.rows(summary),
         "wait_lines": waits.lines(summary),
+        "wait_bars": waits.bars(summary),
+        "wait_colours": waits.COLOURS,
     }
 
 

@@ -156,7 +156,7 @@ def render_markdown(summary: Summary) -> str:
         out += ["### Agents on the wire: tools and sub-agents", "", *[f"- {_text(line)}" for line in agent_lines], ""]
 
     if summary.waits:  # the servers' own timing: where each tier's wait went
-        out += ["### Where each tier waited (intended send → first token)", ""]
+        out += ["### Where each tier waited (intended send → first token)", "", waits.CAPTION, ""]
         out += _table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
         out += [""] + [f"- {_text(line)}" for line in waits.lines(summary)] + [""]
 

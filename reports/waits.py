@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from audit.summary import Summary
-from audit.waits import PARTS, sentence
+from audit.waits import sentence
 
-HEADER = ["tier", "served", "wait p50", *[f"{p.replace('_', ' ')} p50 (share)" for p in PARTS]]
+HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "rest"]
+CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"
 
 
 def _ms(value: float | None) -> str:
@@ -26,6 +27,24 @@ def rows(summary: Summary) -> list[list[str]]:
                 share = "" if part.share is None else f" ({part.share * 100:.0f} %)"
                 cells.append(_ms(part.p50_ms) + share)
         out.append(cells)
+    return out
+
+
+COLOURS = {"client": "#999999", "gateway": "#E69F00", "engine_queue": "#D62728", "prefill": "#0072B2",
+           "rest": "#CCCCCC"}
+
+
+def bars(summary: Summary) -> list[dict[str, object]]:
+    """Per tier, its parts' shares of the wait as stacked-bar segments (percent of the bar; parts not reported
+    take no room), the bar's length scaled to the tier's p50 wait against the longest one's."""
+    longest = max((w.total_p50_ms or 0.0 for w in summary.waits), default=0.0)
+    out: list[dict[str, object]] = []
+    for waits in summary.waits:
+        segments = [{"part": p.part.replace("_", " "), "colour": COLOURS[p.part], "pct": round(p.share * 100, 1)}
+                    for p in waits.parts if p.share is not None and p.share > 0]
+        length = 100.0 * (waits.total_p50_ms or 0.0) / longest if longest > 0 else 0.0
+        out.append({"tier": waits.tier, "width": round(max(length, 2.0), 1), "segments": segments,
+                    "label": _ms(waits.total_p50_ms)})
     return out
 
 

@@ -120,4 +120,4 @@ def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
     assert "### Where each tier waited" in markdown
     assert "batch waited" in markdown and "interactive waited" in markdown
     html = render_html(summary)
-    assert 'id="waits"' in html and "batch waited" in html
+    assert 'id="waits"' in html and 'id="wait-bars"' in html and "batch waited" in html
