@@ -6,7 +6,8 @@ Parts, as far as the stack reported them (stacks/timing.py; a part not reported 
 * ``gateway``: the gateway's queue (the testbed's llm-d flow control) or, behind LiteLLM, the proxy's own time;
 * ``engine_queue``: vLLM's ``queue_time_ms`` (queued → scheduled);
 * ``prefill``: vLLM's ``time_to_first_token_ms`` (scheduled → first token: the queue is not in it);
-* ``rest``: what is left (network and unexplained), only where an engine part was reported.
+* ``rest``: what the reported parts leave unexplained (network, a server's own handling, and any part the stack
+  did not report), only where a server part was reported.
 
 Only served attempts are split (an unfinished request has no first token: its wait is censored in the
 tier's TTFT, not here); the priority control's twins are left out as everywhere else.
@@ -38,7 +39,7 @@ def part_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     gateway = np.where(np.isnan(gateway), col("litellm_overhead_duration_ms"), gateway)
     engine_queue, prefill = col("metrics_queue_time_ms"), col("metrics_time_to_first_token_ms")
     engine = np.nan_to_num(engine_queue) + np.nan_to_num(prefill)
-    reported = ~np.isnan(engine_queue) | ~np.isnan(prefill)
+    reported = ~np.isnan(engine_queue) | ~np.isnan(prefill) | ~np.isnan(gateway)
     rest = np.where(reported, total - client - np.nan_to_num(gateway) - engine, np.nan)
     return {"total": total, "client": client, "gateway": gateway, "engine_queue": engine_queue,
             "prefill": prefill, "rest": rest}
@@ -95,6 +96,10 @@ def sentence(waits: TierWaits) -> str:
     queue = parts.get("engine_queue")
     if queue is not None and main.part != "engine_queue" and queue.share is not None:
         text += f"; engine queue {(queue.share * 100):.0f} %"
+    rest = parts.get("rest")
+    if rest is not None and rest.share is not None and rest.share > (main.share or 0.0):
+        text += (f"; {rest.share * 100:.0f} % is not explained by what the stack reported "
+                 "(the network, or a part it does not report)")
     return text
 
 

@@ -69,3 +69,11 @@ def test_timing_check_matches_and_names_a_mismatch() -> None:
     assert findings[0].kind == "timing_mismatch" and findings[0].severity == "error"
     _, findings = check_timing(frame, _metrics(1.5, 3))  # a request the client never saw timed
     assert findings and "differs" in findings[0].message
+
+
+def test_a_gateway_alone_leaves_the_rest_unexplained_not_zero() -> None:
+    waits = tier_waits("a", pd.DataFrame([_row("a", 1000, 10, None, None, gateway=300)]))
+    parts = {p.part: p for p in waits.parts}
+    assert parts["engine_queue"].reported == 0 and parts["rest"].p50_ms == pytest.approx(690)
+    assert sum(p.share or 0.0 for p in waits.parts) == pytest.approx(1.0)
+    assert "69 % is not explained by what the stack reported" in sentence(waits)
