@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audit import text
 from audit.crosscheck import _increase, _series
 from audit.metrics import ServerMetrics
 from audit.summary import Finding, TimingCheck
@@ -50,9 +51,9 @@ def check_timing(attempts: pd.DataFrame, metrics: ServerMetrics) -> tuple[list[T
         if not matches:
             findings.append(Finding(
                 kind="timing_mismatch", severity="error", tier=None,
-                message=f"{field} summed over the run ({len(reported)} requests, {client_sum:.3f} s) differs from "
-                        f"the server's {histogram} ({server_count:.0f} requests, {server_sum:.3f} s): "
-                        "the per-request timing and the server's totals disagree",
+                message=f"{field} summed over the run ({len(reported)} requests, {text.ms(client_sum * 1000)}) "
+                        f"differs from the server's {histogram} ({text.whole(server_count)} requests, "
+                        f"{text.ms(server_sum * 1000)}): the per-request timing and the server's totals disagree",
                 data={"metric": histogram, "field": field, "client_sum_s": client_sum, "server_sum_s": server_sum,
                       "client_count": len(reported), "server_count": server_count}))
     return checks, findings

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audit import text
 from audit.summary import TierWaits, WaitPart
 
 PARTS = ("client", "gateway", "engine_queue", "prefill", "rest")
@@ -89,19 +90,15 @@ def sentence(waits: TierWaits) -> str:
     parts = {p.part: p for p in waits.parts}
     main = max((p for p in waits.parts if p.share is not None and p.part != "rest"),
                key=lambda p: p.share or 0.0, default=None)
-    text = f"{waits.tier} waited {_fmt(waits.total_p50_ms)} at p50"
+    out = f"{waits.tier} waited {text.ms(waits.total_p50_ms)} at p50"
     if main is None or main.p50_ms is None:
-        return text + " (no server timing reported)"
-    text += f", {_fmt(main.p50_ms)} of it {words[main.part]} at p50 ({(main.share or 0) * 100:.0f} % of its total wait)"
+        return out + " (no server timing reported)"
+    out += f", {text.ms(main.p50_ms)} of it {words[main.part]} at p50 ({text.pct(main.share, 0)} of its total wait)"
     queue = parts.get("engine_queue")
     if queue is not None and main.part != "engine_queue" and queue.share is not None:
-        text += f"; engine queue {(queue.share * 100):.0f} %"
+        out += f"; engine queue {text.pct(queue.share, 0)}"
     rest = parts.get("rest")
     if rest is not None and rest.share is not None and rest.share > (main.share or 0.0):
-        text += (f"; {rest.share * 100:.0f} % is not explained by what the stack reported "
-                 "(the network, or a part it does not report)")
-    return text
-
-
-def _fmt(ms: float) -> str:
-    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+        out += (f"; {text.pct(rest.share, 0)} is not explained by what the stack reported "
+                "(the network, or a part it does not report)")
+    return out

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 from audit.summary import Summary
 from audit.waits import sentence
+from reports import fmt
 
 HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "rest"]
 CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.1f} ms"
 
 
 def rows(summary: Summary) -> list[list[str]]:
     """One row per tier: its p50 wait, then each part's p50 and share (— not reported)."""
     out = []
     for waits in summary.waits:
-        cells = [waits.tier, str(waits.served), _ms(waits.total_p50_ms)]
+        cells = [waits.tier, str(waits.served), fmt.ms(waits.total_p50_ms)]
         for part in waits.parts:
             if part.reported == 0:
                 cells.append("not reported")
             else:
-                share = "" if part.share is None else f" ({part.share * 100:.0f} %)"
-                cells.append(_ms(part.p50_ms) + share)
+                share = "" if part.share is None else f" ({fmt.pct(part.share, 0)})"
+                cells.append(fmt.ms(part.p50_ms) + share)
         out.append(cells)
     return out
 
@@ -44,7 +39,7 @@ def bars(summary: Summary) -> list[dict[str, object]]:
                     for p in waits.parts if p.share is not None and p.share > 0]
         length = 100.0 * (waits.total_p50_ms or 0.0) / longest if longest > 0 else 0.0
         out.append({"tier": waits.tier, "width": round(max(length, 2.0), 1), "segments": segments,
-                    "label": _ms(waits.total_p50_ms)})
+                    "label": fmt.ms(waits.total_p50_ms)})
     return out
 
 
@@ -53,6 +48,7 @@ def lines(summary: Summary) -> list[str]:
     out = [sentence(w) for w in summary.waits]
     for check in summary.timing_checks:
         verdict = "agrees" if check.matches else "DISAGREES"
-        out.append(f"{check.record_field} summed over {check.client_count} requests: {check.client_sum_s:.3f} s; "
-                   f"{check.metric}: {check.server_sum_s:.3f} s over {check.server_count:.0f} ({verdict})")
+        out.append(f"{check.record_field} summed over {check.client_count} requests: "
+                   f"{fmt.ms(check.client_sum_s * 1000)}; {check.metric}: {fmt.ms(check.server_sum_s * 1000)} "
+                   f"over {fmt.count(check.server_count)} ({verdict})")
     return out

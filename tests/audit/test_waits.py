@@ -34,7 +34,7 @@ def test_parts_add_up_and_unreported_is_not_zero() -> None:
     assert parts["gateway"].reported == 0 and parts["gateway"].p50_ms is None
     # shares over the attempts that reported the part: queue + prefill + rest + client of that one = 1
     assert (parts["engine_queue"].share + parts["prefill"].share + parts["rest"].share) == pytest.approx(4095 / 4100)
-    assert "3.6 s of it in the engine's queue" in sentence(waits)
+    assert "3.60 s of it in the engine's queue" in sentence(waits)
 
 
 def test_gateway_part_and_tiers() -> None:
