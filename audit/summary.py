@@ -473,6 +473,9 @@ class TimingCheck(_Model):
     server_count: float
     client_sum_s: float
     server_sum_s: float
+    unreported: int = Field(default=0, description="attempts the server may have timed that brought no timing "
+                            "back (a 200 cut or unfinished, no answer): with them the counts may differ by up to "
+                            "this many and the client's sum may only be smaller")
     matches: bool
 
 

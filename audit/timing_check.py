@@ -28,6 +28,15 @@ def _delta(metrics: ServerMetrics, name: str) -> float | None:
     return float(increase.sum())
 
 
+def _unreported(attempts: pd.DataFrame, values: np.ndarray) -> int:
+    """Attempts the server may have timed that brought no timing back: sent, no value, and either a 200 that did
+    not end with one (cut, cancelled, unfinished) or no answer at all."""
+    status = pd.to_numeric(attempts.get("status", pd.Series(0, index=attempts.index)), errors="coerce").fillna(0)
+    not_sent = attempts["not_sent"].fillna(False).to_numpy(dtype=bool) if "not_sent" in attempts.columns else False
+    maybe = np.isnan(values) & np.isin(status.to_numpy(), (0, 200)) & ~not_sent
+    return int(maybe.sum())
+
+
 def check_timing(attempts: pd.DataFrame, metrics: ServerMetrics) -> tuple[list[TimingCheck], list[Finding]]:
     """One check per histogram scraped and per-request field reported; findings for the ones that disagree."""
     checks: list[TimingCheck] = []
@@ -43,11 +52,16 @@ def check_timing(attempts: pd.DataFrame, metrics: ServerMetrics) -> tuple[list[T
         if not len(reported) or server_sum is None or server_count is None:
             continue
         client_sum = float(reported.sum()) / 1000.0
-        matches = int(server_count) == len(reported) and abs(client_sum - server_sum) <= TOLERANCE * max(
-            server_sum, 1e-3)
+        open_ = _unreported(attempts, values)
+        extra = round(server_count) - len(reported)
+        slack = TOLERANCE * max(server_sum, 1e-3)
+        if extra == 0:  # every request the server timed reported its time: the sums are equal
+            matches = abs(client_sum - server_sum) <= slack
+        else:  # requests the server timed without an answer that said so (cut, cancelled, unfinished)
+            matches = 0 < extra <= open_ and client_sum <= server_sum + slack
         checks.append(TimingCheck(metric=histogram, record_field=field, client_count=len(reported),
                                   server_count=server_count, client_sum_s=client_sum, server_sum_s=server_sum,
-                                  matches=matches))
+                                  unreported=open_, matches=matches))
         if not matches:
             findings.append(Finding(
                 kind="timing_mismatch", severity="error", tier=None,

@@ -194,6 +194,7 @@ class Server:
         if job is not None:
             rec.dispatch_ns = job.dispatch_ns
             rec.scheduled_ns = job.scheduled_ns
+            self.stack.observe_finished(job)
             rec.replica = job.replica if job.dispatch_ns is not None else None
             rec.cached_tokens = job.cached_tokens
             rec.preemptions = job.preemptions

@@ -60,7 +60,7 @@ def _metrics(queue_sum: float, queue_count: float) -> ServerMetrics:
 
 
 def test_timing_check_matches_and_names_a_mismatch() -> None:
-    frame = pd.DataFrame({"metrics_queue_time_ms": [1000.0, 500.0, None]})
+    frame = pd.DataFrame({"metrics_queue_time_ms": [1000.0, 500.0, None], "status": [200, 200, 429]})
     checks, findings = check_timing(frame, _metrics(1.5, 2))
     assert [c.matches for c in checks] == [True] and not findings
     assert checks[0].server_sum_s == pytest.approx(1.5) and checks[0].client_count == 2
@@ -69,6 +69,16 @@ def test_timing_check_matches_and_names_a_mismatch() -> None:
     assert findings[0].kind == "timing_mismatch" and findings[0].severity == "error"
     _, findings = check_timing(frame, _metrics(1.5, 3))  # a request the client never saw timed
     assert findings and "differs" in findings[0].message
+
+
+def test_timing_check_allows_the_requests_that_were_cut_but_not_more() -> None:
+    frame = pd.DataFrame({"metrics_queue_time_ms": [1000.0, 500.0, None], "status": [200, 200, 200]})
+    checks, findings = check_timing(frame, _metrics(2.5, 3))  # the cut one waited 1 s in the queue
+    assert checks[0].matches and checks[0].unreported == 1 and not findings
+    _, findings = check_timing(frame, _metrics(2.5, 4))  # two more than the one that could be
+    assert findings
+    _, findings = check_timing(frame, _metrics(1.2, 3))  # the client's sum above the server's
+    assert findings
 
 
 def test_a_gateway_alone_leaves_the_rest_unexplained_not_zero() -> None:

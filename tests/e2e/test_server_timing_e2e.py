@@ -104,6 +104,11 @@ def test_audit_splits_each_tier(runs: dict[str, Path], profile: str) -> None:
         assert parts["gateway"].reported == (tier.served if profile == "llm-d" else 0)
         shares = sum(p.share or 0.0 for p in tier.parts)
         assert shares == pytest.approx(1.0, abs=1e-6)  # the parts add up to the client's wait
+    # the testbed's vLLM histograms (from the ledger's times) against the records' sums: the audit's timing check
+    assert [c.metric for c in summary.timing_checks] == ["vllm:request_queue_time_seconds",
+                                                         "vllm:request_prefill_time_seconds"]
+    assert all(c.matches for c in summary.timing_checks), summary.timing_checks
+    assert not [f for f in summary.findings if f.kind == "timing_mismatch"]
     if profile == "llm-d":  # flow control holds the sheddable band, not the interactive one
         batch = {p.part: p for p in waits["batch"].parts}
         interactive = {p.part: p for p in waits["interactive"].parts}
