@@ -45,7 +45,12 @@ def bars(summary: Summary) -> list[dict[str, object]]:
 
 def lines(summary: Summary) -> list[str]:
     """A sentence per tier, from the numbers; the timing checks against the server's totals after them."""
-    out = [sentence(w) for w in summary.waits]
+    return [sentence(w) for w in summary.waits] + check_lines(summary)
+
+
+def check_lines(summary: Summary) -> list[str]:
+    """One line per timing check: the run's per-request sum against the server's histogram."""
+    out = []
     for check in summary.timing_checks:
         verdict = "agrees" if check.matches else "DISAGREES"
         out.append(f"{check.record_field} summed over {check.client_count} requests: "

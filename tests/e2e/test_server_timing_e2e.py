@@ -126,3 +126,13 @@ def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
     assert "batch waited" in markdown and "interactive waited" in markdown
     html = render_html(summary)
     assert 'id="waits"' in html and 'id="wait-bars"' in html and "batch waited" in html
+    import io
+
+    from rich.console import Console
+
+    from reports.terminal import print_terminal
+
+    out = io.StringIO()
+    print_terminal(summary, Console(file=out, width=160, no_color=True))
+    assert "where it waited: batch waited" in out.getvalue()
+    assert "server timing check: metrics_queue_time_ms" in out.getvalue()
