@@ -22,7 +22,7 @@ demo: $(STAMP)
 ## source edit; a no-op otherwise). `rushhour simulate`, `plan` and the simulated `sweep`/`study` run 1.2–1.5× faster
 ## with it; without a C compiler they run interpreted (same records either way). `make test` makes it first.
 compile: $(STAMP)
-	$(BIN)/python -m sim.compiled build --quiet --best-effort
+	$(BIN)/python -m rushhour.sim.compiled build --quiet --best-effort
 
 ## engines: install the real vLLM and LiteLLM the `real` tests run against, in their own venvs
 ## (cached in ~/.cache/rushhour/engines; the first time takes ~5 minutes, later calls return at once)

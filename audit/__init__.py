@@ -11,12 +11,12 @@ from typing import Any
 import pandas as pd
 from pyarrow.lib import ArrowException
 
-from audit import integrity
-from audit import table as _table
-from audit.build import SUMMARY_FILE, audit, write_summary
-from audit.errors import AuditError
-from audit.summary import Summary
-from loadgen.columns import file_print
+from rushhour.audit import integrity
+from rushhour.audit import table as _table
+from rushhour.audit.build import SUMMARY_FILE, audit, write_summary
+from rushhour.audit.errors import AuditError
+from rushhour.audit.summary import Summary
+from rushhour.loadgen.columns import file_print
 
 __all__ = ["AuditError", "IntegrityError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from audit.fold import eq, judged
+from rushhour.audit.fold import eq, judged
 
 
 def abandoned_by_persona(logical: pd.DataFrame) -> dict[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.summary import AgentFigures
+from rushhour.audit.summary import AgentFigures
 
 
 def _present(frame: pd.DataFrame, name: str) -> np.ndarray:

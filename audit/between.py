@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from audit import text
-from audit.repeat import t_quantile
+from rushhour.audit import text
+from rushhour.audit.repeat import t_quantile
 
 MIN_RUNS = 3  # fewer window runs with a value: no between-run spread, the within-run test alone decides
 LEVEL = 0.95  # two-sided level of the prediction interval; a regression is above its upper end

@@ -14,23 +14,23 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-import stacks
-from audit import calibration, control, fairness, memory, phases, tasks, text, timeline
-from audit.abandon import abandoned_by_persona
-from audit.agents import agent_figures
-from audit.classify import classify_frame, named_cause, normalise_profile
-from audit.crosscheck import crosscheck, twin_priorities
-from audit.errors import AuditError
-from audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
-from audit.gates import abort_verdicts, exit_code, judge_of, tier_verdicts
-from audit.judged import not_judged_verdict, starved_verdict
-from audit.load import RunData, load_run
-from audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
-from audit.outages import outage_mask, scheduled_outages
-from audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file, testbed_label
-from audit.spend import spend
-from audit.stats import cdf_points, group_quantiles, percentiles, wait_percentiles, wilson
-from audit.summary import (
+from rushhour import stacks
+from rushhour.audit import calibration, control, fairness, memory, phases, tasks, text, timeline
+from rushhour.audit.abandon import abandoned_by_persona
+from rushhour.audit.agents import agent_figures
+from rushhour.audit.classify import classify_frame, named_cause, normalise_profile
+from rushhour.audit.crosscheck import crosscheck, twin_priorities
+from rushhour.audit.errors import AuditError
+from rushhour.audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
+from rushhour.audit.gates import abort_verdicts, exit_code, judge_of, tier_verdicts
+from rushhour.audit.judged import not_judged_verdict, starved_verdict
+from rushhour.audit.load import RunData, load_run
+from rushhour.audit.metrics import ServerMetrics, load_metrics, metric_saturation, server_series
+from rushhour.audit.outages import outage_mask, scheduled_outages
+from rushhour.audit.scenario import RunScenario, TierInfo, from_manifest, latency_bounds, load_slo_file, testbed_label
+from rushhour.audit.spend import spend
+from rushhour.audit.stats import cdf_points, group_quantiles, percentiles, wait_percentiles, wilson
+from rushhour.audit.summary import (
     CLIENT_REASONS,
     OUTCOME_CLASSES,
     UNSERVED_CLASSES,
@@ -58,13 +58,13 @@ from audit.summary import (
     Verdict,
     Window,
 )
-from audit.table import TableWriter, build_table
-from audit.timing_check import check_timing
-from audit.tokens import token_fidelity
-from audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
-from audit.waits import wait_splits
-from loadgen.manifest import RunManifest
-from scenarios.model import SLO
+from rushhour.audit.table import TableWriter, build_table
+from rushhour.audit.timing_check import check_timing
+from rushhour.audit.tokens import token_fidelity
+from rushhour.audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
+from rushhour.audit.waits import wait_splits
+from rushhour.loadgen.manifest import RunManifest
+from rushhour.scenarios.model import SLO
 
 SUMMARY_FILE = "summary.json"
 EVIDENCE_PER_TIER = 20

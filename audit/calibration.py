@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from audit.fold import CALIBRATION_PERSONA, eq
+from rushhour.audit.fold import CALIBRATION_PERSONA, eq
 
 EARLY_SHARE = 0.10  # fallback baseline: the first 10 % of the run …
 FAST_QUANTILE = 0.10  # … and its fastest decile, per prompt-size bin

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import stacks
-from audit.summary import OUTCOME_CLASSES
-from stacks import Rule
-from stacks.common import COMMON_STATUS_DEFAULTS as COMMON_STATUS_DEFAULTS_TABLE
+from rushhour import stacks
+from rushhour.audit.summary import OUTCOME_CLASSES
+from rushhour.stacks import Rule
+from rushhour.stacks.common import COMMON_STATUS_DEFAULTS as COMMON_STATUS_DEFAULTS_TABLE
 
 DEFAULT_PROFILE = stacks.DEFAULT
 

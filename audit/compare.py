@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit import text
-from audit.phases import measured_mask
-from audit.stats import wilson
-from audit.summary import Summary
+from rushhour.audit import text
+from rushhour.audit.phases import measured_mask
+from rushhour.audit.stats import wilson
+from rushhour.audit.summary import Summary
 
 COMPARE_SCHEMA = "rushhour.compare/1"
 Alternative = Literal["two-sided", "greater", "less"]
@@ -386,7 +386,7 @@ def served_samples(table: pd.DataFrame, phases: list[dict[str, Any]] | None = No
 
 def load_run(run_dir: Path) -> tuple[Summary, dict[str, TierSamples]]:
     """A run's summary (audited now if missing or stale) and its served latency samples (from the audit's table)."""
-    from audit import attempts, load_or_audit  # the audit package entry point
+    from rushhour.audit import attempts, load_or_audit  # the audit package entry point
 
     summary = load_or_audit(Path(run_dir))
     return summary, served_samples(attempts(Path(run_dir), columns=_SAMPLE_COLUMNS), summary.run.phases)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit import text
-from audit.fold import NS_PER_MS, UNJUDGED, isin
-from audit.stats import mcnemar_exact, sign_test
-from audit.summary import DropEffect, PairedEffect, PriorityEffect
+from rushhour.audit import text
+from rushhour.audit.fold import NS_PER_MS, UNJUDGED, isin
+from rushhour.audit.stats import mcnemar_exact, sign_test
+from rushhour.audit.summary import DropEffect, PairedEffect, PriorityEffect
 
 ALPHA = 0.05
 

@@ -18,13 +18,13 @@ import json
 import numpy as np
 import pandas as pd
 
-import stacks
-from audit import text
-from audit.fold import NS_PER_S, eq, isin
-from audit.metrics import ServerMetrics
-from audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
-from scenarios.model import Scenario
-from stacks import CounterCheck
+from rushhour import stacks
+from rushhour.audit import text
+from rushhour.audit.fold import NS_PER_S, eq, isin
+from rushhour.audit.metrics import ServerMetrics
+from rushhour.audit.summary import OUTCOME_CLASSES, CrossCheck, Finding
+from rushhour.scenarios.model import Scenario
+from rushhour.stacks import CounterCheck
 
 ALL_TIERS = "all"
 # a server counts an answer a little before the client has read it: attempts that ended this soon

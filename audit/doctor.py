@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import stacks
-from audit import text
-from audit.classify import classify_one, named_cause
-from audit.doctor_timing import timing_check
-from loadgen.diagnose import Collected, Plan
+from rushhour import stacks
+from rushhour.audit import text
+from rushhour.audit.classify import classify_one, named_cause
+from rushhour.audit.doctor_timing import timing_check
+from rushhour.loadgen.diagnose import Collected, Plan
 
 Status = Literal["pass", "warn", "fail", "info"]
 TEXT_CUT = 90

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from stacks.timing import BODY_METRICS, HEADERS, TURN_ON
+from rushhour.stacks.timing import BODY_METRICS, HEADERS, TURN_ON
 
 # what each reported field lets the audit split, for the doctor's line
 _ENGINE = ("metrics_queue_time_ms", "metrics_time_to_first_token_ms")

@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from audit import text
-from audit.classify import classify_record
-from audit.gates import min_samples
-from audit.stats import QUANTILES, bootstrap_quantile_ci, wilson
-from scenarios.model import SLO, Abort, Scenario
+from rushhour.audit import text
+from rushhour.audit.classify import classify_record
+from rushhour.audit.gates import min_samples
+from rushhour.audit.stats import QUANTILES, bootstrap_quantile_ci, wilson
+from rushhour.scenarios.model import SLO, Abort, Scenario
 
 LEVEL = 0.98  # two-sided: its lower end is a one-sided 99 % bound
 Z_LEVEL = 2.3263478740408408  # the normal quantile of that two-sided 98 % (one-sided 99 %)

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from audit import text
-from audit.fold import NS_PER_MS, NS_PER_S, eq
-from audit.stats import jain_index, longest_gap, wilson
-from audit.summary import Finding, Floor, Rate
-from audit.timeline import Grid
+from rushhour.audit import text
+from rushhour.audit.fold import NS_PER_MS, NS_PER_S, eq
+from rushhour.audit.stats import jain_index, longest_gap, wilson
+from rushhour.audit.summary import Finding, Floor, Rate
+from rushhour.audit.timeline import Grid
 
 INVERSION_P50_MARGIN = 0.10  # a lower tier must be >10 % faster at p50 to count as an inversion
 INVERSION_MIN_SERVED = 5  # per tier and window, for the p50 comparison

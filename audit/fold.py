@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
+from rushhour.audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9

@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from audit import text
-from audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
-from loadgen.manifest import RunManifest
-from scenarios.model import SLO
+from rushhour.audit import text
+from rushhour.audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
+from rushhour.loadgen.manifest import RunManifest
+from rushhour.scenarios.model import SLO
 
 Judge = Literal["point", "bound"]
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID = 0, 1, 2

@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit import text
-from audit.between import (
+from rushhour.audit import text
+from rushhour.audit.between import (
     FIGURES,
     LEVEL,
     MIN_RUNS,
@@ -42,9 +42,9 @@ from audit.between import (
     prediction_interval,
     value_text,
 )
-from audit.compare import Comparison, RegressionRule, Test, TierSamples, compare_pair, describe_test
-from audit.stats import wilson
-from audit.summary import Summary
+from rushhour.audit.compare import Comparison, RegressionRule, Test, TierSamples, compare_pair, describe_test
+from rushhour.audit.stats import wilson
+from rushhour.audit.summary import Summary
 
 HISTORY_SCHEMA = "rushhour.history/2"
 TREND_COLUMNS = [

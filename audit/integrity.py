@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.errors import AuditError
+from rushhour.audit.errors import AuditError
 
 INTEGRITY_FILE = "integrity.json"
 SIGNATURE_FILE = "integrity.sig"

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from audit.summary import TierSummary, Verdict
-from scenarios.model import SLO
+from rushhour.audit.summary import TierSummary, Verdict
+from rushhour.scenarios.model import SLO
 
 MIN_SERVED = 1  # served requests a tier with an SLO needs when it sent any (``slo.min_served`` raises it)
 MIN_SERVED_CHECK = "min_served"

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit import text
-from audit.judged import JUDGED_CHECK
-from audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
+from rushhour.audit import text
+from rushhour.audit.judged import JUDGED_CHECK
+from rushhour.audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
 
 SWEEP_SCHEMA = "rushhour.sweep/1"
 STUDY_SCHEMA = "rushhour.study/1"

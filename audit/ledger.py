@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from audit import text
-from audit.build import classified_attempts
-from audit.control import is_twin
-from audit.fold import CALIBRATION_PERSONA, NS_PER_MS
-from audit.load import load_run, read_jsonl_frame
-from audit.scenario import from_manifest
-from audit.summary import OUTCOME_CLASSES, Summary
+from rushhour.audit import text
+from rushhour.audit.build import classified_attempts
+from rushhour.audit.control import is_twin
+from rushhour.audit.fold import CALIBRATION_PERSONA, NS_PER_MS
+from rushhour.audit.load import load_run, read_jsonl_frame
+from rushhour.audit.scenario import from_manifest
+from rushhour.audit.summary import OUTCOME_CLASSES, Summary
 
 LEDGER_FILE = "testbed-ledger.jsonl"
 # The fields the comparison needs, typed; anything else the testbed writes is inferred (or dropped

@@ -20,13 +20,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from audit.errors import AuditError
-from audit.memory import lean_allocators, trim
-from loadgen import columns as sidecar
-from loadgen.columns import KIND_FIELDS, REQUEST_FIELDS, SHARD_FIELDS, UNION_SCHEMA
-from loadgen.manifest import RUN_MANIFEST, RunManifest
-from loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK, RECORDS_DIR
-from stacks.timing import FIELDS as TIMING_FIELDS
+from rushhour.audit.errors import AuditError
+from rushhour.audit.memory import lean_allocators, trim
+from rushhour.loadgen import columns as sidecar
+from rushhour.loadgen.columns import KIND_FIELDS, REQUEST_FIELDS, SHARD_FIELDS, UNION_SCHEMA
+from rushhour.loadgen.manifest import RUN_MANIFEST, RunManifest
+from rushhour.loadgen.record import (
+    KIND_BREAKER,
+    KIND_EVENT,
+    KIND_HEALTH,
+    KIND_REQUEST,
+    KIND_SHARD,
+    KIND_TASK,
+    RECORDS_DIR,
+)
+from rushhour.stacks.timing import FIELDS as TIMING_FIELDS
 
 # Request columns the audit reads; the rest of a record (endpoint, model, key fingerprint …) is
 # parsed for validation but never converted, which keeps a million rows cheap.

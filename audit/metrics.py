@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import stacks
-from audit.fold import NS_PER_S
-from audit.timeline import Grid
-from stacks.timing import HISTOGRAMS
+from rushhour import stacks
+from rushhour.audit.fold import NS_PER_S
+from rushhour.audit.timeline import Grid
+from rushhour.stacks.timing import HISTOGRAMS
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.summary import Outage
+from rushhour.audit.summary import Outage
 
 
 def _outage(fault: Mapping[str, Any], replicas: int, route: str, end_s: float) -> Outage | None:

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit.fold import NS_PER_S
-from scenarios.model import is_warm_or_cool
+from rushhour.audit.fold import NS_PER_S
+from rushhour.scenarios.model import is_warm_or_cool
 
 
 def phase_measured(phase: dict[str, Any]) -> bool:

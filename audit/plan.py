@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit import text
-from audit.knee import Step, SweepResult
+from rushhour.audit import text
+from rushhour.audit.knee import Step, SweepResult
 
 PLAN_SCHEMA = "rushhour.plan/1"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from audit import text
+from rushhour.audit import text
 
 LAG_MS = 50.0  # a health second lagging more than this counts against its process (audit.validity.LOOP_LAG_MS)
 BUSY_CPU_PERCENT = 70.0  # a process above this share of a core has little headroom left for its loop

@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from audit import text
-from audit.summary import Summary
+from rushhour.audit import text
+from rushhour.audit.summary import Summary
 
 REPEAT_SCHEMA = "rushhour.repeat/1"
 GateOn = Literal["any", "aggregate", "both"]

@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-import stacks
-from audit.errors import AuditError
-from audit.phases import measured_flags
-from loadgen.manifest import RunManifest
-from scenarios.loader import ScenarioError, load_yaml, read_scenario_text
-from scenarios.model import SLO, Scenario
+from rushhour import stacks
+from rushhour.audit.errors import AuditError
+from rushhour.audit.phases import measured_flags
+from rushhour.loadgen.manifest import RunManifest
+from rushhour.scenarios.loader import ScenarioError, load_yaml, read_scenario_text
+from rushhour.scenarios.model import SLO, Scenario
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Generate ``docs/summary.schema.json`` from the Summary model: ``python -m audit.schema [--check]``."""
+"""Generate ``docs/summary.schema.json`` from the Summary model: ``python -m rushhour.audit.schema [--check]``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from audit.summary import Summary
+from rushhour.audit.summary import Summary
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "docs" / "summary.schema.json"
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--check" in args:
         current = SCHEMA_PATH.read_text() if SCHEMA_PATH.exists() else ""
         if current != text:
-            print(f"{SCHEMA_PATH} is out of date: run `python -m audit.schema`", file=sys.stderr)
+            print(f"{SCHEMA_PATH} is out of date: run `python -m rushhour.audit.schema`", file=sys.stderr)
             return 1
         return 0
     SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit.fold import eq
-from audit.summary import Spend, TierSpend
+from rushhour.audit.fold import eq
+from rushhour.audit.summary import Spend, TierSpend
 
 DEFAULT_SERVICE_TIERS = (None, "", "default", "auto")
 LIMITS = {"max_requests": "requests", "max_tokens": "tokens", "max_cost_usd": "cost_usd"}

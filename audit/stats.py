@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from audit.summary import Percentiles, Rate
+from rushhour.audit.summary import Percentiles, Rate
 
 Z95 = 1.959963984540054
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}

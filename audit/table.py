@@ -26,11 +26,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from audit.classify import rules_table
-from audit.fold import CALIBRATION_PERSONA, eq
-from loadgen.columns import file_print
-from loadgen.manifest import RUN_MANIFEST
-from loadgen.record import RECORDS_DIR
+from rushhour.audit.classify import rules_table
+from rushhour.audit.fold import CALIBRATION_PERSONA, eq
+from rushhour.loadgen.columns import file_print
+from rushhour.loadgen.manifest import RUN_MANIFEST
+from rushhour.loadgen.record import RECORDS_DIR
 
 ATTEMPTS_FILE = "attempts.parquet"
 TABLE_SCHEMA = "rushhour.attempts/1"

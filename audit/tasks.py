@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.fold import NS_PER_S
-from audit.stats import percentiles, wilson
-from audit.summary import TaskStats
+from rushhour.audit.fold import NS_PER_S
+from rushhour.audit.stats import percentiles, wilson
+from rushhour.audit.summary import TaskStats
 
 AGENT_KINDS = ("agent_swarm",)
 SESSION_KINDS = ("chat", "trace_replay")

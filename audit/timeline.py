@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from audit.fold import NS_PER_MS, NS_PER_S, eq
-from audit.stats import group_quantiles, merge_bucket_mask
-from audit.summary import UNSERVED_CLASSES, TierSeries
+from rushhour.audit.fold import NS_PER_MS, NS_PER_S, eq
+from rushhour.audit.stats import group_quantiles, merge_bucket_mask
+from rushhour.audit.summary import UNSERVED_CLASSES, TierSeries
 
 MAX_BUCKETS = 600
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit import text
-from audit.crosscheck import _increase, _series
-from audit.metrics import ServerMetrics
-from audit.summary import Finding, TimingCheck
-from stacks.profile import CounterCheck
-from stacks.timing import HISTOGRAMS
+from rushhour.audit import text
+from rushhour.audit.crosscheck import _increase, _series
+from rushhour.audit.metrics import ServerMetrics
+from rushhour.audit.summary import Finding, TimingCheck
+from rushhour.stacks.profile import CounterCheck
+from rushhour.stacks.timing import HISTOGRAMS
 
 TOLERANCE = 0.01  # 1 % of the server's sum
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.fold import eq
-from audit.summary import TokenFidelity
+from rushhour.audit.fold import eq
+from rushhour.audit.summary import TokenFidelity
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from audit import harm, remedy, text
-from audit.fold import NS_PER_MS, NS_PER_S, eq
-from audit.summary import Validity
-from loadgen.manifest import STOP_DOOMED, RunManifest
+from rushhour.audit import harm, remedy, text
+from rushhour.audit.fold import NS_PER_MS, NS_PER_S, eq
+from rushhour.audit.summary import Validity
+from rushhour.loadgen.manifest import STOP_DOOMED, RunManifest
 
 # One transient (a GC pause, a page-in, a neighbour's burst on a shared machine) must not void a run:
 # the generator is judged on *sustained* trouble, and on how many requests it actually delayed.

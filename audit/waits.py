@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit import text
-from audit.summary import TierWaits, WaitPart
+from rushhour.audit import text
+from rushhour.audit.summary import TierWaits, WaitPart
 
 PARTS = ("client", "gateway", "engine_queue", "prefill", "rest")
 QUANTILES = (50, 90, 99)

@@ -44,8 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadgen.manifest import write_manifest  # noqa: E402
-from loadgen.record import Anchor, HealthRecord, RequestRecord, ShardWriter  # noqa: E402
+from rushhour.loadgen.manifest import write_manifest  # noqa: E402
+from rushhour.loadgen.record import Anchor, HealthRecord, RequestRecord, ShardWriter  # noqa: E402
 
 PROCESSES = 4
 RATE_PER_S = 300.0  # offered attempts per second: 1M records ≈ 55 min of run
@@ -144,9 +144,10 @@ def cpu():
 def sys_cpu():
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 t0 = time.perf_counter()
-import audit
+from rushhour import audit
 if sys.argv[3] == "jsonl":  # the shards' sidecars left unread: every line parsed (a shard shipped without one)
-    import audit.load
+    import rushhour.audit.load  # noqa: F401 - loads it; used as audit.load
+    from rushhour import audit
     audit.load.sidecar.verified_batches = lambda *a: iter(())
 t1, c1, k1 = time.perf_counter(), cpu(), sys_cpu()
 run_dir, write = Path(sys.argv[1]), sys.argv[2] == "table"

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _prompt_body(tokens: int, i: int) -> bytes:
-    from loadgen.engine.wire.dialects import build_body
-    from loadgen.prompts import Conversation, text
+    from rushhour.loadgen.engine.wire.dialects import build_body
+    from rushhour.loadgen.prompts import Conversation, text
 
     conv = Conversation("", [("user", text(f"bench:{i}", 64))])
     return build_body("openai-chat", "testbed-model", conv, tokens, True)[1]
@@ -49,17 +49,17 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
     import gevent
     from locust.env import Environment
 
-    import loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
-    from loadgen.engine.wire import client
-    from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
-    from loadgen.engine.wire.http import Endpoint, build_request
-    from loadgen.engine.wire.reactor import reactor as the_reactor
-    from loadgen.record import RequestRecord
+    import rushhour.loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    from rushhour.loadgen.engine.wire import client
+    from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
+    from rushhour.loadgen.engine.wire.http import Endpoint, build_request
+    from rushhour.loadgen.engine.wire.reactor import reactor as the_reactor
+    from rushhour.loadgen.record import RequestRecord
 
     client.USE_REACTOR = reactor
     read_delays: list[int] = []
     if reactor:  # how much later the reactor read first-token bytes than the kernel received them
-        from loadgen.engine.wire import reactor as reactor_module
+        from rushhour.loadgen.engine.wire import reactor as reactor_module
 
         stamp = reactor_module.kernel_ns
 
@@ -272,7 +272,7 @@ def _start_testbed(tmp: Path, cores: set[int], streams: int) -> tuple[subprocess
         [
             sys.executable,
             "-m",
-            "testbed",
+            "rushhour.testbed",
             "--config",
             str(tmp / "tb.yaml"),
             "--port",

@@ -36,7 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from sim import compiled  # noqa: E402  (the repository's, run from anywhere)
+from rushhour.sim import compiled  # noqa: E402  (the repository's, run from anywhere)
 
 GOAL_WALL_S = 120.0
 HOUR_S = 3600.0
@@ -71,8 +71,8 @@ drain_s: 0
 CHILD = """
 import json, sys
 from pathlib import Path
-from scenarios import load_scenario
-from sim.run import SimOptions, simulate_scenario
+from rushhour.scenarios import load_scenario
+from rushhour.sim.run import SimOptions, simulate_scenario
 sc = load_scenario(sys.argv[1])
 print(json.dumps(simulate_scenario(sc, sys.argv[1], SimOptions(out_dir=Path(sys.argv[2]))).stats))
 """

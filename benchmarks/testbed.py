@@ -121,7 +121,7 @@ def run_one(streams: int, speed: float, duration: float, warmup: float, max_toke
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         server = subprocess.Popen(
-            [*_pin(server_cpu), sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file),
+            [*_pin(server_cpu), sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file),
              "--preset", "h100-llama8b", "--replicas", str(replicas), "--speed", str(speed), "--profile", "llm-d"],
             cwd=SERVER_ROOT, stdout=subprocess.DEVNULL)
         try:

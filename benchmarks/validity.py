@@ -43,10 +43,10 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from audit import harm, run_audit  # noqa: E402
-from audit.load import load_run  # noqa: E402
-from audit.validity import SCHEDULE_LAG_MS, check_validity, delayed_requests  # noqa: E402
-from loadgen.manifest import read_manifest  # noqa: E402
+from rushhour.audit import harm, run_audit  # noqa: E402
+from rushhour.audit.load import load_run  # noqa: E402
+from rushhour.audit.validity import SCHEDULE_LAG_MS, check_validity, delayed_requests  # noqa: E402
+from rushhour.loadgen.manifest import read_manifest  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 DEFAULT_CASES = ("quiet,hog1,hog2,hog4,stop50,stop150,stop300,wide2,quiet,hog3,stop100,stop500,wide4,hog6,"
@@ -79,7 +79,7 @@ def start_testbed(tmp: Path, core: int, speed: float) -> tuple[subprocess.Popen[
     # other users from delaying them, so they stay a ground truth (without the right to, it runs as it is).
     allowed = subprocess.run(["chrt", "-f", "20", "true"], capture_output=True).returncode == 0
     rt = ["chrt", "-f", "20"] if allowed else []
-    proc = subprocess.Popen([*rt, "taskset", "-c", str(core), PY, "-m", "testbed", "--profile", "llm-d", "--port", "0",
+    proc = subprocess.Popen([*rt, "taskset", "-c", str(core), PY, "-m", "rushhour.testbed", "--profile", "llm-d", "--port", "0",
                              "--port-file", str(port_file), "--ledger", str(ledger), "--preset", "tiny",
                              "--replicas", "2", "--speed", str(speed)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -35,8 +35,8 @@ from typing import Any
 
 import pybreaker
 
-from loadgen.record import RequestRecord
-from loadgen.resilience import is_failure_key, outcome_key, retry_reason
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.resilience import is_failure_key, outcome_key, retry_reason
 
 CLOSED = "closed"
 OPEN = "open"

@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from scenarios.model import Budget
+from rushhour.scenarios.model import Budget
 
 RUN = "run"
 FIELDS = ("requests", "tokens", "cost_usd")  # what a lease carries, per scope

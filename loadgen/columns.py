@@ -41,8 +41,8 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK
-from stacks.timing import FIELDS as TIMING_FIELDS
+from rushhour.loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK
+from rushhour.stacks.timing import FIELDS as TIMING_FIELDS
 
 SUFFIX = ".arrows"  # the IPC stream format's usual extension; never matched by the shards' *.jsonl
 VERSION = "1"  # bump when a row would no longer equal what the parser makes of its line

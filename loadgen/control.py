@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-import stacks
-from loadgen.tiers import TierWire, map_tier, priority_fields
-from scenarios.model import Control, Scenario, Tier
+from rushhour import stacks
+from rushhour.loadgen.tiers import TierWire, map_tier, priority_fields
+from rushhour.scenarios.model import Control, Scenario, Tier
 
 # The second of a pair leaves this long after the first; which one goes first is a fair coin per pair,
 # so a first-come-first-served server favours neither side on average (a fixed order would). 20 ms, not

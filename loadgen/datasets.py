@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.bounded_json import JsonShapeError, check_depth
-from loadgen.prompts import BYTES_PER_TOKEN
-from loadgen.traces import TraceError
-from scenarios.model import MAX_TOKENS
+from rushhour.loadgen.bounded_json import JsonShapeError, check_depth
+from rushhour.loadgen.prompts import BYTES_PER_TOKEN
+from rushhour.loadgen.traces import TraceError
+from rushhour.scenarios.model import MAX_TOKENS
 
 SHAREGPT = "sharegpt"
 OPENAI = "openai"

@@ -1,6 +1,6 @@
 """``rushhour doctor``'s parent side: write the plan, run the probe child by PID, scrape /metrics once.
 
-The probes themselves run in ``python -m loadgen.engine.doctor`` (gevent stays out of this process, as
+The probes themselves run in ``python -m rushhour.loadgen.engine.doctor`` (gevent stays out of this process, as
 for the calibration probes); this module only orchestrates, and hands what it collected to
 ``audit.doctor`` for judgement.
 """
@@ -19,14 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-import stacks
-from loadgen.record import iter_run
-from loadgen.scrape import metrics_url, read_credential
-from loadgen.testbed_proc import child_env, stop_pid
-from loadgen.tiers import TierError, credential
-from scenarios import ScenarioError, load_scenario
-from scenarios.model import Scenario
-from scenarios.names import did_you_mean
+from rushhour import stacks
+from rushhour.loadgen.record import iter_run
+from rushhour.loadgen.scrape import metrics_url, read_credential
+from rushhour.loadgen.testbed_proc import child_env, stop_pid
+from rushhour.loadgen.tiers import TierError, credential
+from rushhour.scenarios import ScenarioError, load_scenario
+from rushhour.scenarios.model import Scenario
+from rushhour.scenarios.names import did_you_mean
 
 PLAN_FILE = "doctor.json"
 FILLER_TIER = "doctor-filler"  # the fillers' own tier, halfway between the lowest and highest priority
@@ -130,7 +130,7 @@ def run_probes(
     log = folder / "doctor.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.engine.doctor", "--dir", str(folder)],
+            [sys.executable, "-m", "rushhour.loadgen.engine.doctor", "--dir", str(folder)],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -174,7 +174,7 @@ def scrape_names(
     metrics_url: str | None, token: str | None = None, credential_name: str | None = None, timeout_s: float = 5.0
 ) -> tuple[set[str], str | None]:
     """The metric family names ``metrics_url`` exposes, or an error text (never raises)."""
-    from loadgen import scrape
+    from rushhour.loadgen import scrape
 
     if metrics_url is None:
         return set(), "no metrics URL (target.metrics is null)"

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from loadgen import runkey
-from loadgen.ship import SPOOL_ENV
+from rushhour.loadgen import runkey
+from rushhour.loadgen.ship import SPOOL_ENV
 
 DEFAULT_MASTER_PORT = 5557  # Locust's own default
 LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)

@@ -30,10 +30,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadgen.datasets import load_dataset
-from loadgen.prompts import count as count_tokens
-from scenarios.distributions import resolve_trace_path
-from scenarios.model import AgentSwarmPersona, Budget, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.loadgen.datasets import load_dataset
+from rushhour.loadgen.prompts import count as count_tokens
+from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.model import AgentSwarmPersona, Budget, ChatPersona, Scenario, TraceReplayPersona
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.model import Scenario
+from rushhour.scenarios.model import Scenario
 
 CALIBRATION_PERSONA = "calibration"  # the audit's name for these probes (audit/fold.py)
 # a probe measures TTFT: each further token is decode time spent waiting (16 tokens: 1.0 s a probe on L4, 2: 0.2 s)

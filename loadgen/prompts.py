@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loadgen.tokens import Tokenizer
+    from rushhour.loadgen.tokens import Tokenizer
 
 BYTES_PER_TOKEN = 4  # same convention as the testbed's token counter (ceil(bytes / 4))
 _BASE_BYTES = 1 << 20

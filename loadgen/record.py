@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loadgen.columns import SidecarWriter
+    from rushhour.loadgen.columns import SidecarWriter
 
 try:  # a dependency of rushhour; the module still works (slower) on the stdlib alone
     import orjson
@@ -518,7 +518,7 @@ class ShardWriter:
         self.lost_lines = 0
         self.columns: SidecarWriter | None = None
         if columns and os.fstat(self._fd).st_size == 0:  # appending to an older shard: its bytes are not covered
-            from loadgen.columns import SidecarWriter  # pyarrow: only a writer that keeps a sidecar loads it
+            from rushhour.loadgen.columns import SidecarWriter  # pyarrow: only a writer that keeps a sidecar loads it
 
             self.columns = SidecarWriter(self.path)
         header = {

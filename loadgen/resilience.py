@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from loadgen.record import RequestRecord
-from loadgen.workload import is_served as is_served
-from scenarios.model import RetryPolicy
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.workload import is_served as is_served
+from rushhour.scenarios.model import RetryPolicy
 
 Action = Literal["retry", "fallback", "give_up", "done"]
 

@@ -25,21 +25,21 @@ from typing import Any, Protocol
 
 from rich.markup import escape
 
-import stacks
-from loadgen import doomed, procs, runkey
-from loadgen.live import ShardTail, progress_line, render
-from loadgen.manifest import RunManifest, versions, write_manifest
-from loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
-from loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
-from loadgen.schedule import scale_phases
-from loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
-from loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
-from loadgen.tiers import TierError, map_tier
-from loadgen.traces import localise_traces
-from scenarios import ScenarioError, load_scenario
-from scenarios.loader import Problem, located, resolve_scenario_path
-from scenarios.model import PROFILES, Route, Scenario, parse_duration
-from scenarios.names import did_you_mean
+from rushhour import stacks
+from rushhour.loadgen import doomed, procs, runkey
+from rushhour.loadgen.live import ShardTail, progress_line, render
+from rushhour.loadgen.manifest import RunManifest, versions, write_manifest
+from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
+from rushhour.loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
+from rushhour.loadgen.schedule import scale_phases
+from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
+from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
+from rushhour.loadgen.tiers import TierError, map_tier
+from rushhour.loadgen.traces import localise_traces
+from rushhour.scenarios import ScenarioError, load_scenario
+from rushhour.scenarios.loader import Problem, located, resolve_scenario_path
+from rushhour.scenarios.model import PROFILES, Route, Scenario, parse_duration
+from rushhour.scenarios.names import did_you_mean
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130  # 130: Ctrl-C or SIGTERM of the runner only
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
@@ -207,7 +207,7 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
         if unknown:
             raise ScenarioError("--abort", [Problem("abort", None, f"unknown mode(s) {', '.join(unknown)}",
                                                     f"known: {', '.join(ABORT_MODES)}")])
-        from scenarios.model import Abort
+        from rushhour.scenarios.model import Abort
 
         base = scenario.abort or Abort()
         update["abort"] = base.model_copy(update={"hopeless_slo": "hopeless" in options.abort,
@@ -234,7 +234,7 @@ def check_mapping(scenario: Scenario, where: str) -> None:
                 problems.append(Problem(f"tiers.{tier.name}", None, str(exc)))
     metrics = scenario.target.metrics
     if metrics is not None and metrics.credential is not None:
-        from loadgen.scrape import read_credential
+        from rushhour.loadgen.scrape import read_credential
 
         try:
             read_credential(metrics.credential)
@@ -249,7 +249,7 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     path = scenario.target.tokenizer
     if not path:
         return scenario
-    from loadgen.tokens import TokenizerError, load
+    from rushhour.loadgen.tokens import TokenizerError, load
 
     given = Path(path).expanduser()
     if not given.is_absolute() and (scenario_dir / given).exists():
@@ -259,12 +259,12 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
     except TokenizerError as exc:
         raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, str(exc))])) from None
     if tokenizer.chat_template is not None:  # rendered once now, in a child with caps: a bomb fails here, not mid-run
-        from loadgen.template_trial import trial_render
+        from rushhour.loadgen.template_trial import trial_render
 
         problem = trial_render(Path(tokenizer.path).parent, str(tokenizer.template_file))
         if problem:
             raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, problem)]))
-    from loadgen.datasets import DatasetError, check_tokens
+    from rushhour.loadgen.datasets import DatasetError, check_tokens
 
     for i, persona in enumerate(scenario.personas):  # dataset rows held to a prompt's tokens, counted exactly now
         spec = getattr(persona, "dataset", None)
@@ -280,7 +280,7 @@ def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scena
 
 def check_routes(scenario: Scenario, where: str) -> None:
     """Build every route's endpoint now: a URL the load processes could not connect to fails here, once."""
-    from loadgen.endpoint import Endpoint
+    from rushhour.loadgen.endpoint import Endpoint
 
     urls = [("target.url", scenario.target.url)]
     urls += [(f"resilience.fallback.{r.name}.url", r.url) for r in scenario.resilience.fallback]
@@ -301,7 +301,7 @@ FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, geve
 
 def _ceiling(dist: Any) -> float:
     """The largest value a distribution can draw (its ``max``, a constant, a uniform's top, a mixture's)."""
-    from scenarios.distributions import Constant, Mixture, Uniform
+    from rushhour.scenarios.distributions import Constant, Mixture, Uniform
 
     inner = float("inf")
     if isinstance(dist, Constant):
@@ -315,7 +315,7 @@ def _ceiling(dist: Any) -> float:
 
 def peak_connections(scenario: Scenario, processes: int) -> int:
     """Sockets one load process may hold at once: chat sessions, agents × their widest fan-out, replays."""
-    from scenarios.model import AgentSwarmPersona, ChatPersona
+    from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona
 
     scale = max((p.agents_scale if p.agents_scale is not None else p.rate_scale for p in scenario.phases),
                 default=1.0)
@@ -381,13 +381,13 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             scenario.target.is_testbed or any(r.url == "testbed" for r in scenario.resilience.fallback)):
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
             "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
-            "stack they can reach (a testbed of its own: python -m testbed --host ADDR)"))])
+            "stack they can reach (a testbed of its own: python -m rushhour.testbed --host ADDR)"))])
     if options.expect_workers:  # remote workers prove the run's secret, which they get out of band (env)
         try:
             runkey.secret_from()
         except ValueError as exc:
             raise ScenarioError("--expect-workers", [Problem(runkey.SECRET_ENV, None, str(exc))]) from None
-    from loadgen.walltime import wall_time
+    from rushhour.loadgen.walltime import wall_time
 
     planned = wall_time(scenario).line()
     if options.dry_run:
@@ -509,7 +509,7 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
 
 def _calibration_records(run_dir: Path) -> list[dict[str, Any]]:
     """The calibration probes' request lines (their own shard), in the order they were sent."""
-    from loadgen.record import read_shard
+    from rushhour.loadgen.record import read_shard
 
     out: list[dict[str, Any]] = []
     for path in shard_paths(run_dir):
@@ -523,9 +523,9 @@ MODELS_TIMEOUT_S = 3.0  # GET /v1/models when the server says the model is unkno
 
 def _name_models(scenario: Scenario, target_url: str, found: dict[str, Any]) -> dict[str, Any]:
     """The doom decision with the target's served models (``GET /v1/models``) when it says the model is unknown."""
-    from loadgen.diagnose import served_models
-    from loadgen.record import short_text
-    from loadgen.tiers import credential
+    from rushhour.loadgen.diagnose import served_models
+    from rushhour.loadgen.record import short_text
+    from rushhour.loadgen.tiers import credential
 
     if not doomed.Failure(int(found["status"]), str(found["error"])).model_not_found:
         return found
@@ -643,7 +643,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
     recorded cancelled) and propagates.
     """
-    from loadgen.probes import probe_plan, probe_scenario, read_progress
+    from rushhour.loadgen.probes import probe_plan, probe_scenario, read_progress
 
     run_dir, run_id, console = ctx.run_dir, ctx.run_id, ctx.console
     scenario = ctx.scenario
@@ -657,7 +657,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "loadgen.engine.calibrate",
+        "rushhour.loadgen.engine.calibrate",
         "--run-dir",
         str(run_dir),
         "--run-id",
@@ -715,8 +715,8 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
 
 def _dry_run(scenario: Scenario, console: Any, notes: Callable[[Scenario], list[str]] | None = None,
              planned: str = "") -> RunResult:
-    from loadgen.dryrun import plan, render_plan
-    from loadgen.probes import PROBE_OUTPUT_TOKENS
+    from rushhour.loadgen.dryrun import plan, render_plan
+    from rushhour.loadgen.probes import PROBE_OUTPUT_TOKENS
 
     result = plan(scenario)
     if console is not None:
@@ -1169,7 +1169,7 @@ def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: A
     if metrics is None:
         return None
     try:
-        from loadgen.scrape import MetricsScraper, metrics_url, profile_filter, read_credential
+        from rushhour.loadgen.scrape import MetricsScraper, metrics_url, profile_filter, read_credential
     except ImportError:  # pragma: no cover - helper optional
         return None
     profile = stacks.get(scenario.target.profile)

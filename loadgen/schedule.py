@@ -6,7 +6,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-from scenarios.model import Arrival, Phase
+from rushhour.scenarios.model import Arrival, Phase
 
 
 def seeded_rng(seed: int, *parts: object) -> random.Random:

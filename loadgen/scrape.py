@@ -20,7 +20,7 @@ but none the profile keeps says so (``seen``), so an empty metrics file is never
 Where it runs: ``MetricsScraper`` uses a plain ``threading.Thread``. Run it in the runner (parent)
 process, which is not gevent-patched, so parsing a large ``/metrics`` page never delays a Locust
 user. In a gevent-patched process the thread becomes a greenlet and parsing runs on the loop; use
-``python -m loadgen.scrape`` (a separate process) there instead. Each request has a hard deadline
+``python -m rushhour.loadgen.scrape`` (a separate process) there instead. Each request has a hard deadline
 (``timeout_s`` for the whole response, not per read) and a body size cap.
 
 The parser is ``prometheus_client.parser.text_string_to_metric_families``.
@@ -45,9 +45,9 @@ from typing import IO, Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-import stacks
+from rushhour import stacks
 
-# without a profile (``python -m loadgen.scrape`` alone): every prefix any stack profile keeps
+# without a profile (``python -m rushhour.loadgen.scrape`` alone): every prefix any stack profile keeps
 DEFAULT_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for s in stacks.STACKS for p in s.metrics.prefixes))
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_REDIRECTS = 5
@@ -377,10 +377,10 @@ def read_credential(name: str, env: Mapping[str, str] | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m loadgen.scrape URL OUT --anchor-ns N``: scrape in a separate process until SIGTERM."""
-    from loadgen.record import Anchor
+    """``python -m rushhour.loadgen.scrape URL OUT --anchor-ns N``: scrape in a separate process until SIGTERM."""
+    from rushhour.loadgen.record import Anchor
 
-    parser = argparse.ArgumentParser(prog="python -m loadgen.scrape", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.scrape", description=main.__doc__)
     parser.add_argument("url")
     parser.add_argument("out")
     parser.add_argument("--interval-s", type=float, default=1.0)

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
-from scenarios.loader import validate_data
-from scenarios.model import MAX_LADDER, MAX_SCALE, ChatPersona, Phase, Scenario, Tier
+from rushhour.scenarios.loader import validate_data
+from rushhour.scenarios.model import MAX_LADDER, MAX_SCALE, ChatPersona, Phase, Scenario, Tier
 
 Mode = Literal["steady", "scale"]
 
@@ -327,7 +327,7 @@ _CELL_NAME = re.compile(r"-k(\d+)-([a-z]+)-([a-z]+)-(.+)$")
 
 def existing_study(root: Path) -> Plan:
     """A finished study folder as a plan (steps with their run folders), to re-analyse without running."""
-    from scenarios import load_scenario
+    from rushhour.scenarios import load_scenario
 
     root = Path(root)
     steps: list[PlannedStep] = []

@@ -1,6 +1,6 @@
 """A chat template trial-rendered in a child process with a memory and a time limit, before any run.
 
-The parent (``trial_render``) starts ``python -m loadgen.template_trial FOLDER`` and waits at most
+The parent (``trial_render``) starts ``python -m rushhour.loadgen.template_trial FOLDER`` and waits at most
 ``TRIAL_WALL_S``; the child caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``) before
 it imports jinja2, then renders a few conversations like the ones a run sends, each under the render caps
 of ``loadgen.chat_template``. A template that loops, builds gigabytes or cannot compile is refused in
@@ -36,7 +36,7 @@ TRIALS: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = [
 
 def trial_render(folder: Path, template_file: str) -> str | None:
     """None when the template in ``folder`` renders the trials within the caps, else one line naming the file."""
-    cmd = [sys.executable, "-m", "loadgen.template_trial", str(folder)]
+    cmd = [sys.executable, "-m", "rushhour.loadgen.template_trial", str(folder)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -66,8 +66,8 @@ def main(argv: list[str]) -> int:
     """Render the trials with the folder's template: exit 0, or ``REFUSED`` and one line on stdout."""
     _limit_self()
     try:
-        from loadgen.chat_template import TemplateError, compile_template, render
-        from loadgen.tokens import TokenizerError, _config, _template, _token_text
+        from rushhour.loadgen.chat_template import TemplateError, compile_template, render
+        from rushhour.loadgen.tokens import TokenizerError, _config, _template, _token_text
 
         folder = Path(argv[0])
         config = _config(folder)

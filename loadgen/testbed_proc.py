@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-import stacks
-from scenarios.model import Route, Scenario, TestbedOptions
+from rushhour import stacks
+from rushhour.scenarios.model import Route, Scenario, TestbedOptions
 
 # keys of the testbed's flow_control section that a scenario may write at the top level for short
 _FLOW_KEYS = {
@@ -135,7 +135,7 @@ class TestbedProcess:
         cmd = [
             sys.executable,
             "-m",
-            "testbed",
+            "rushhour.testbed",
             "--config",
             str(config_path),
             "--port",

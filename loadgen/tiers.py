@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import stacks
-from loadgen.record import fingerprint, register_secret
-from scenarios.model import Tier
+from rushhour import stacks
+from rushhour.loadgen.record import fingerprint, register_secret
+from rushhour.scenarios.model import Tier
 
 ANTHROPIC_VERSION = "2023-06-01"
 

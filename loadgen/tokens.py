@@ -66,7 +66,7 @@ class Tokenizer:
         """The chat prompt the server builds from ``messages`` and ``tools`` (None without a chat template)."""
         if self.chat_template is None:
             return None
-        from loadgen.chat_template import TemplateError, render
+        from rushhour.loadgen.chat_template import TemplateError, render
 
         if self.broken is not None:
             raise TokenizerError(self.broken)
@@ -184,7 +184,7 @@ def _token_text(value: Any) -> str | None:
 
 def _compile(source: str) -> Any:
     """The template compiled as transformers (and so vLLM) does (sandboxed, trim_blocks, lstrip_blocks), bounded."""
-    from loadgen.chat_template import compile_template
+    from rushhour.loadgen.chat_template import compile_template
 
     def raise_exception(message: str) -> None:
         raise TokenizerError(f"chat template: {message}")

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loadgen.bounded_json import JsonShapeError, check_depth
+from rushhour.loadgen.bounded_json import JsonShapeError, check_depth
 
 MOONCAKE_BLOCK_TOKENS = 512
 MAX_TRACE_BYTES = 2 << 30  # every load process reads the whole trace
@@ -215,7 +215,7 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
     then among the shipped traces. Symbolic links are followed before the check, so a link next to the
     scenario cannot point elsewhere. Anything else is a ``TraceError`` naming ``--allow-path``.
     """
-    from scenarios.distributions import BUNDLED_DATASETS, BUNDLED_TRACES
+    from rushhour.scenarios.distributions import BUNDLED_DATASETS, BUNDLED_TRACES
 
     shipped = [BUNDLED_TRACES, BUNDLED_DATASETS]
     roots = [r.resolve() for r in ([scenario_dir] if scenario_dir else []) + [*allowed, *shipped]]
@@ -224,7 +224,7 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
     candidates = [name] if name.is_absolute() else [base / name for base in bases]
     found = next((c for c in candidates if c.exists()), None)
     if found is None:
-        from scenarios.names import did_you_mean
+        from rushhour.scenarios.names import did_you_mean
 
         near = "" if name.is_absolute() else did_you_mean(
             name.name, sorted(p.name for folder in shipped for p in folder.iterdir() if p.is_file()), cutoff=0.5)
@@ -244,7 +244,7 @@ def locate_trace(trace: str, scenario_dir: Path | None, allowed: Sequence[Path] 
 def check_trace_file(path: Path, ref: TraceRef) -> None:
     """Read a trace once, as the load processes will: garbage is a ``TraceError`` now, not mid-run."""
     if ref.fmt.startswith(DATASET + ":"):
-        from loadgen.datasets import read_dataset
+        from rushhour.loadgen.datasets import read_dataset
 
         read_dataset(path, ref.fmt.split(":", 1)[1])
         return
@@ -278,7 +278,7 @@ def localise_traces(scenario: Any, scenario_dir: Path | None, allowed: Sequence[
     The load processes run elsewhere (another working directory, another machine's checkout): an
     absolute path means they read exactly the file checked here. Problems raise one ``ScenarioError``.
     """
-    from scenarios.loader import Problem, ScenarioError, located
+    from rushhour.scenarios.loader import Problem, ScenarioError, located
 
     data = scenario.model_dump(mode="json")
     refs = trace_refs(data)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.probes import probe_plan
-from loadgen.ship import ANCHOR_LEAD_S
-from scenarios.model import Scenario
+from rushhour.loadgen.probes import probe_plan
+from rushhour.loadgen.ship import ANCHOR_LEAD_S
+from rushhour.scenarios.model import Scenario
 
-TESTBED_START_S = 1.0  # `python -m testbed` until it answers
+TESTBED_START_S = 1.0  # `python -m rushhour.testbed` until it answers
 CALIBRATION_START_S = 1.5  # the probes' child process (gevent) until its first probe
 PROBE_S = 0.5  # an idle probe of 2 output tokens on the testbed's L4 presets: 0.2 s at 256 prompt tokens, 0.9 s at 2048
 LOCUST_START_S = 1.0  # Locust's processes until the master takes the anchor

@@ -6,10 +6,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadgen import prompts
-from loadgen.record import RequestRecord, TaskRecord
-from loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow
-from scenarios.model import AgentSwarmPersona, TraceReplayPersona
+from rushhour.loadgen import prompts
+from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow
+from rushhour.scenarios.model import AgentSwarmPersona, TraceReplayPersona
 
 # Ideal-time estimate for a deadline factor: a call on an idle stack (assumed, documented).
 IDEAL_TTFT_S = 0.2

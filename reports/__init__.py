@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports.html import render_html
-from reports.junit import render_junit
-from reports.markdown import render_markdown
-from reports.terminal import print_terminal, print_verdicts
-from reports.write import write_reports
+from rushhour.reports.html import render_html
+from rushhour.reports.junit import render_junit
+from rushhour.reports.markdown import render_markdown
+from rushhour.reports.terminal import print_terminal, print_verdicts
+from rushhour.reports.write import write_reports
 
 __all__ = ["print_terminal", "print_verdicts", "render_html", "render_junit", "render_markdown", "write_reports"]

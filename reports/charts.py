@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from audit.summary import POLICY_DROP_CLASSES, Summary, TierSeries, TierSummary
-from reports import fmt
+from rushhour.audit.summary import POLICY_DROP_CLASSES, Summary, TierSeries, TierSummary
+from rushhour.reports import fmt
 
 # Points per time series in the HTML; a 24 h run at 1 s buckets is merged to this many.
 MAX_POINTS = 1500

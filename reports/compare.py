@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from audit.compare import CompareResult, Comparison, Test, describe_test
-from reports import fmt
+from rushhour.audit.compare import CompareResult, Comparison, Test, describe_test
+from rushhour.reports import fmt
 
 VERDICT_WORDS = {"ok": "no regression", "regression": "REGRESSION", "invalid": "INVALID"}
 
@@ -83,7 +83,7 @@ def _markdown_one(c: Comparison, result: CompareResult) -> list[str]:
 
 def render_compare_html(result: CompareResult) -> str:
     """The comparison as a self-contained HTML page (shared report CSS)."""
-    from reports.sweep import _css, _env
+    from rushhour.reports.sweep import _css, _env
 
     return str(_env().get_template("compare.html.j2").render(
         result=result, css=Markup(_css()), words=VERDICT_WORDS, value=_value, change=_change, p=_p,

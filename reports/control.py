@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from audit import text
-from audit.summary import PairedEffect, PriorityEffect, Summary
+from rushhour.audit import text
+from rushhour.audit.summary import PairedEffect, PriorityEffect, Summary
 
 
 def _p(p: float | None) -> str:

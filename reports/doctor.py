@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from audit.doctor import Check
+from rushhour.audit.doctor import Check
 
 _STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "info": "dim"}
 

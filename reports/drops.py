@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import audit
-from audit.summary import UNSERVED_CLASSES, Summary
+from rushhour import audit
+from rushhour.audit.summary import UNSERVED_CLASSES, Summary
 
 COLUMNS = (
     "request_id",

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from audit.judged import JUDGED_CHECK, TierState
-from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES, Percentiles, Rate, Summary, Verdict
-from audit.text import ms, p_value, pct, times
+from rushhour.audit.judged import JUDGED_CHECK, TierState
+from rushhour.audit.summary import (
+    OUTCOME_CLASSES,
+    POLICY_DROP_CLASSES,
+    UNSERVED_CLASSES,
+    Percentiles,
+    Rate,
+    Summary,
+    Verdict,
+)
+from rushhour.audit.text import ms, p_value, pct, times
 
 # Okabe–Ito based, colour-blind safe; assigned by tier order (most urgent first), never by name.
 TIER_PALETTE = (

@@ -7,10 +7,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-from audit.between import FIGURES, Figure, change_text, value_text
-from audit.history import FigureJudgement, HistoryResult
-from reports import fmt
-from reports.sweep import _colours, _css, _env, line_chart
+from rushhour.audit.between import FIGURES, Figure, change_text, value_text
+from rushhour.audit.history import FigureJudgement, HistoryResult
+from rushhour.reports import fmt
+from rushhour.reports.sweep import _colours, _css, _env, line_chart
 
 SHOWN_VALUES = 8  # window values listed per figure on the terminal and the page (the newest ones)
 _FIGURE = {f.key: f for f in FIGURES}

@@ -10,9 +10,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from audit.judged import tier_state
-from audit.summary import UNSERVED_CLASSES, Summary, TierSummary
-from reports import charts, control, drops, fmt, sentences, sidebyside, waits
+from rushhour.audit.judged import tier_state
+from rushhour.audit.summary import UNSERVED_CLASSES, Summary, TierSummary
+from rushhour.reports import charts, control, drops, fmt, sentences, sidebyside, waits
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from audit.gates import min_samples
-from audit.summary import Percentiles, Summary, Verdict
-from reports import fmt
+from rushhour.audit.gates import min_samples
+from rushhour.audit.summary import Percentiles, Summary, Verdict
+from rushhour.reports import fmt
 
 CELL = "INCONCLUSIVE"  # a tier's SLO cell when a check could not be judged (the reason is a line below)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from audit.judged import JUDGED_CHECK
-from audit.summary import Summary, Verdict
-from reports import fmt, sentences
+from rushhour.audit.judged import JUDGED_CHECK
+from rushhour.audit.summary import Summary, Verdict
+from rushhour.reports import fmt, sentences
 
 # Characters XML 1.0 forbids even when escaped.
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import html
 
-from audit.summary import Summary, TokenFidelity
-from reports import control, fmt, inconclusive, sentences, sidebyside, waits
+from rushhour.audit.summary import Summary, TokenFidelity
+from rushhour.reports import control, fmt, inconclusive, sentences, sidebyside, waits
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 

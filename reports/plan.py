@@ -6,9 +6,9 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from audit import text
-from audit.plan import PlanResult, ScaleAnswer, rate_varies
-from reports.sweep import _colours, _css, _env, _write, line_chart, render_sweep_markdown, sweep_charts
+from rushhour.audit import text
+from rushhour.audit.plan import PlanResult, ScaleAnswer, rate_varies
+from rushhour.reports.sweep import _colours, _css, _env, _write, line_chart, render_sweep_markdown, sweep_charts
 
 ISSUED_NOTE = ("Requests issued: logical requests per second the clients issued (every tier, retries folded, "
                "those turned away before sending included), measured in the cell of the answering replica count "

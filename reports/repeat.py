@@ -8,11 +8,11 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from audit.repeat import RepeatSummary, Spread
-from reports import fmt
-from reports.charts import nice_ticks, tick_label
-from reports.markdown import _table
-from reports.sweep import CHART_H, CHART_W, PAD_B, PAD_L, PAD_R, PAD_T, _colours, _css, _env
+from rushhour.audit.repeat import RepeatSummary, Spread
+from rushhour.reports import fmt
+from rushhour.reports.charts import nice_ticks, tick_label
+from rushhour.reports.markdown import _table
+from rushhour.reports.sweep import CHART_H, CHART_W, PAD_B, PAD_L, PAD_R, PAD_T, _colours, _css, _env
 
 REPEAT_HTML = "repeat.html"
 
@@ -91,7 +91,7 @@ def render_junit(r: RepeatSummary) -> str:
     """JUnit XML: a suite ``rushhour.runs`` (one case per run: its gate) and ``rushhour.aggregate`` (one per check)."""
     import xml.etree.ElementTree as ET
 
-    from reports.junit import _clean
+    from rushhour.reports.junit import _clean
 
     root = ET.Element("testsuites", {"name": _clean(f"rushhour {r.scenario} repeat of {len(r.runs)}")})
     runs = ET.SubElement(root, "testsuite", {"name": "rushhour.runs"})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from audit.judged import JUDGED_CHECK, tier_state
-from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES, Summary, TaskStats, TierSummary
-from reports import fmt
+from rushhour.audit.judged import JUDGED_CHECK, tier_state
+from rushhour.audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES, Summary, TaskStats, TierSummary
+from rushhour.reports import fmt
 
 # How each unserved class reads in a sentence (policy classes first, as in the breakdown).
 _DROP_WORDS = {

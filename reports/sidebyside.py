@@ -5,8 +5,8 @@ Pure: rows of text cells from the summary, shared by the HTML and Markdown repor
 
 from __future__ import annotations
 
-from audit.summary import UNSERVED_CLASSES, Inflation, Percentiles, Summary, TierSpend
-from reports import fmt
+from rushhour.audit.summary import UNSERVED_CLASSES, Inflation, Percentiles, Summary, TierSpend
+from rushhour.reports import fmt
 
 
 def shown(summary: Summary) -> bool:

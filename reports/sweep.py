@@ -10,9 +10,9 @@ from typing import Any
 from markupsafe import Markup, escape
 from pydantic import BaseModel
 
-from audit.knee import StudyResult, SweepResult
-from reports import fmt
-from reports.charts import nice_ticks, tick_label
+from rushhour.audit.knee import StudyResult, SweepResult
+from rushhour.reports import fmt
+from rushhour.reports.charts import nice_ticks, tick_label
 
 CHART_W, CHART_H = 380, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 14, 38
@@ -139,13 +139,13 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
 
 
 def _env() -> Any:
-    from reports.html import _env as html_env
+    from rushhour.reports.html import _env as html_env
 
     return html_env()
 
 
 def _css() -> str:
-    from reports.html import TEMPLATES, _asset
+    from rushhour.reports.html import TEMPLATES, _asset
 
     return _asset(TEMPLATES / "report.css")
 

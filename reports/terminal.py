@@ -8,9 +8,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from audit.judged import tier_state
-from audit.summary import Summary, Verdict
-from reports import control, fmt, inconclusive, sentences, waits
+from rushhour.audit.judged import tier_state
+from rushhour.audit.summary import Summary, Verdict
+from rushhour.reports import control, fmt, inconclusive, sentences, waits
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from audit.summary import Summary
-from audit.waits import sentence
-from reports import fmt
+from rushhour.audit.summary import Summary
+from rushhour.audit.waits import sentence
+from rushhour.reports import fmt
 
 HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "rest"]
 CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from audit.integrity import record_outputs
-from audit.summary import Summary
-from reports import drops
-from reports.html import render_html
-from reports.junit import render_junit
-from reports.markdown import render_markdown
+from rushhour.audit.integrity import record_outputs
+from rushhour.audit.summary import Summary
+from rushhour.reports import drops
+from rushhour.reports.html import render_html
+from rushhour.reports.junit import render_junit
+from rushhour.reports.markdown import render_markdown
 
 
 def _write(path: Path, text: str) -> Path:

@@ -13,7 +13,7 @@ from rushhour import flags
 from rushhour.consoles import make_console, print_error
 
 if TYPE_CHECKING:
-    from loadgen.sweep import Plan, PlannedStep
+    from rushhour.loadgen.sweep import Plan, PlannedStep
 
 console = make_console(stderr=True)
 out = make_console()
@@ -38,7 +38,7 @@ def _label(step: PlannedStep) -> str:
 
 def _eta(plan: Plan, simulate: bool) -> str:
     """How long a plan takes: wall time in real time; in virtual time only its simulated time (far less wall)."""
-    from loadgen.sweep import estimate_s, fmt_duration
+    from rushhour.loadgen.sweep import estimate_s, fmt_duration
 
     if simulate:
         return f"{fmt_duration(sum(s.duration_s for s in plan.steps))} of simulated time (virtual time: less wall time)"
@@ -52,17 +52,17 @@ def _runner(processes: int, quiet: bool = True, base: str | None = None, total: 
     A line every few seconds inside the step (``rushhour.progress``): elapsed time, requests done.
     ``simulate``: each step runs in virtual time against the testbed's model (``sim/``) instead.
     """
-    from audit import run_audit
-    from loadgen.runner import RunOptions, run_scenario
+    from rushhour.audit import run_audit
+    from rushhour.loadgen.runner import RunOptions, run_scenario
     from rushhour.progress import StepWatch
-    from scenarios import resolve_scenario_path
+    from rushhour.scenarios import resolve_scenario_path
 
     allowed = [resolve_scenario_path(base).resolve().parent] if base else []
 
     def run_step(step: PlannedStep) -> Path | None:
         if simulate:
-            from sim.run import SimOptions
-            from sim.run import simulate as run_sim
+            from rushhour.sim.run import SimOptions
+            from rushhour.sim.run import simulate as run_sim
 
             run_dir = run_sim(str(step.scenario_path), SimOptions(out_dir=step.dir, allow_paths=allowed)).run_dir
             run_audit(run_dir)
@@ -96,7 +96,7 @@ def _progress(total: int, started: float) -> Any:
 
 
 def _summaries(plan: Plan) -> list[tuple[PlannedStep, Any]]:
-    from audit import load_or_audit
+    from rushhour.audit import load_or_audit
 
     done = []
     for step in plan.steps:
@@ -146,11 +146,11 @@ def sweep(
         _search(scenario, scale, step_duration, warmup, mode, seed, out_dir, processes, precision, max_probes,
                 repeats, simulate)
 
-    from audit.knee import analyse_sweep, step_from_summary
-    from loadgen.sweep import SweepError, parse_replicas, parse_scales, plan_sweep, run_plan
-    from reports.sweep import write_sweep_reports
-    from scenarios import ScenarioError, load_scenario
-    from scenarios.model import parse_duration
+    from rushhour.audit.knee import analyse_sweep, step_from_summary
+    from rushhour.loadgen.sweep import SweepError, parse_replicas, parse_scales, plan_sweep, run_plan
+    from rushhour.reports.sweep import write_sweep_reports
+    from rushhour.scenarios import ScenarioError, load_scenario
+    from rushhour.scenarios.model import parse_duration
 
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
@@ -186,12 +186,12 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
             out_dir: Path, processes: int, precision: float, max_probes: int, repeats: int,
             simulate: bool = False) -> None:
     """``sweep --search``: probe, audit, judge with intervals, bisect; write sweep.json with ``search``."""
-    from audit.boundary import Probe, SearchResult, SearchSettings, boundary, next_scale, probe_outcome
-    from audit.knee import Step, analyse_sweep, step_from_summary
-    from loadgen.sweep import SweepError, new_id, parse_scales, plan_step
-    from reports.sweep import write_sweep_reports
-    from scenarios import ScenarioError, load_scenario
-    from scenarios.model import parse_duration
+    from rushhour.audit.boundary import Probe, SearchResult, SearchSettings, boundary, next_scale, probe_outcome
+    from rushhour.audit.knee import Step, analyse_sweep, step_from_summary
+    from rushhour.loadgen.sweep import SweepError, new_id, parse_scales, plan_step
+    from rushhour.reports.sweep import write_sweep_reports
+    from rushhour.scenarios import ScenarioError, load_scenario
+    from rushhour.scenarios.model import parse_duration
 
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
@@ -222,7 +222,7 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
             run_dir = run_step(planned)
             if run_dir is None:
                 raise RuntimeError("the run produced no run folder")
-            from audit import load_or_audit
+            from rushhour.audit import load_or_audit
 
             row: Step = step_from_summary(load_or_audit(run_dir), planned.index, level, None, str(run_dir),
                                           planned.duration_s)
@@ -271,11 +271,11 @@ def study(
     import dataclasses
     import time
 
-    from audit.knee import analyse_study, study_cell
-    from loadgen.sweep import GRIDS, SweepError, existing_study, plan_study, run_plan
-    from reports.sweep import write_study_reports
-    from scenarios import ScenarioError, load_scenario
-    from scenarios.model import parse_duration
+    from rushhour.audit.knee import analyse_study, study_cell
+    from rushhour.loadgen.sweep import GRIDS, SweepError, existing_study, plan_study, run_plan
+    from rushhour.reports.sweep import write_study_reports
+    from rushhour.scenarios import ScenarioError, load_scenario
+    from rushhour.scenarios.model import parse_duration
 
     name = "quick" if quick else grid
     if name not in GRIDS:
@@ -326,8 +326,8 @@ def study(
 
 def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:
     """The study's base scenario on ``replicas`` testbed replicas with its workload × ``scale``."""
-    from scenarios.loader import revalidate
-    from sim.run import scale_scenario
+    from rushhour.scenarios.loader import revalidate
+    from rushhour.sim.run import scale_scenario
 
     if scale <= 0 or (replicas is not None and replicas < 1):
         raise ValueError("--scale must be > 0 and --replicas at least 1")
@@ -359,9 +359,9 @@ def compare(
     json_out: Annotated[Path | None, typer.Option("--json", help="write compare.json here")] = None,
 ) -> None:
     """Compare runs side by side per tier with significance tests: exit 0 ok, 1 regression, 2 invalid."""
-    from audit.compare import MIN_LATENCY_MS, RegressionRule, compare_runs
-    from audit.errors import AuditError
-    from reports.compare import render_compare_html, render_compare_markdown
+    from rushhour.audit.compare import MIN_LATENCY_MS, RegressionRule, compare_runs
+    from rushhour.audit.errors import AuditError
+    from rushhour.reports.compare import render_compare_html, render_compare_markdown
 
     if len(runs) < 2:
         raise _fail("compare needs a baseline and at least one candidate run folder")

@@ -42,7 +42,7 @@ class _App(typer.Typer):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         debug = _take_debug_flag(sys.argv)
-        from sim.compiled import reexec_compiled
+        from rushhour.sim.compiled import reexec_compiled
 
         reexec_compiled(sys.argv[1:], debug)  # the simulator's verbs: again, compiled, when a build matches
         from rushhour.pipes import guard_stdout
@@ -127,10 +127,10 @@ def scenario_check(
     allow_path: AllowPaths = None,
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
-    from loadgen.runner import check_tokenizer
-    from loadgen.traces import localise_traces
     from rushhour.fits import context_warnings
-    from scenarios import ScenarioError, load_scenario, resolve_scenario_path
+    from rushhour.loadgen.runner import check_tokenizer
+    from rushhour.loadgen.traces import localise_traces
+    from rushhour.scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     bad = 0
     for name in files:
@@ -164,9 +164,9 @@ def scenario_check(
 
 def _testbed_problem(scenario: object) -> str | None:
     """The embedded testbed's own config check, so `scenario check` catches its typos before a run."""
-    from loadgen.testbed_proc import testbed_config
-    from scenarios.model import Route, Scenario
-    from testbed.config import ConfigError, TestbedConfig, from_dict
+    from rushhour.loadgen.testbed_proc import testbed_config
+    from rushhour.scenarios.model import Route, Scenario
+    from rushhour.testbed.config import ConfigError, TestbedConfig, from_dict
 
     assert isinstance(scenario, Scenario)
     routes: list[tuple[str, Route | None]] = [("target.testbed", None)] if scenario.target.is_testbed else []
@@ -183,7 +183,7 @@ def _testbed_problem(scenario: object) -> str | None:
 @scenario_app.command("schema")
 def scenario_schema() -> None:
     """Print the scenario JSON Schema (for editor completion)."""
-    from scenarios import json_schema
+    from rushhour.scenarios import json_schema
 
     sys.stdout.write(json_schema() + "\n")
 
@@ -191,7 +191,7 @@ def scenario_schema() -> None:
 @scenario_app.command("list")
 def scenario_list() -> None:
     """List the built-in scenario library."""
-    from scenarios.loader import LIBRARY_DIR, load_scenario
+    from rushhour.scenarios.loader import LIBRARY_DIR, load_scenario
 
     for path in sorted(LIBRARY_DIR.glob("*.yaml")):
         scenario = load_scenario(path)
@@ -239,10 +239,10 @@ def run(
              "address; without it such a run stops within seconds and exits 2)")] = False,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
-    from audit.early import Watcher
-    from loadgen.runner import RunOptions, run_scenario
+    from rushhour.audit.early import Watcher
     from rushhour.fits import dry_run_notes
-    from scenarios import ScenarioError
+    from rushhour.loadgen.runner import RunOptions, run_scenario
+    from rushhour.scenarios import ScenarioError
 
     if expect_workers < 0 or (expect_workers and processes != 1):
         raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
@@ -273,8 +273,8 @@ def run(
         except (ScenarioError, FileNotFoundError) as exc:
             raise _fail(str(exc)) from None
         if repeated is not None and (junit or markdown):
-            from reports.repeat import render_junit as repeat_junit
-            from reports.repeat import render_markdown as repeat_markdown
+            from rushhour.reports.repeat import render_junit as repeat_junit
+            from rushhour.reports.repeat import render_markdown as repeat_markdown
 
             _write_gate_files(repeated, junit, markdown, repeat_junit, repeat_markdown)
         raise typer.Exit(code)
@@ -324,7 +324,7 @@ def worker(
     """Join a multi-host run: get the scenario from the master, drive this worker's share, ship the records back."""
     import os
 
-    from loadgen.distributed import parse_master, resolve_master, worker_command, worker_env
+    from rushhour.loadgen.distributed import parse_master, resolve_master, worker_command, worker_env
 
     try:
         cmd = worker_command(master)
@@ -351,9 +351,9 @@ def k8s(
     secret: Annotated[str | None, typer.Option(help="Secret whose keys become environment variables")] = None,
 ) -> None:
     """Print the Kubernetes manifests of a multi-host run: master Job + Service, workers, Secret, NetworkPolicy."""
-    from loadgen.runner import RunOptions, apply_overrides
     from rushhour.k8s import K8sOptions, render
-    from scenarios import ScenarioError, load_scenario, resolve_scenario_path
+    from rushhour.loadgen.runner import RunOptions, apply_overrides
+    from rushhour.scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     try:
         # refuse a broken scenario or option here, not in the cluster: --target, --profile, --duration as `run` does
@@ -374,8 +374,8 @@ def k8s(
 def _audit_and_report(run_dir: Path, *, render: bool = True, gate_run: bool = False, junit: Path | None = None,
                       markdown: Path | None = None) -> int:
     """Audit the run, render its reports (``render``); the exit code: 0, or the gate's with ``gate_run``."""
-    from audit import AuditError, run_audit
-    from reports import print_terminal, print_verdicts, render_junit, render_markdown, write_reports
+    from rushhour.audit import AuditError, run_audit
+    from rushhour.reports import print_terminal, print_verdicts, render_junit, render_markdown, write_reports
 
     try:
         summary = run_audit(run_dir)
@@ -413,9 +413,9 @@ def serve(
     Alone it imitates 2 × H100 serving Llama-3.1-8B (models `testbed` and meta-llama/Llama-3.1-8B-Instruct); a
     scenario's `url: testbed` starts its own, as its target.testbed says (default: one `tiny` replica).
     """
-    import testbed
-    from scenarios.names import did_you_mean
-    from testbed.config import PROFILES
+    from rushhour import testbed
+    from rushhour.scenarios.names import did_you_mean
+    from rushhour.testbed.config import PROFILES
 
     if profile not in PROFILES:
         near = did_you_mean(profile, PROFILES)
@@ -440,7 +440,7 @@ def audit(
     When neither the records, run.json, metrics.jsonl, the rules nor the audit's code changed since the
     last audit (its attempts table's fingerprint), the existing summary is kept: nothing to redo.
     """
-    from audit import AuditError, IntegrityError, current_summary, run_audit
+    from rushhour.audit import AuditError, IntegrityError, current_summary, run_audit
 
     note = _disk_full_note(run_dir)
     if note:
@@ -457,7 +457,7 @@ def audit(
     except OSError as exc:
         raise _fail(f"cannot write the audit of {run_dir}: {exc.strerror or exc}") from None
     if not quiet:
-        from reports import print_terminal
+        from rushhour.reports import print_terminal
 
         print_terminal(summary, out)
     if kept is not None:  # say why it took no time, on stderr: the path line stays as scripts read it
@@ -467,7 +467,7 @@ def audit(
 
 def _disk_full_note(run_dir: Path) -> str | None:
     """What a run stopped by a full disk is missing (run.json's ``disk_full``), in one line."""
-    from loadgen.manifest import read_manifest
+    from rushhour.loadgen.manifest import read_manifest
 
     try:
         manifest = read_manifest(run_dir)
@@ -489,8 +489,8 @@ def report(
     open_browser: Annotated[bool, typer.Option("--open", help="open the HTML report")] = False,
 ) -> None:
     """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed)."""
-    from audit import AuditError, load_or_audit
-    from reports import write_reports
+    from rushhour.audit import AuditError, load_or_audit
+    from rushhour.reports import write_reports
 
     try:
         summary = load_or_audit(run_dir)
@@ -516,8 +516,8 @@ def gate(
     ] = None,
 ) -> None:
     """Judge a run against its SLOs: exit 0 pass, 1 fail, 2 invalid, inconclusive or no SLO (or a `--repeat` folder)."""
-    from audit import AuditError, run_audit
-    from reports import print_verdicts, render_junit, render_markdown
+    from rushhour.audit import AuditError, run_audit
+    from rushhour.reports import print_verdicts, render_junit, render_markdown
 
     if (run_dir / "repeat.json").is_file() and not (run_dir / "run.json").exists():
         if slo is not None or judge is not None:  # repeat.json was judged with the scenario's SLOs: say so, not ignore
@@ -554,9 +554,9 @@ def history(
              "an invalid or cut-short newest run)")] = False,
 ) -> None:
     """A per-tier trend across audited runs (Parquet + HTML), and the newest run against a trailing window."""
-    from audit.compare import MIN_LATENCY_MS, RegressionRule
-    from reports.history import print_history
+    from rushhour.audit.compare import MIN_LATENCY_MS, RegressionRule
     from rushhour.history import HISTORY_HTML, HISTORY_PARQUET, build_history, parse_percent
+    from rushhour.reports.history import print_history
 
     missing = [str(p) for p in runs_dirs if not p.exists()]
     if missing:
@@ -567,7 +567,7 @@ def history(
                               drop_abs=parse_percent(min_drop_change, what="--min-drop-change"))
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    from audit import AuditError
+    from rushhour.audit import AuditError
 
     try:
         result, rows = build_history(runs_dirs, out_dir, window, rule)
@@ -610,7 +610,7 @@ def _gate_repeat(folder: Path, markdown: Path | None, junit: Path | None) -> int
         summary = read_repeat(folder)
     except (OSError, ValueError) as exc:
         raise _fail(f"cannot read {folder / 'repeat.json'}: {one_line(exc)}") from None
-    from reports.repeat import print_repeat, render_junit, render_markdown
+    from rushhour.reports.repeat import print_repeat, render_junit, render_markdown
 
     print_repeat(summary, out)
     _write_gate_files(summary, junit, markdown, render_junit, render_markdown)
@@ -629,9 +629,9 @@ def doctor(
     out_dir: Annotated[Path, typer.Option("--out", help="folder for the probes' records")] = Path("runs"),
 ) -> None:
     """A handful of probes and one scrape: does rushhour understand this stack? Exit 1 if it would misread it."""
-    from audit.doctor import doctor_input, exit_code, judge
-    from loadgen.diagnose import DoctorError, diagnose, prepare
-    from reports.doctor import print_doctor
+    from rushhour.audit.doctor import doctor_input, exit_code, judge
+    from rushhour.loadgen.diagnose import DoctorError, diagnose, prepare
+    from rushhour.reports.doctor import print_doctor
 
     try:
         plan = prepare(scenario, target=target, profile=profile, model=model, metrics=metrics)

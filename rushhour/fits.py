@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.datasets import load_dataset
-from loadgen.prompts import count as count_tokens
-from loadgen.testbed_proc import testbed_config
-from loadgen.traces import read_trace, schedule
-from scenarios.distributions import resolve_trace_path
-from scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
-from testbed.config import ConfigError, TestbedConfig, from_dict
-from testbed.presets import get_preset
+from rushhour.loadgen.datasets import load_dataset
+from rushhour.loadgen.prompts import count as count_tokens
+from rushhour.loadgen.testbed_proc import testbed_config
+from rushhour.loadgen.traces import read_trace, schedule
+from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.testbed.config import ConfigError, TestbedConfig, from_dict
+from rushhour.testbed.presets import get_preset
 
 BIGGER = "h100-llama8b"  # the preset to suggest: a 430,000-token context
 

@@ -24,7 +24,7 @@ def _model_limit(name: str) -> Callable[[], float]:
     """A limit of ``scenarios.model``, read when a verb's flags are checked (importing it costs 150 ms)."""
 
     def read() -> float:
-        from scenarios import model
+        from rushhour.scenarios import model
 
         return float(getattr(model, name))
 
@@ -77,7 +77,7 @@ def count(flag: str, low: int, bound: Bound) -> Callable[[Any], Any]:
 
 def tier_counts(text: str) -> tuple[int, ...]:
     """``study --k 1,2,4``: distinct tier counts from 1 to ``MAX_LADDER``, at most ``MAX_LADDER`` of them."""
-    from scenarios.model import MAX_LADDER
+    from rushhour.scenarios.model import MAX_LADDER
 
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})

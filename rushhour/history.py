@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from audit.between import LEVEL, MIN_RUNS
-from audit.compare import RegressionRule
-from audit.history import (
+from rushhour.audit.between import LEVEL, MIN_RUNS
+from rushhour.audit.compare import RegressionRule
+from rushhour.audit.history import (
     FoundRun,
     HistoryResult,
     HistoryRun,
@@ -67,9 +67,9 @@ def _write(path: Path, text: str) -> None:
 def build_history(paths: list[Path], out_dir: Path, window: int,
                   rule: RegressionRule | None = None) -> tuple[HistoryResult, list[dict[str, Any]]]:
     """Load, order, write history.parquet/.json/.html into ``out_dir``; the result and the trend rows."""
-    from audit import AuditError, IntegrityError, load_or_audit
-    from audit.compare import load_run
-    from reports.history import render_history_html
+    from rushhour.audit import AuditError, IntegrityError, load_or_audit
+    from rushhour.audit.compare import load_run
+    from rushhour.reports.history import render_history_html
 
     runs, skipped, found = [], [], []
     for run_dir in find_runs(paths):

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from loadgen import runkey
+from rushhour.loadgen import runkey
 
 MASTER_PORT = 5557
 MAX_WORKERS = 1000

@@ -9,6 +9,6 @@ process only; the CLI never imports it.
 
 from __future__ import annotations
 
-from loadgen.engine.users import AgentUser, ChatUser, ReplayUser, RushhourUser
+from rushhour.loadgen.engine.users import AgentUser, ChatUser, ReplayUser, RushhourUser
 
 __all__ = ["AgentUser", "ChatUser", "ReplayUser", "RushhourUser"]

@@ -53,7 +53,7 @@ class StepWatch:
 
     def line(self) -> str:
         """``step 2/8 (1.5×): 15 s, 120 requests done (112 served)`` — or ``starting …`` before any record."""
-        from loadgen.live import ShardTail
+        from rushhour.loadgen.live import ShardTail
 
         elapsed = time.monotonic() - self.started
         if self._tail is None:

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from audit.repeat import GateOn, RepeatRun, RepeatSummary, aggregate, derive_seed
-from loadgen.runner import RunOptions, RunResult, apply_overrides, new_run_id, run_scenario
-from scenarios import load_scenario
+from rushhour.audit.repeat import GateOn, RepeatRun, RepeatSummary, aggregate, derive_seed
+from rushhour.loadgen.runner import RunOptions, RunResult, apply_overrides, new_run_id, run_scenario
+from rushhour.scenarios import load_scenario
 
 REPEAT_JSON, REPEAT_MD = "repeat.json", "repeat.md"
 EXIT_INTERRUPTED = 130
@@ -41,9 +41,9 @@ def _write(path: Path, text: str) -> None:
 def run_repeated(name: str, options: RunOptions, repeat: int, gate_on: GateOn, console: Any, out: Any,
                  report: bool = True) -> tuple[Path, RepeatSummary | None, int]:
     """Run ``repeat`` times; returns (the repeat's folder, its summary, the exit code)."""
-    from audit import AuditError, run_audit
-    from reports import write_reports
-    from reports.repeat import REPEAT_HTML, print_repeat, render_markdown, render_repeat_html
+    from rushhour.audit import AuditError, run_audit
+    from rushhour.reports import write_reports
+    from rushhour.reports.repeat import REPEAT_HTML, print_repeat, render_markdown, render_repeat_html
 
     scenario = apply_overrides(load_scenario(name), options)  # the base seed: --seed, else the scenario's
     base_seed = scenario.seed

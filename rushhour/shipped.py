@@ -26,7 +26,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 def builtin_scenarios() -> dict[str, Path]:
     """The built-in scenario library by name."""
-    from scenarios.loader import LIBRARY_DIR
+    from rushhour.scenarios.loader import LIBRARY_DIR
 
     return {path.stem: path for path in sorted(LIBRARY_DIR.glob("*.yaml"))}
 
@@ -87,7 +87,7 @@ schema_app = typer.Typer(help="Print the JSON Schema of summary.json (the scenar
 @schema_app.command("summary")
 def schema_summary() -> None:
     """Print the JSON Schema of summary.json (the audit's output), as docs/summary.schema.json has it."""
-    from audit.schema import summary_schema_text
+    from rushhour.audit.schema import summary_schema_text
 
     sys.stdout.write(summary_schema_text())
 

@@ -36,10 +36,10 @@ def simulate(
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
 ) -> None:
     """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
-    from scenarios import ScenarioError
-    from scenarios.model import MAX_SIM_REPLICAS
-    from sim.run import SimOptions, parse_grow
-    from sim.run import simulate as run_sim
+    from rushhour.scenarios import ScenarioError
+    from rushhour.scenarios.model import MAX_SIM_REPLICAS
+    from rushhour.sim.run import SimOptions, parse_grow
+    from rushhour.sim.run import simulate as run_sim
 
     if replicas is not None and not 1 <= replicas <= MAX_SIM_REPLICAS:
         raise _fail(f"--replicas must be between 1 and {MAX_SIM_REPLICAS:,}, got {replicas:,}")
@@ -65,8 +65,8 @@ def simulate(
     out.print(f"run folder: {result.run_dir}", highlight=False)
     if not report:
         raise typer.Exit(result.exit_code)
-    from audit import AuditError, run_audit
-    from reports import print_terminal, write_reports
+    from rushhour.audit import AuditError, run_audit
+    from rushhour.reports import print_terminal, write_reports
 
     try:
         summary = run_audit(result.run_dir)
@@ -99,13 +99,13 @@ def plan(
     import datetime as dt
     import time
 
-    from audit import run_audit
-    from audit.knee import Step, analyse_sweep, step_from_summary
-    from audit.plan import analyse_plan
-    from loadgen.sweep import SweepError, new_id, parse_scales
-    from reports.plan import write_plan_reports
-    from scenarios import ScenarioError
-    from sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario, simulate_scenario
+    from rushhour.audit import run_audit
+    from rushhour.audit.knee import Step, analyse_sweep, step_from_summary
+    from rushhour.audit.plan import analyse_plan
+    from rushhour.loadgen.sweep import SweepError, new_id, parse_scales
+    from rushhour.reports.plan import write_plan_reports
+    from rushhour.scenarios import ScenarioError
+    from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario, simulate_scenario
 
     if gpus_per_replica < 1:
         raise _fail("--gpus-per-replica must be at least 1")
@@ -121,7 +121,7 @@ def plan(
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
     cells = len(ladder) * len(scales)
-    from sim.compiled import status
+    from rushhour.sim.compiled import status
 
     console.print(f"plan {plan_id}: {len(ladder)} replica counts × {len(scales)} scales = {cells} simulated runs of "
                   f"{base.duration_s:g} s ({status()})", highlight=False)

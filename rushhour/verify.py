@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.integrity import (
+from rushhour.audit.integrity import (
     INTEGRITY_FILE,
     OUTPUT_FILES,
     SIGNATURE_FILE,
@@ -21,7 +21,7 @@ from audit.integrity import (
     compare_folder,
     read_manifest,
 )
-from audit.table import stored_inputs
+from rushhour.audit.table import stored_inputs
 
 EXIT_INTACT, EXIT_TAMPERED, EXIT_USAGE = 0, 1, 2
 

@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from scenarios.model import CROSS_REFERENCE, Scenario, parse_duration, span_problems
-from scenarios.names import did_you_mean
-from scenarios.references import reference_problems
+from rushhour.scenarios.model import CROSS_REFERENCE, Scenario, parse_duration, span_problems
+from rushhour.scenarios.names import did_you_mean
+from rushhour.scenarios.references import reference_problems
 
 LIBRARY_DIR = Path(__file__).parent / "library"
 

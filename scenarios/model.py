@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-import stacks
-from scenarios.distributions import (
+from rushhour import stacks
+from rushhour.scenarios.distributions import (
     Constant,
     Distribution,
     Exponential,
@@ -29,8 +29,8 @@ from scenarios.distributions import (
     Uniform,
     as_dist_input,
 )
-from scenarios.references import Reference, reference_problems
-from scenarios.tools import BUILTIN_TOOLS, check_tools
+from rushhour.scenarios.references import Reference, reference_problems
+from rushhour.scenarios.tools import BUILTIN_TOOLS, check_tools
 
 PROFILES: tuple[str, ...] = stacks.NAMES  # every stack module's name and alias (stacks/registry.py)
 if TYPE_CHECKING:

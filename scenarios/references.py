@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scenarios.names import did_you_mean
+from rushhour.scenarios.names import did_you_mean
 
 Loc = tuple[str | int, ...]
 DEFAULT_PHASES = ["steady"]  # Scenario.phases' default

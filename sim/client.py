@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import stacks
-from loadgen.record import RequestRecord, error_summary, short_text
-from sim.loop import Future, Loop
-from testbed.job import EVICTED, REPLICA_DOWN, Job
-from testbed.profiles import AnthropicProfile, Profile, Reply
+from rushhour import stacks
+from rushhour.loadgen.record import RequestRecord, error_summary, short_text
+from rushhour.sim.loop import Future, Loop
+from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
+from rushhour.testbed.profiles import AnthropicProfile, Profile, Reply
 
 CLOSED_EARLY = "connection closed before the end of the response"
 

@@ -16,16 +16,16 @@ from typing import Any, cast
 
 import numpy as np
 
-from loadgen.testbed_proc import testbed_config
-from scenarios.model import Scenario
-from sim.client import Exchange
-from sim.loop import NS, Loop, VirtualClock
-from sim.ticks import TickLog
-from testbed.config import FaultSpec, TestbedConfig, from_dict
-from testbed.engine import _KEY, Engine, EngineParams, Replica
-from testbed.job import DONE, RUNNING, Job
-from testbed.policies import freeness
-from testbed.stack import TICK_S, Stack
+from rushhour.loadgen.testbed_proc import testbed_config
+from rushhour.scenarios.model import Scenario
+from rushhour.sim.client import Exchange
+from rushhour.sim.loop import NS, Loop, VirtualClock
+from rushhour.sim.ticks import TickLog
+from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
+from rushhour.testbed.engine import _KEY, Engine, EngineParams, Replica
+from rushhour.testbed.job import DONE, RUNNING, Job
+from rushhour.testbed.policies import freeness
+from rushhour.testbed.stack import TICK_S, Stack
 
 LEAD_NS = 3 * NS  # the testbed is up this long before t = 0 (the runner's start-up lead)
 

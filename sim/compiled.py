@@ -33,19 +33,19 @@ PTH_NAME = "rushhour-compiled.pth"
 # Armed at interpreter start-up, before anything imports a module of the build (a compiled class cannot mix
 # with its interpreted base); a no-op unless the variable asks for it.
 PTH_LINE = (f"import os; os.environ.get({ENV!r}) == '1' and "
-            "__import__('sim.compiled').compiled.install()\n")
+            "__import__('rushhour.sim.compiled').compiled.install()\n")
 
 # The simulator's hot path: the testbed's stack model, the loop and cluster, the personas' flows, the records.
 MODULES = (
-    "sim.client", "sim.cluster", "sim.driver", "sim.loop", "sim.personas", "sim.prompt", "sim.ticks",
-    "testbed.clock", "testbed.engine", "testbed.faults", "testbed.flow", "testbed.job", "testbed.policies",
-    "testbed.prefix_cache", "testbed.prefix_hash", "testbed.profiles", "testbed.stack", "testbed.tokens",
-    "loadgen.flow.agents", "loadgen.flow.chat", "loadgen.flow.protocol", "loadgen.flow.send",
-    "loadgen.prompts", "loadgen.record", "loadgen.resilience", "loadgen.schedule", "loadgen.workload",
+    "rushhour.sim.client", "rushhour.sim.cluster", "rushhour.sim.driver", "rushhour.sim.loop", "rushhour.sim.personas", "rushhour.sim.prompt", "rushhour.sim.ticks",
+    "rushhour.testbed.clock", "rushhour.testbed.engine", "rushhour.testbed.faults", "rushhour.testbed.flow", "rushhour.testbed.job", "rushhour.testbed.policies",
+    "rushhour.testbed.prefix_cache", "rushhour.testbed.prefix_hash", "rushhour.testbed.profiles", "rushhour.testbed.stack", "rushhour.testbed.tokens",
+    "rushhour.loadgen.flow.agents", "rushhour.loadgen.flow.chat", "rushhour.loadgen.flow.protocol", "rushhour.loadgen.flow.send",
+    "rushhour.loadgen.prompts", "rushhour.loadgen.record", "rushhour.loadgen.resilience", "rushhour.loadgen.schedule", "rushhour.loadgen.workload",
 )
 
 # How anyone gets a build: a pip user has no Makefile (`make compile` runs this too)
-BUILD_COMMAND = "python -m sim.compiled build"
+BUILD_COMMAND = "python -m rushhour.sim.compiled build"
 
 _active = False
 
@@ -222,7 +222,7 @@ def build(quiet: bool = False) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim.compiled [build|status]``."""
+    """``python -m rushhour.sim.compiled [build|status]``."""
     args = list(sys.argv[1:] if argv is None else argv) or ["status"]
     if args[0] == "build":
         try:
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[0] == "status":
         print("rushhour simulator:", "compiled build ready" if manifest() is not None else status())
         return 0
-    print("usage: python -m sim.compiled [build [--quiet] [--best-effort] | status]", file=sys.stderr)
+    print("usage: python -m rushhour.sim.compiled [build [--quiet] [--best-effort] | status]", file=sys.stderr)
     return 2
 
 

@@ -10,21 +10,21 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import stacks
-from loadgen import control
-from loadgen.flow.protocol import Logical
-from loadgen.ids import new_id
-from loadgen.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
-from loadgen.schedule import seeded_rng
-from loadgen.tiers import TierWire, map_tier, pins_output
-from scenarios.model import Scenario
-from sim.client import Deadlines, Exchange, error_facts
-from sim.cluster import Cluster
-from sim.loop import NS, Loop, Sleep, Timer
-from testbed.flow import REJECTED_CAPACITY
-from testbed.job import QUEUE_FULL, Job
-from testbed.profiles import Classified, OpenAIProfile
-from testbed.tokens import BYTES_PER_TOKEN
+from rushhour import stacks
+from rushhour.loadgen import control
+from rushhour.loadgen.flow.protocol import Logical
+from rushhour.loadgen.ids import new_id
+from rushhour.loadgen.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
+from rushhour.loadgen.schedule import seeded_rng
+from rushhour.loadgen.tiers import TierWire, map_tier, pins_output
+from rushhour.scenarios.model import Scenario
+from rushhour.sim.client import Deadlines, Exchange, error_facts
+from rushhour.sim.cluster import Cluster
+from rushhour.sim.loop import NS, Loop, Sleep, Timer
+from rushhour.testbed.flow import REJECTED_CAPACITY
+from rushhour.testbed.job import QUEUE_FULL, Job
+from rushhour.testbed.profiles import Classified, OpenAIProfile
+from rushhour.testbed.tokens import BYTES_PER_TOKEN
 
 # The JSON around a prompt (model, max_tokens, stream, per-message role keys): only flow control's byte
 # capacities see it, and they are far from binding on these sizes.

@@ -13,15 +13,15 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-from loadgen.breaker import RouteBreaker
-from loadgen.budget import BudgetGuard
-from loadgen.flow import agents, chat, replay
-from loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
-from loadgen.record import BreakerRecord, RequestRecord, TaskRecord
-from scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
-from sim.driver import Env, attempt
-from sim.loop import NS, Sleep
-from sim.prompt import Conversation, from_text, piece
+from rushhour.loadgen.breaker import RouteBreaker
+from rushhour.loadgen.budget import BudgetGuard
+from rushhour.loadgen.flow import agents, chat, replay
+from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
+from rushhour.loadgen.record import BreakerRecord, RequestRecord, TaskRecord
+from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.sim.driver import Env, attempt
+from rushhour.sim.loop import NS, Sleep
+from rushhour.sim.prompt import Conversation, from_text, piece
 
 Task = Generator[Any, Any, Any]
 

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from loadgen import prompts
-from testbed.prefix_hash import MASK, POWERS, block_ends, hash_short, power, prefix_table
-from testbed.tokens import BYTES_PER_TOKEN, block_hashes
+from rushhour.loadgen import prompts
+from rushhour.testbed.prefix_hash import MASK, POWERS, block_ends, hash_short, power, prefix_table
+from rushhour.testbed.tokens import BYTES_PER_TOKEN, block_hashes
 
 
 @dataclass(frozen=True, slots=True)

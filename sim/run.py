@@ -17,23 +17,31 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from loadgen.manifest import RunManifest, write_manifest
-from loadgen.record import RECORDS_DIR, Anchor, ShardWriter
-from loadgen.runner import RunOptions, apply_overrides, check_mapping, new_run_id
-from loadgen.schedule import phase_bounds
-from loadgen.ship import merge_budget_usage
-from loadgen.testbed_proc import testbed_config
-from loadgen.traces import localise_traces
-from scenarios import load_scenario
-from scenarios.loader import resolve_scenario_path, revalidate
-from scenarios.model import MAX_LADDER, MAX_SCALE, MAX_SIM_REPLICAS, AgentSwarmPersona, ChatPersona, Route, Scenario
-from scenarios.names import did_you_mean
-from sim import compiled
-from sim.cluster import Cluster, build_config
-from sim.driver import Env, SimRoute, sim_route
-from sim.loop import NS, Loop, VirtualClock
-from sim.personas import SimHost, run_persona
-from testbed.config import FaultSpec, TestbedConfig, from_dict
+from rushhour.loadgen.manifest import RunManifest, write_manifest
+from rushhour.loadgen.record import RECORDS_DIR, Anchor, ShardWriter
+from rushhour.loadgen.runner import RunOptions, apply_overrides, check_mapping, new_run_id
+from rushhour.loadgen.schedule import phase_bounds
+from rushhour.loadgen.ship import merge_budget_usage
+from rushhour.loadgen.testbed_proc import testbed_config
+from rushhour.loadgen.traces import localise_traces
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.loader import resolve_scenario_path, revalidate
+from rushhour.scenarios.model import (
+    MAX_LADDER,
+    MAX_SCALE,
+    MAX_SIM_REPLICAS,
+    AgentSwarmPersona,
+    ChatPersona,
+    Route,
+    Scenario,
+)
+from rushhour.scenarios.names import did_you_mean
+from rushhour.sim import compiled
+from rushhour.sim.cluster import Cluster, build_config
+from rushhour.sim.driver import Env, SimRoute, sim_route
+from rushhour.sim.loop import NS, Loop, VirtualClock
+from rushhour.sim.personas import SimHost, run_persona
+from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
 
 MODE = "simulated"
 

@@ -9,8 +9,17 @@ testbed profile that imitates the stack. To add a stack, write ``stacks/<name>.p
 
 from __future__ import annotations
 
-from stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
-from stacks.registry import DEFAULT, NAMES, STACKS, UnknownProfile, canonical, get, header_reason, testbed_profile
+from rushhour.stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
+from rushhour.stacks.registry import (
+    DEFAULT,
+    NAMES,
+    STACKS,
+    UnknownProfile,
+    canonical,
+    get,
+    header_reason,
+    testbed_profile,
+)
 
 __all__ = [
     "DEFAULT",

@@ -1,11 +1,11 @@
-"""``python -m stacks``: the profiles and their rules as Markdown tables (docs/audit.md, docs/scenarios.md)."""
+"""``python -m rushhour.stacks``: the profiles and their rules as Markdown tables (docs/audit.md, docs/scenarios.md)."""
 
 from __future__ import annotations
 
 import sys
 
-from stacks.common import COMMON_STATUS_DEFAULTS
-from stacks.registry import STACKS
+from rushhour.stacks.common import COMMON_STATUS_DEFAULTS
+from rushhour.stacks.registry import STACKS
 
 
 def rules_markdown() -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stacks.profile import Rule
+from rushhour.stacks.profile import Rule
 
 # Simulators and proxies in front of a stack say these the same way.
 COMMON_RULES: tuple[Rule, ...] = (

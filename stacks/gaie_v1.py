@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.llmd import FLOW_OUTCOMES, GAIE_OUTCOMES, outcome_checks
-from stacks.llmd import RULES as LLMD_RULES
-from stacks.profile import Metrics, StackProfile, Wire
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.llmd import FLOW_OUTCOMES, GAIE_OUTCOMES, outcome_checks
+from rushhour.stacks.llmd import RULES as LLMD_RULES
+from rushhour.stacks.profile import Metrics, StackProfile, Wire
 
 METRICS = Metrics(
     prefixes=("inference_extension_", "llm_d_epp_", "vllm:", "testbed_"),

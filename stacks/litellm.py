@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
-from stacks.sglang import RULES as SGLANG_RULES
-from stacks.vllm import RULES as VLLM_RULES
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
+from rushhour.stacks.sglang import RULES as SGLANG_RULES
+from rushhour.stacks.vllm import RULES as VLLM_RULES
 
 RULES: tuple[Rule, ...] = (
     # capacity: the deployments behind the proxy are full or gone, whoever is asking

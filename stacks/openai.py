@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.profile import Rule, StackProfile, Wire
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.profile import Rule, StackProfile, Wire
 
 # stacks.md §4.
 RULES: tuple[Rule, ...] = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stacks import anthropic, gaie_v1, litellm, llmd, openai, sglang, smg, vllm
-from stacks.profile import StackProfile
+from rushhour.stacks import anthropic, gaie_v1, litellm, llmd, openai, sglang, smg, vllm
+from rushhour.stacks.profile import StackProfile
 
 # Order matters only for reading reason headers when the profile is not known (the wire client).
 STACKS: tuple[StackProfile, ...] = (

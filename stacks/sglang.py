@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.profile import Metrics, Rule, StackProfile, Wire
-from stacks.vllm import RULES as VLLM_RULES
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.profile import Metrics, Rule, StackProfile, Wire
+from rushhour.stacks.vllm import RULES as VLLM_RULES
 
 # stacks.md §3.
 RULES: tuple[Rule, ...] = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.profile import Metrics, Rule, StackProfile, Wire
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.profile import Metrics, Rule, StackProfile, Wire
 
 # stacks.md §7.
 RULES: tuple[Rule, ...] = (

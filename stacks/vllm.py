@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stacks.common import CANCEL_DEFAULTS, COMMON_RULES
-from stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
+from rushhour.stacks.common import CANCEL_DEFAULTS, COMMON_RULES
+from rushhour.stacks.profile import CounterCheck, Metrics, Rule, StackProfile, Wire
 
 TOOLS_REFUSED = "server refuses tools: start vLLM with --enable-auto-tool-choice --tool-call-parser <parser>"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # keep `import testbed` light: aiohttp loads only when the server runs
-    from testbed.cli import main as main
+    from rushhour.testbed.cli import main as main
 
 __all__ = ["main"]
 
@@ -13,7 +13,7 @@ __all__ = ["main"]
 def __getattr__(name: str) -> Any:
     """Load `main` lazily."""
     if name == "main":
-        from testbed.cli import main
+        from rushhour.testbed.cli import main
 
         return main
     raise AttributeError(name)

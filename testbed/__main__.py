@@ -1,7 +1,7 @@
-"""`python -m testbed`."""
+"""`python -m rushhour.testbed`."""
 
 import sys
 
-from testbed.cli import main
+from rushhour.testbed.cli import main
 
 sys.exit(main())

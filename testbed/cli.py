@@ -1,4 +1,4 @@
-"""`python -m testbed`: run the server until SIGTERM/SIGINT, then close the ledger cleanly."""
+"""`python -m rushhour.testbed`: run the server until SIGTERM/SIGINT, then close the ledger cleanly."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
-from testbed.presets import get_preset
+from rushhour.testbed.config import PROFILES, ConfigError, TestbedConfig, load_config
+from rushhour.testbed.presets import get_preset
 
 
 def _port(text: str) -> int:
@@ -30,7 +30,7 @@ def _port(text: str) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
-    ap = argparse.ArgumentParser(prog="python -m testbed", description="rushhour embedded tiered LLM stack")
+    ap = argparse.ArgumentParser(prog="python -m rushhour.testbed", description="rushhour embedded tiered LLM stack")
     ap.add_argument("--profile", choices=PROFILES, default=None)
     ap.add_argument("--config", default=None, help="testbed.yaml")
     ap.add_argument("--host", default="127.0.0.1")
@@ -112,8 +112,8 @@ async def serve(cfg: TestbedConfig, args: argparse.Namespace) -> None:
     """Run until a stop signal."""
     from aiohttp import web
 
-    from testbed.ledger import Ledger
-    from testbed.server import SERVER_KEY, build_app
+    from rushhour.testbed.ledger import Ledger
+    from rushhour.testbed.server import SERVER_KEY, build_app
 
     app = build_app(cfg, Ledger(args.ledger))
     # handler_cancellation: a client that disconnects while queued cancels its handler

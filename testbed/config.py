@@ -157,7 +157,7 @@ class TestbedConfig:
 
     def validate(self) -> TestbedConfig:
         """Check cross-field rules; returns self."""
-        from testbed.presets import PRESETS
+        from rushhour.testbed.presets import PRESETS
 
         if self.profile not in PROFILES:
             raise ConfigError(f"profile: unknown {self.profile!r} (known: {', '.join(PROFILES)})")

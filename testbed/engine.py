@@ -11,16 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from testbed.clock import Clock
-from testbed.job import DONE, REPLICA_DOWN, RUNNING, WAITING, Job
-from testbed.policies import (
+from rushhour.testbed.clock import Clock
+from rushhour.testbed.job import DONE, REPLICA_DOWN, RUNNING, WAITING, Job
+from rushhour.testbed.policies import (
     ReplicaView,
     endpoint_saturation,
     freeness,
     pick_replica,
     pick_victim,
 )
-from testbed.prefix_cache import PrefixCache
+from rushhour.testbed.prefix_cache import PrefixCache
 
 _KEY = attrgetter("key")  # Job.key, cached order_key() (set when the job enters a replica)
 TIMER_SLACK_S = 0.0005  # uvloop timers are whole milliseconds: a step due within this is fired now

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from testbed.config import FaultSpec
+from rushhour.testbed.config import FaultSpec
 
 
 @dataclass

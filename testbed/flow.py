@@ -6,8 +6,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from testbed.config import FlowControlConfig
-from testbed.job import DONE, NO_ENDPOINTS, QUEUE_FULL, QUEUED, TTL_EXPIRED, Job
+from rushhour.testbed.config import FlowControlConfig
+from rushhour.testbed.job import DONE, NO_ENDPOINTS, QUEUE_FULL, QUEUED, TTL_EXPIRED, Job
 
 # llm_d_epp_flow_control_requests_total outcome label values
 DISPATCHED = "Dispatched"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.stack import Stack
+from rushhour.testbed.stack import Stack
 
 
 def _q(v: object) -> str:

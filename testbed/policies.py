@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from testbed.job import Job
+from rushhour.testbed.job import Job
 
 
 def endpoint_saturation(waiting: int, kv_usage: float, queue_depth: float, kv_threshold: float) -> float:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.config import TestbedConfig
-from testbed.job import (
+from rushhour.testbed.config import TestbedConfig
+from rushhour.testbed.job import (
     CANCELLED,
     DISPLACED,
     EVICTED,

@@ -12,16 +12,16 @@ from typing import IO, Any
 from aiohttp import web
 from aiohttp.http import HttpVersion11
 
-from testbed.clock import Clock, MonotonicClock
-from testbed.config import FaultSpec, TestbedConfig, from_dict
-from testbed.job import EVICTED, REPLICA_DOWN, Job
-from testbed.ledger import Ledger, Record
-from testbed.metrics import render
-from testbed.profiles import GATEWAY_QUEUE_HEADER, AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
-from testbed.stack import Stack
-from testbed.tokens import block_hashes, count_tokens
-from testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
-from testbed.wire import Wire, frame
+from rushhour.testbed.clock import Clock, MonotonicClock
+from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
+from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
+from rushhour.testbed.ledger import Ledger, Record
+from rushhour.testbed.metrics import render
+from rushhour.testbed.profiles import GATEWAY_QUEUE_HEADER, AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
+from rushhour.testbed.stack import Stack
+from rushhour.testbed.tokens import block_hashes, count_tokens
+from rushhour.testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
+from rushhour.testbed.wire import Wire, frame
 
 log = logging.getLogger("testbed")
 

@@ -9,14 +9,14 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from testbed.clock import Clock
-from testbed.config import TestbedConfig
-from testbed.engine import Engine, EngineParams, Replica
-from testbed.faults import FaultSchedule
-from testbed.flow import EVICTED_OTHER, FlowController
-from testbed.job import DISPLACED, EVICTED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
-from testbed.presets import get_preset
-from testbed.profiles import AnthropicProfile, EppProfile, OpenAIProfile, Reply, make_profile
+from rushhour.testbed.clock import Clock
+from rushhour.testbed.config import TestbedConfig
+from rushhour.testbed.engine import Engine, EngineParams, Replica
+from rushhour.testbed.faults import FaultSchedule
+from rushhour.testbed.flow import EVICTED_OTHER, FlowController
+from rushhour.testbed.job import DISPLACED, EVICTED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
+from rushhour.testbed.presets import get_preset
+from rushhour.testbed.profiles import AnthropicProfile, EppProfile, OpenAIProfile, Reply, make_profile
 
 LEGACY_SATURATED = 1.0  # legacy admission sheds priority<0 at pool saturation >= 1.0 (stacks.md 1.4)
 TICK_S = 0.1  # housekeeping period (simulated seconds): faults, SGLang waiting timeout

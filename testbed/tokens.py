@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from array import array
 
-from testbed.prefix_hash import block_ids
+from rushhour.testbed.prefix_hash import block_ids
 
 BYTES_PER_TOKEN = 4
 

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from testbed.toolcalls import PlannedCall
+from rushhour.testbed.toolcalls import PlannedCall
 
 WORD = "word "  # every generated token is this text (ignore_eos style fixed output)
 DONE = b"data: [DONE]\n\n"

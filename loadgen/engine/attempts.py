@@ -9,17 +9,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from loadgen import control
-from loadgen.engine.context import RouteWire, WorkerContext
-from loadgen.engine.wire.client import KEEPALIVE_S, ConnectionPool, perform
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.http import build_request
-from loadgen.flow import send as flow_send
-from loadgen.flow.protocol import Logical as Logical
-from loadgen.prompts import ToolCall
-from loadgen.record import RequestRecord
-from loadgen.tiers import TierWire, pins_output
-from loadgen.tokens import TokenizerError
+from rushhour.loadgen import control
+from rushhour.loadgen.engine.context import RouteWire, WorkerContext
+from rushhour.loadgen.engine.wire.client import KEEPALIVE_S, ConnectionPool, perform
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.engine.wire.http import build_request
+from rushhour.loadgen.flow import send as flow_send
+from rushhour.loadgen.flow.protocol import Logical as Logical
+from rushhour.loadgen.prompts import ToolCall
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.tiers import TierWire, pins_output
+from rushhour.loadgen.tokens import TokenizerError
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
@@ -68,7 +68,7 @@ class Pools:
 
 def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
     """Send ``req`` until served or given up (``loadgen.flow.send``, driven here); returns the last attempt's record."""
-    from loadgen.engine.personas.drive import drive, host_of
+    from rushhour.loadgen.engine.personas.drive import drive, host_of
 
     record: RequestRecord = drive(host_of(ctx), pools, flow_send.send_logical(host_of(ctx), req, rng_seed))
     return record
@@ -85,7 +85,7 @@ def _control_wire(ctx: WorkerContext, req: Logical, route: RouteWire) -> TierWir
 
 def send_once(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire) -> RequestRecord:
     """One attempt on ``route``, no retry or fallback (calibration probes); recorded like any other."""
-    from loadgen.engine.personas.drive import EngineHost, drive, host_of
+    from rushhour.loadgen.engine.personas.drive import EngineHost, drive, host_of
 
     # a probe may use a route of its own (the doctor's unknown-model probe): then it is that host's only route
     mine = next((i for i, r in enumerate(ctx.routes) if r is route), None)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadgen.breaker import CLOSED, OPEN, SHARED
+from rushhour.loadgen.breaker import CLOSED, OPEN, SHARED
 
 MSG_CHANGE = "rh_breaker"  # worker → master: {route, state, cause, who}
 MSG_FOLLOW = "rh_breaker_follow"  # master → every other worker: the same

@@ -1,4 +1,4 @@
-"""Idle calibration probes, sent before a run's load starts: ``python -m loadgen.engine.calibrate``.
+"""Idle calibration probes, sent before a run's load starts: ``python -m rushhour.loadgen.engine.calibrate``.
 
 The audit measures TTFT inflation against the unloaded TTFT of the same prompt size
 (``audit/calibration.py``: served attempts of persona ``calibration``, median per log2 prompt-size
@@ -34,12 +34,12 @@ from typing import Any
 
 import gevent
 
-from loadgen import prompts
-from loadgen.engine.attempts import Logical, Pools, send_once
-from loadgen.engine.context import WorkerContext, build_routes
-from loadgen.engine.wire.client import Cancelled
-from loadgen.manifest import scenario_of
-from loadgen.probes import (
+from rushhour.loadgen import prompts
+from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
+from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.loadgen.manifest import scenario_of
+from rushhour.loadgen.probes import (
     CALIBRATION_PERSONA,
     PROBE_GAP_S,
     PROBE_OUTPUT_TOKENS,
@@ -48,9 +48,9 @@ from loadgen.probes import (
     probe_scenario,
     write_progress,
 )
-from loadgen.record import Anchor, RequestRecord, ShardWriter
-from scenarios import load_scenario
-from scenarios.model import Scenario
+from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.model import Scenario
 
 EXIT_INTERRUPTED = 130
 
@@ -108,7 +108,7 @@ def _load(path: Path) -> Scenario:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.engine.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--scenario", required=True, help="run.json (resolved scenario) or a scenario YAML")

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import stacks
-from loadgen.engine.wire.client import Timeouts
-from loadgen.engine.wire.http import Endpoint
-from loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
-from loadgen.schedule import seeded_rng
-from loadgen.tiers import TierWire, map_tier
-from scenarios.model import Scenario
+from rushhour import stacks
+from rushhour.loadgen.engine.wire.client import Timeouts
+from rushhour.loadgen.engine.wire.http import Endpoint
+from rushhour.loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
+from rushhour.loadgen.schedule import seeded_rng
+from rushhour.loadgen.tiers import TierWire, map_tier
+from rushhour.scenarios.model import Scenario
 
 
 @dataclass(slots=True)

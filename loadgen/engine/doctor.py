@@ -1,4 +1,4 @@
-"""The probes of ``rushhour doctor``, sent from a child process: ``python -m loadgen.engine.doctor``.
+"""The probes of ``rushhour doctor``, sent from a child process: ``python -m rushhour.loadgen.engine.doctor``.
 
 A handful of requests tell whether rushhour understands a stack: one streamed request per tier
 (does it stream, end, report usage; is the tier's wire mapping accepted), a priority-polarity
@@ -24,12 +24,12 @@ from typing import Any
 
 import gevent
 
-from loadgen import prompts
-from loadgen.diagnose import FILLER_TIER, PLAN_FILE
-from loadgen.engine.attempts import Logical, Pools, send_once
-from loadgen.engine.context import RouteWire, WorkerContext, build_routes
-from loadgen.record import Anchor, RequestRecord, ShardWriter
-from scenarios.model import Scenario
+from rushhour.loadgen import prompts
+from rushhour.loadgen.diagnose import FILLER_TIER, PLAN_FILE
+from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
+from rushhour.loadgen.engine.context import RouteWire, WorkerContext, build_routes
+from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+from rushhour.scenarios.model import Scenario
 
 TIER_PROMPT_TOKENS = 64
 TIER_OUTPUT_TOKENS = 16
@@ -191,7 +191,7 @@ def run(ctx: WorkerContext, fillers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.engine.doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.engine.doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the doctor's folder (its plan file names the scenario)")
     args = parser.parse_args(argv)
     folder = Path(args.dir)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.engine.context import WorkerContext
-from loadgen.record import BreakerRecord
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.record import BreakerRecord
 
 
 def attach_guards(ctx: WorkerContext, master: Any = None) -> None:
@@ -17,12 +17,12 @@ def attach_guards(ctx: WorkerContext, master: Any = None) -> None:
     Locust runner when this process is one of a master's workers (the budget is then leased from it,
     and breaker changes travel through it)."""
     scenario = ctx.scenario
-    from loadgen.breaker import RouteBreaker
-    from loadgen.budget import BudgetGuard
+    from rushhour.loadgen.breaker import RouteBreaker
+    from rushhour.loadgen.budget import BudgetGuard
 
     if scenario.budget is not None and master is not None:
-        from loadgen.engine.attempts import budget_reached
-        from loadgen.engine.lease import LeasedBudget
+        from rushhour.loadgen.engine.attempts import budget_reached
+        from rushhour.loadgen.engine.lease import LeasedBudget
 
         guard = BudgetGuard(scenario.budget, workers=ctx.workers, worker_index=ctx.worker_index, leased=True)
         ctx.budget = LeasedBudget(guard, master).install()
@@ -33,7 +33,7 @@ def attach_guards(ctx: WorkerContext, master: Any = None) -> None:
         cfg = scenario.resilience.breaker
         share = None
         if master is not None:  # one breaker per route for the run: changes travel through the master
-            from loadgen.engine.breaker_share import BreakerShare
+            from rushhour.loadgen.engine.breaker_share import BreakerShare
 
             share = BreakerShare(master, ctx.breakers, ctx.writer.path.stem).install()
 

@@ -8,9 +8,9 @@ import time
 import gevent
 import psutil
 
-from loadgen.engine.context import WorkerContext
-from loadgen.record import HealthRecord
-from loadgen.schedule import phase_index
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.record import HealthRecord
+from rushhour.loadgen.schedule import phase_index
 
 TICK_S = 0.1  # a 100 ms timer: how late it fires is the loop's lag
 SAMPLE_S = 1.0

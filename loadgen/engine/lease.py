@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadgen.budget import BudgetGuard, Shortfall
-from loadgen.engine.ledger import (
+from rushhour.loadgen.budget import BudgetGuard, Shortfall
+from rushhour.loadgen.engine.ledger import (
     MSG_ANSWER,
     MSG_ASK,
     MSG_REACHED,
@@ -35,7 +35,7 @@ from loadgen.engine.ledger import (
     MSG_RETURN,
     Ledger,
 )
-from loadgen.ship import MASTER_ACCOUNT, registered
+from rushhour.loadgen.ship import MASTER_ACCOUNT, registered
 
 # no answer from the master by then: refuse (fail closed: never spend unasked); above the ledger's
 # ROUND_TIMEOUT_S, so an ask waiting for a slow holder's reclaim answer still gets the master's verdict

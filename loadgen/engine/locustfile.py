@@ -23,13 +23,13 @@ from locust import User, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 
-from loadgen import prompts, runkey, ship, tokens
-from loadgen.engine import sealed
-from loadgen.engine.context import WorkerContext, build_routes
-from loadgen.engine.guards import attach_guards as _attach_guards
-from loadgen.engine.worker import Worker
-from loadgen.manifest import scenario_of
-from loadgen.record import (
+from rushhour.loadgen import prompts, runkey, ship, tokens
+from rushhour.loadgen.engine import sealed
+from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.guards import attach_guards as _attach_guards
+from rushhour.loadgen.engine.worker import Worker
+from rushhour.loadgen.manifest import scenario_of
+from rushhour.loadgen.record import (
     START_FAILED_MARK,
     Anchor,
     RequestRecord,
@@ -37,9 +37,9 @@ from loadgen.record import (
     is_disk_full,
     short_text,
 )
-from loadgen.traces import trace_refs
-from scenarios import load_scenario
-from scenarios.model import Scenario
+from rushhour.loadgen.traces import trace_refs
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.model import Scenario
 
 log = logging.getLogger("rushhour")
 # every master<->worker frame is tagged with the run's secret (RUSHHOUR_RUN_SECRET): before Locust builds a runner
@@ -153,14 +153,14 @@ def _install_master_parts(environment: Environment) -> None:
         return
     run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
     if scenario.resilience.breaker is not None:
-        from loadgen.engine.breaker_share import BreakerRelay
+        from rushhour.loadgen.engine.breaker_share import BreakerRelay
 
         BreakerRelay(environment.runner, run_dir).install()
     if scenario.budget is None:
         return
-    from loadgen.budget import BudgetGuard
-    from loadgen.engine.lease import LedgerHost
-    from loadgen.engine.ledger import Ledger
+    from rushhour.loadgen.budget import BudgetGuard
+    from rushhour.loadgen.engine.lease import LedgerHost
+    from rushhour.loadgen.engine.ledger import Ledger
 
     limits = BudgetGuard(scenario.budget, leased=True).whole_limits()
     workers = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 1) or 1)

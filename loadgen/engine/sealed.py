@@ -40,7 +40,7 @@ from locust.exception import RPCError, RPCSendError
 from locust.rpc import zmqrpc as rpc  # what locust.runners builds its sockets from
 from locust.rpc.protocol import Message
 
-from loadgen import runkey
+from rushhour.loadgen import runkey
 
 HELLO, CHALLENGE, MSG = b"RH1H", b"RH1C", b"RH1M"
 MAX_FRAME = 4 << 20  # a shard batch is <= 1 MiB (loadgen/ship.py); Locust's own frames are small

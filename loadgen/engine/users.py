@@ -31,25 +31,25 @@ from locust.env import Environment
 from locust.exception import StopUser
 from pydantic import ValidationError
 
-from loadgen import prompts, runkey
-from loadgen.datasets import load_dataset
-from loadgen.engine import sealed
-from loadgen.engine.attempts import Pools
-from loadgen.engine.context import WorkerContext, build_routes
-from loadgen.engine.guards import attach_guards, usage_event
-from loadgen.engine.health import run_health
-from loadgen.engine.personas.agents import _task as agent_task
-from loadgen.engine.personas.chat import _session as chat_session
-from loadgen.engine.personas.drive import drive, host_of
-from loadgen.engine.wire.client import Cancelled
-from loadgen.flow import replay
-from loadgen.live import ShardTail
-from loadgen.manifest import RunManifest, versions, write_manifest
-from loadgen.record import Anchor, RequestRecord, ShardWriter, short_text
-from loadgen.ship import merge_budget_usage, read_master_account
-from loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
-from scenarios.distributions import resolve_trace_path
-from scenarios.model import (
+from rushhour.loadgen import prompts, runkey
+from rushhour.loadgen.datasets import load_dataset
+from rushhour.loadgen.engine import sealed
+from rushhour.loadgen.engine.attempts import Pools
+from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.guards import attach_guards, usage_event
+from rushhour.loadgen.engine.health import run_health
+from rushhour.loadgen.engine.personas.agents import _task as agent_task
+from rushhour.loadgen.engine.personas.chat import _session as chat_session
+from rushhour.loadgen.engine.personas.drive import drive, host_of
+from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.loadgen.flow import replay
+from rushhour.loadgen.live import ShardTail
+from rushhour.loadgen.manifest import RunManifest, versions, write_manifest
+from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter, short_text
+from rushhour.loadgen.ship import merge_budget_usage, read_master_account
+from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
+from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.model import (
     AgentSwarmPersona,
     ChatPersona,
     Phase,
@@ -368,7 +368,7 @@ def _with_datasets(scenario: Scenario, classes: list[type[RushhourUser]], base: 
 
 def locate_dataset(name: str, base: Path | None) -> Path:
     """A dataset file: as given if absolute, else next to ``base``, in the working directory, or shipped."""
-    from scenarios.distributions import BUNDLED_DATASETS
+    from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
     path = Path(os.path.expanduser(name))
     bases = [] if path.is_absolute() else [*([base] if base else []), Path.cwd(), BUNDLED_DATASETS]
@@ -475,13 +475,13 @@ def _install_master_parts(environment: Environment, scenario: Scenario, run_dir:
     opts: Any = environment.parsed_options
     runner = Rebound(environment.runner)
     if scenario.resilience.breaker is not None:
-        from loadgen.engine.breaker_share import BreakerRelay
+        from rushhour.loadgen.engine.breaker_share import BreakerRelay
 
         BreakerRelay(runner, run_dir).install()
     if scenario.budget is not None:
-        from loadgen.budget import BudgetGuard
-        from loadgen.engine.lease import LedgerHost
-        from loadgen.engine.ledger import Ledger
+        from rushhour.loadgen.budget import BudgetGuard
+        from rushhour.loadgen.engine.lease import LedgerHost
+        from rushhour.loadgen.engine.ledger import Ledger
 
         limits = BudgetGuard(scenario.budget, leased=True).whole_limits()
         workers = int(getattr(opts, "expect_workers", 1) or 1)
@@ -720,8 +720,8 @@ def _write_start(environment: Environment, **_: Any) -> None:
 def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dict[str, Any] | None:
     """The idle probes (``calibration``), sent one after another before the run's anchor, in this process
     (``records/<host>-<pid>-calibration.jsonl`` on its own anchor, as ``rushhour run``'s child writes it)."""
-    from loadgen.engine.calibrate import run_probes
-    from loadgen.probes import PROBE_GAP_S, probe_plan, probe_scenario
+    from rushhour.loadgen.engine.calibrate import run_probes
+    from rushhour.loadgen.probes import PROBE_GAP_S, probe_plan, probe_scenario
 
     sizes = probe_plan(scenario)
     if not sizes:
@@ -747,9 +747,9 @@ def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dic
 def _start_scraper(scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns: int) -> None:
     """The target's ``/metrics`` scraped into ``metrics.jsonl`` for the test, by a child process (a thread here
     would parse on the users' gevent loop: loadgen/scrape.py); stopped by PID when the test stops."""
-    import stacks
-    from loadgen.scrape import METRICS_FILE, metrics_url
-    from loadgen.testbed_proc import child_env
+    from rushhour import stacks
+    from rushhour.loadgen.scrape import METRICS_FILE, metrics_url
+    from rushhour.loadgen.testbed_proc import child_env
 
     metrics = scenario.target.metrics
     if metrics is None:
@@ -758,7 +758,7 @@ def _start_scraper(scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns:
     url = metrics_url(host, metrics.url, profile.metrics.path)
     if url is None:
         return
-    cmd = [sys.executable, "-m", "loadgen.scrape", url, str(run_dir / METRICS_FILE), "--interval-s",
+    cmd = [sys.executable, "-m", "rushhour.loadgen.scrape", url, str(run_dir / METRICS_FILE), "--interval-s",
            str(metrics.interval_s), "--timeout-s", str(metrics.timeout_s), "--anchor-ns", str(anchor_mono_ns),
            "--profile", profile.name]
     if metrics.credential is not None:  # the child reads the variable; the token is never on a command line

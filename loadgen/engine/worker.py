@@ -5,14 +5,14 @@ from __future__ import annotations
 import gevent
 from gevent.pool import Group
 
-from loadgen.engine.context import WorkerContext
-from loadgen.engine.health import run_health
-from loadgen.engine.personas.agents import run_swarm
-from loadgen.engine.personas.chat import run_chat
-from loadgen.engine.personas.common import sleep_until
-from loadgen.engine.personas.replay import run_replay
-from loadgen.engine.wire.client import Cancelled
-from scenarios.model import AgentSwarmPersona, ChatPersona
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.engine.health import run_health
+from rushhour.loadgen.engine.personas.agents import run_swarm
+from rushhour.loadgen.engine.personas.chat import run_chat
+from rushhour.loadgen.engine.personas.common import sleep_until
+from rushhour.loadgen.engine.personas.replay import run_replay
+from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona
 
 CANCEL_GRACE_S = 5.0
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from loadgen.datasets import load_dataset
-from loadgen.flow.arrivals import open_loop
-from loadgen.flow.protocol import NS, Flow, Fork, Host, Logical, Spawn, Wait, counted, end_ns, wait_s
-from loadgen.flow.send import send_logical
-from loadgen.record import RequestRecord, TaskRecord
-from loadgen.schedule import agents_scale, mine, phase_index, worker_share, worker_slots
-from loadgen.workload import StepPlan, count_call, ideal_s, plan_task
-from scenarios.model import AgentSwarmPersona
+from rushhour.loadgen.datasets import load_dataset
+from rushhour.loadgen.flow.arrivals import open_loop
+from rushhour.loadgen.flow.protocol import NS, Flow, Fork, Host, Logical, Spawn, Wait, counted, end_ns, wait_s
+from rushhour.loadgen.flow.send import send_logical
+from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.loadgen.schedule import agents_scale, mine, phase_index, worker_share, worker_slots
+from rushhour.loadgen.workload import StepPlan, count_call, ideal_s, plan_task
+from rushhour.scenarios.model import AgentSwarmPersona
 
 BRANCH_NOTE_TOKENS = 16
 PARK_S = 0.25  # a parked agent looks again this often

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from loadgen.flow.protocol import Host
-from loadgen.schedule import next_arrival
+from rushhour.loadgen.flow.protocol import Host
+from rushhour.loadgen.schedule import next_arrival
 
 
 def open_loop(host: Host, rate: float, draw: Callable[[], float]) -> Iterator[tuple[int, float]]:

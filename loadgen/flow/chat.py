@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from loadgen import prompts
-from loadgen.datasets import Dialog, load_dataset
-from loadgen.flow.arrivals import open_loop
-from loadgen.flow.protocol import NS, Flow, Host, Logical, Spawn, Wait, counted, end_ns, wait_s
-from loadgen.flow.send import send_logical
-from loadgen.schedule import unit_work, worker_share, worker_slots
-from loadgen.workload import count_call
-from scenarios.model import ChatPersona
+from rushhour.loadgen import prompts
+from rushhour.loadgen.datasets import Dialog, load_dataset
+from rushhour.loadgen.flow.arrivals import open_loop
+from rushhour.loadgen.flow.protocol import NS, Flow, Host, Logical, Spawn, Wait, counted, end_ns, wait_s
+from rushhour.loadgen.flow.send import send_logical
+from rushhour.loadgen.schedule import unit_work, worker_share, worker_slots
+from rushhour.loadgen.workload import count_call
+from rushhour.scenarios.model import ChatPersona
 
 
 def run_chat(host: Host, persona: ChatPersona) -> Flow:

@@ -22,10 +22,10 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from loadgen.ids import new_id
-from loadgen.prompts import ToolCall
-from loadgen.record import RequestRecord, TaskRecord
-from scenarios.model import Scenario
+from rushhour.loadgen.ids import new_id
+from rushhour.loadgen.prompts import ToolCall
+from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.scenarios.model import Scenario
 
 NS = 1_000_000_000
 Flow = Generator[Any, Any, Any]

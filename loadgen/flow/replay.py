@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from loadgen.flow.protocol import NS, Flow, Host, Logical, Spawn, Wait, counted
-from loadgen.flow.send import send_logical
-from loadgen.schedule import mine, worker_slots
-from loadgen.traces import TraceRow, read_trace, schedule
-from loadgen.workload import prompt_for
-from scenarios.distributions import resolve_trace_path
-from scenarios.model import TraceReplayPersona
+from rushhour.loadgen.flow.protocol import NS, Flow, Host, Logical, Spawn, Wait, counted
+from rushhour.loadgen.flow.send import send_logical
+from rushhour.loadgen.schedule import mine, worker_slots
+from rushhour.loadgen.traces import TraceRow, read_trace, schedule
+from rushhour.loadgen.workload import prompt_for
+from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.model import TraceReplayPersona
 
 
 def replay_plan(host: Host, persona: TraceReplayPersona) -> list[tuple[float, TraceRow]]:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadgen.manifest import write_manifest
-from loadgen.record import (
+from rushhour.loadgen.manifest import write_manifest
+from rushhour.loadgen.record import (
     Anchor,
     BreakerRecord,
     HealthRecord,

@@ -6,12 +6,12 @@ import random
 
 import pandas as pd
 
-from audit.abandon import abandoned_by_persona
-from audit.classify import classify_frame, classify_one
-from audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
-from loadgen.record import RequestRecord
-from loadgen.resilience import next_step, outcome_key
-from scenarios.model import RetryPolicy
+from rushhour.audit.abandon import abandoned_by_persona
+from rushhour.audit.classify import classify_frame, classify_one
+from rushhour.audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.resilience import next_step, outcome_key
+from rushhour.scenarios.model import RetryPolicy
 
 
 def test_abandoned_is_unserved_and_not_a_policy_drop() -> None:

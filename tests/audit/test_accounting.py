@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from helpers import MS, RunBuilder, S
 
-from audit import run_audit
-from audit.gates import EXIT_FAIL, EXIT_INVALID
-from audit.validity import dark_spans
-from reports import sentences
+from rushhour.audit import run_audit
+from rushhour.audit.gates import EXIT_FAIL, EXIT_INVALID
+from rushhour.audit.validity import dark_spans
+from rushhour.reports import sentences
 
 TIERS = [{"name": "interactive", "priority": 10, "slo": {"max_drop_rate": 0.05}}]
 NO_ANSWER = {"status": 0, "complete": False, "headers_ns": None, "first_token_ns": None, "last_token_ns": None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from audit.agents import agent_figures
+from rushhour.audit.agents import agent_figures
 
 
 def _attempts(rows: list[tuple[int, bool, bool, str | None, str]]) -> pd.DataFrame:

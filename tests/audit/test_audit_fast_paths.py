@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import MS, RunBuilder
 
-import audit
-from audit import load, stats, table
-from audit.build import audit_run, rows_of
-from audit.stats import longest_gap, sorted_quantiles
-from audit.validity import _answer_times, dark_spans
+from rushhour import audit
+from rushhour.audit import load, stats, table
+from rushhour.audit.build import audit_run, rows_of
+from rushhour.audit.stats import longest_gap, sorted_quantiles
+from rushhour.audit.validity import _answer_times, dark_spans
 
 QS = [0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0]
 
@@ -289,7 +289,7 @@ def test_columns_converted_beside_give_the_frame_converted_alone(monkeypatch: py
 
 
 def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from loadgen import columns, record
+    from rushhour.loadgen import columns, record
 
     writer_init, sidecar_init = record.ShardWriter.__init__, columns.SidecarWriter.__init__
 
@@ -323,7 +323,7 @@ def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkey
 
 @pytest.mark.parametrize("seed", range(4))
 def test_idle_ttft_by_lookup_is_the_nearest_bin_rule_per_attempt(seed: int) -> None:
-    from audit.calibration import Baseline, _bin
+    from rushhour.audit.calibration import Baseline, _bin
 
     rng = np.random.default_rng(seed)
     for _ in range(50):

@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import audit.build as audit_mod
-import audit.load as load_mod
-from audit.load import PARSE_SCHEMA, ShardParts, _add_chunk, parse_jsonl, read_shard, split_tail
-from audit.validity import dark_spans
+import rushhour.audit.build as audit_mod
+import rushhour.audit.load as load_mod
+from rushhour.audit.load import PARSE_SCHEMA, ShardParts, _add_chunk, parse_jsonl, read_shard, split_tail
+from rushhour.audit.validity import dark_spans
 
 S = 1e9
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ def test_loaded_frame_is_compact(tmp_path: Path) -> None:
 
 def test_trim_is_safe_to_call_anywhere() -> None:
     """``memory.trim`` hands free heap pages back (glibc) or does nothing; it never fails or frees live data."""
-    from audit import memory
+    from rushhour.audit import memory
 
     live = np.arange(1 << 20, dtype=np.float64)
     garbage = np.ones(4 << 20)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.build import merged_breaker_changes
+from rushhour.audit.build import merged_breaker_changes
 
 
 def row(t: float, state: str, route: str = "primary", cause: str = "") -> dict[str, object]:

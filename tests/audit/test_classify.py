@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.classify import PROFILE_RULES, classify_frame, classify_one, normalise_profile, rules_table
+from rushhour.audit.classify import PROFILE_RULES, classify_frame, classify_one, normalise_profile, rules_table
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vendor"
 VENDOR = [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))]
@@ -222,7 +222,7 @@ def test_taxonomy_v2_precedence(profile: str, facts: dict[str, Any], expected: s
 
 
 def test_groups() -> None:
-    from audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES
+    from rushhour.audit.summary import OUTCOME_CLASSES, POLICY_DROP_CLASSES, UNSERVED_CLASSES
 
     assert OUTCOME_CLASSES[-3:] == ("unfinished", "unclassified", "not_sent")
     assert set(UNSERVED_CLASSES) == set(OUTCOME_CLASSES) - {"served", "not_sent"}

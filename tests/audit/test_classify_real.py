@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from audit.classify import classify_one, named_cause
-from stacks.vllm import TOOLS_REFUSED
+from rushhour.audit.classify import classify_one, named_cause
+from rushhour.stacks.vllm import TOOLS_REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
@@ -39,9 +39,9 @@ NEVER_FOR_A_REJECTION = {"failed", "transport", "unclassified"}
 SCRIPT = r"""
 import json, sys
 from pathlib import Path
-from loadgen.record import RequestRecord
-from loadgen.engine.wire.client import _Attempt, _fill
-from loadgen.engine.wire.http import ResponseHead
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.engine.wire.client import _Attempt, _fill
+from rushhour.loadgen.engine.wire.http import ResponseHead
 
 out = []
 for path in sorted(Path(sys.argv[1]).glob("*/*.json")):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.classify import classify_one
+from rushhour.audit.classify import classify_one
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vendor"
@@ -21,9 +21,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "vendor"
 SCRIPT = r"""
 import json, sys
 from pathlib import Path
-from loadgen.record import RequestRecord
-from loadgen.engine.wire.client import _Attempt, _fill
-from loadgen.engine.wire.http import ResponseHead
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.engine.wire.client import _Attempt, _fill
+from rushhour.loadgen.engine.wire.http import ResponseHead
 
 out = []
 for path in sorted(Path(sys.argv[1]).glob("*.json")):

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.crosscheck import crosscheck
-from audit.metrics import load_metrics
-from loadgen.scrape import parse_metrics_text, profile_filter
+from rushhour.audit.crosscheck import crosscheck
+from rushhour.audit.metrics import load_metrics
+from rushhour.loadgen.scrape import parse_metrics_text, profile_filter
 
 S = 1_000_000_000
 BUSY = "The engine is currently busy and cannot accept new requests. Please try again later or on a different instance."
@@ -244,8 +244,8 @@ def test_a_counter_created_by_its_first_event_starts_from_zero(tmp_path: Path) -
 def test_twin_priorities_follow_the_stacks_wire() -> None:
     """Where the server files the priority control's twins: the stack's default on a header stack without an
     objective; a tier's priority for that tier's objective; unknown for an objective only the server knows."""
-    from audit.crosscheck import twin_priorities
-    from scenarios import parse_scenario
+    from rushhour.audit.crosscheck import twin_priorities
+    from rushhour.scenarios import parse_scenario
 
     def scenario(control: str) -> str:
         return f"""

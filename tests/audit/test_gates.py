@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from helpers import MS, RunBuilder, S
 
-from audit import AuditError, run_audit
-from audit.gates import EXIT_FAIL, EXIT_INVALID, EXIT_PASS
+from rushhour.audit import AuditError, run_audit
+from rushhour.audit.gates import EXIT_FAIL, EXIT_INVALID, EXIT_PASS
 
 TIERS_ONE: list[dict[str, Any]] = [
     {"name": "gold", "priority": 10, "slo": {"ttft_ms": {"p90": 500}, "max_drop_rate": 0.02}},
@@ -50,8 +50,8 @@ def test_fail(tmp_path: Path) -> None:
 
 def test_no_slo_is_not_a_pass(tmp_path: Path) -> None:
     # a gate without a single check cannot fail, so it must not pass either (exit 2, named)
-    from reports.markdown import render_markdown
-    from reports.sentences import verdict_line
+    from rushhour.reports.markdown import render_markdown
+    from rushhour.reports.sentences import verdict_line
 
     tiers = [{"name": "gold", "priority": 10, "slo": {}}, TIERS_ONE[1]]
     s = run_audit(make_run(tmp_path, tiers=tiers, drops=60))
@@ -161,7 +161,7 @@ def test_status_by_class_keeps_the_wire_status(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_died_makes_the_run_invalid(tmp_path: Path) -> None:
-    from loadgen.record import EventRecord
+    from rushhour.loadgen.record import EventRecord
 
     b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
     for i in range(20):
@@ -211,7 +211,7 @@ def test_p99_on_one_sample_is_inconclusive_not_a_pass(tmp_path: Path) -> None:
 
 
 def test_minimum_sample_sizes() -> None:
-    from audit.gates import min_samples
+    from rushhour.audit.gates import min_samples
 
     assert [min_samples(k, "point") for k in ("p50", "p90", "p95", "p99")] == [2, 10, 20, 100]
     assert [min_samples(k, "bound") for k in ("p50", "p90", "p95", "p99")] == [5, 29, 59, 299]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import ANCHOR, MS, RunBuilder, S
 
-from audit import run_audit
-from audit.ledger import LEDGER_FILE, compare_with_ledger, load_ledger
+from rushhour.audit import run_audit
+from rushhour.audit.ledger import LEDGER_FILE, compare_with_ledger, load_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"

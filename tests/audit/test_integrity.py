@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import MS, RunBuilder
 
-import audit
-from audit import integrity
+from rushhour import audit
+from rushhour.audit import integrity
 from rushhour.verify import Outcome, verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,7 +258,7 @@ def test_an_unchanged_input_is_not_hashed_again_and_a_touched_one_is(runs: list[
 
 
 def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
-    from audit.history import FoundRun, newest_problems
+    from rushhour.audit.history import FoundRun, newest_problems
 
     def found(name: str, start: str | None, problem: str | None = None, run_id: str | None = None) -> FoundRun:
         return FoundRun(Path("/runs") / name, run_id or name, start, problem)

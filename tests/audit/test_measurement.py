@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from audit.build import audit_run
-from audit.errors import AuditError
-from audit.ledger import audit_counts_from_summary
-from audit.phases import measured_flags, measured_mask, phase_of
-from scenarios.model import Scenario
+from rushhour.audit.build import audit_run
+from rushhour.audit.errors import AuditError
+from rushhour.audit.ledger import audit_counts_from_summary
+from rushhour.audit.phases import measured_flags, measured_mask, phase_of
+from rushhour.scenarios.model import Scenario
 from tests.audit.helpers import MS, RunBuilder, S, scenario
 
 PHASES = [{"name": "warm-up", "duration": 10}, {"name": "peak", "duration": 20}, {"name": "Cool_Down", "duration": 10}]
@@ -133,7 +133,7 @@ def test_phase_lookup_and_defaults() -> None:
 
 def test_per_second_figures_divide_by_the_measured_time(tmp_path: Path) -> None:
     """40 requests in the 20 s peak: 2/s, not 40 over the 40 s run (a sweep step's offered load too)."""
-    from audit.knee import step_from_summary
+    from rushhour.audit.knee import step_from_summary
 
     summary = audit_run(_run(tmp_path, {}))
     assert summary.measurement.measured_s == pytest.approx(20.0)
@@ -145,9 +145,9 @@ def test_per_second_figures_divide_by_the_measured_time(tmp_path: Path) -> None:
 
 def test_compare_reads_the_measured_window_too(tmp_path: Path) -> None:
     """rushhour compare's latency samples come from the same requests as the summary's figures."""
-    from audit import attempts
-    from audit.build import write_summary
-    from audit.compare import load_run
+    from rushhour.audit import attempts
+    from rushhour.audit.build import write_summary
+    from rushhour.audit.compare import load_run
 
     run = _run(tmp_path, {})
     write_summary(audit_run(run), run)

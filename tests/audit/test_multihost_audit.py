@@ -6,10 +6,10 @@ from pathlib import Path
 
 from helpers import ANCHOR, MS, RunBuilder
 
-from audit import run_audit
-from audit.gates import EXIT_INVALID
-from loadgen.manifest import read_manifest, write_manifest
-from loadgen.record import Anchor, EventRecord, RequestRecord, ShardWriter
+from rushhour.audit import run_audit
+from rushhour.audit.gates import EXIT_INVALID
+from rushhour.loadgen.manifest import read_manifest, write_manifest
+from rushhour.loadgen.record import Anchor, EventRecord, RequestRecord, ShardWriter
 
 S = 1_000_000_000
 TIERS_ONE = [{"name": "gold", "priority": 10, "slo": {}}]

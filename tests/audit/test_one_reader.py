@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import audit
-from audit.summary import OUTCOME_CLASSES, Summary
+from rushhour import audit
+from rushhour.audit.summary import OUTCOME_CLASSES, Summary
 
 
 def _testbed_run(tmp_path: Path) -> Path:
     """A short real run against the embedded testbed, with calibration probes on and a drain for stragglers."""
-    from loadgen.runner import RunOptions, run_scenario
-    from loadgen.sweep import write_scenario
-    from scenarios import load_scenario
-    from scenarios.model import Scenario
+    from rushhour.loadgen.runner import RunOptions, run_scenario
+    from rushhour.loadgen.sweep import write_scenario
+    from rushhour.scenarios import load_scenario
+    from rushhour.scenarios.model import Scenario
 
     data = load_scenario("sweep-tiers").model_dump(mode="json", by_alias=True)
     data["target"]["testbed"].update(replicas=2, speed=1.0)
@@ -40,7 +40,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
 
 @pytest.mark.e2e
 def test_compare_and_the_audit_agree_on_served_latencies(audited: tuple[Path, Summary]) -> None:
-    from audit.compare import load_run
+    from rushhour.audit.compare import load_run
 
     run_dir, summary = audited
     table = audit.attempts(run_dir)
@@ -63,7 +63,7 @@ def test_compare_and_the_audit_agree_on_served_latencies(audited: tuple[Path, Su
 
 @pytest.mark.e2e
 def test_drops_csv_speaks_the_audits_classes(audited: tuple[Path, Summary]) -> None:
-    from reports import drops
+    from rushhour.reports import drops
 
     run_dir, summary = audited
     rows = list(csv.DictReader(io.StringIO(drops.render_csv(drops.drop_rows(summary, run_dir)))))

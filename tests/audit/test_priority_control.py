@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from helpers import MS, RunBuilder, S
 
-from audit import run_audit
-from audit.control import drop_effect, pair, paired_effect, priority_effect
-from audit.stats import binomial_two_sided, mcnemar_exact, sign_test
+from rushhour.audit import run_audit
+from rushhour.audit.control import drop_effect, pair, paired_effect, priority_effect
+from rushhour.audit.stats import binomial_two_sided, mcnemar_exact, sign_test
 
 TWO_TIERS = [{"name": "interactive", "priority": 10}, {"name": "batch", "priority": 0}]
 
@@ -147,9 +147,9 @@ def test_reports_show_the_control(tmp_path: Path) -> None:
 
     from rich.console import Console
 
-    from reports.html import render_html
-    from reports.markdown import render_markdown
-    from reports.terminal import print_terminal
+    from rushhour.reports.html import render_html
+    from rushhour.reports.markdown import render_markdown
+    from rushhour.reports.terminal import print_terminal
 
     run_dir = _control_run(tmp_path, faster_ms=100, slower_ms=400)
     summary = run_audit(run_dir)

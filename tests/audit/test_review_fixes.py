@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 from helpers import MS, RunBuilder, S
 
-from audit.build import audit_run
-from audit.metrics import _rebase
-from audit.summary import Summary, TierSummary
-from loadgen.record import Anchor
-from reports import sentences
+from rushhour.audit.build import audit_run
+from rushhour.audit.metrics import _rebase
+from rushhour.audit.summary import Summary, TierSummary
+from rushhour.loadgen.record import Anchor
+from rushhour.reports import sentences
 
 SAT = "inference error: ResourceExhausted - request rejected pre-queue: queue at capacity"
 TIERS: list[dict[str, Any]] = [

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import ANCHOR, MS, TIERS, RunBuilder, S
 
-from audit import AuditError, load_or_audit, run_audit
-from audit.summary import Summary
-from loadgen.record import Anchor
+from rushhour.audit import AuditError, load_or_audit, run_audit
+from rushhour.audit.summary import Summary
+from rushhour.loadgen.record import Anchor
 
 SAT = "inference error: ResourceExhausted - request rejected pre-queue: queue at capacity"
 TTL = "inference error: ResourceExhausted - request timed out in queue: request evicted from queue: request TTL expired"
@@ -257,7 +257,7 @@ def test_the_code_fingerprint_covers_every_loadgen_module_the_audit_imports() ->
     import ast
     from pathlib import Path
 
-    import audit
+    from rushhour import audit
 
     root = Path(audit.__file__).resolve().parents[1]
     imported: set[str] = set()

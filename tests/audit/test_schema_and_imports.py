@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audit.schema import SCHEMA_PATH, summary_schema_text
+from rushhour.audit.schema import SCHEMA_PATH, summary_schema_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_schema_file_is_up_to_date() -> None:
-    assert SCHEMA_PATH.exists(), "docs/summary.schema.json is missing: run `python -m audit.schema`"
-    assert SCHEMA_PATH.read_text() == summary_schema_text(), "stale schema: run `python -m audit.schema`"
+    assert SCHEMA_PATH.exists(), "docs/summary.schema.json is missing: run `python -m rushhour.audit.schema`"
+    assert SCHEMA_PATH.read_text() == summary_schema_text(), "stale schema: run `python -m rushhour.audit.schema`"
     schema = json.loads(SCHEMA_PATH.read_text())
     assert "schema" in schema["properties"] and "tiers" in schema["required"]
 

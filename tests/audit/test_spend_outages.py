@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from audit.outages import outage_mask, scheduled_outages
-from audit.spend import spend, tier_price
+from rushhour.audit.outages import outage_mask, scheduled_outages
+from rushhour.audit.spend import spend, tier_price
 
 RUN_PRICES = {"price_per_mtok_in": 0.4, "price_per_mtok_out": 1.6, "max_cost_usd": 2.0, "max_requests": 300}
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from helpers import MS, RunBuilder, S
 
-from audit import run_audit
-from audit.gates import EXIT_FAIL, EXIT_INVALID, EXIT_PASS, exit_code, tier_verdicts
-from audit.judged import JUDGED_CHECK, MIN_SERVED_CHECK, not_judged_verdict, starved_verdict, tier_state
-from audit.summary import Summary, Validity, Verdict
-from scenarios.model import SLO
+from rushhour.audit import run_audit
+from rushhour.audit.gates import EXIT_FAIL, EXIT_INVALID, EXIT_PASS, exit_code, tier_verdicts
+from rushhour.audit.judged import JUDGED_CHECK, MIN_SERVED_CHECK, not_judged_verdict, starved_verdict, tier_state
+from rushhour.audit.summary import Summary, Validity, Verdict
+from rushhour.scenarios.model import SLO
 
 GOLD: dict[str, Any] = {"name": "gold", "priority": 10, "slo": {"max_drop_rate": 0.5}}
 GOLD_WHO: dict[str, Any] = {"tier": "gold", "tenant": "g", "persona": "chat-gold"}
@@ -177,7 +177,7 @@ def test_tier_state(verdicts: list[Verdict], state: str) -> None:
 
 def test_vacuous_without_any_persona_or_session() -> None:
     """A tier with no persona's requests and no task lines: both checks judge nothing, and say why."""
-    from audit.summary import TierSummary
+    from rushhour.audit.summary import TierSummary
 
     tier = TierSummary.model_construct(name="t", personas=[], tasks=None, sessions=None)
     verdicts = {v.check: v for v in tier_verdicts(tier, SLO(max_abandon_rate=0.1, max_deadline_miss_rate=0.1), None)}
@@ -188,7 +188,7 @@ def test_vacuous_without_any_persona_or_session() -> None:
 
 
 def test_starved_verdict_needs_an_slo_and_a_request() -> None:
-    from audit.summary import Rate, TierSummary
+    from rushhour.audit.summary import Rate, TierSummary
 
     tier = TierSummary.model_construct(name="t", drop_rate=Rate(k=5, n=5, value=1.0, low=None, high=None))
     assert starved_verdict(tier, SLO(), "point") is None

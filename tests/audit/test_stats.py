@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.fairness import find_inversions, floor_share, starvation_gap_s, tenant_jain
-from audit.fold import fold_logical, prepare_attempts
-from audit.stats import (
+from rushhour.audit.fairness import find_inversions, floor_share, starvation_gap_s, tenant_jain
+from rushhour.audit.fold import fold_logical, prepare_attempts
+from rushhour.audit.stats import (
     bootstrap_quantile_ci,
     cdf_points,
     group_quantiles,
@@ -19,7 +19,7 @@ from audit.stats import (
     percentiles,
     wilson,
 )
-from audit.timeline import Grid, bucket_size_s, make_grid, windows_from_mask
+from rushhour.audit.timeline import Grid, bucket_size_s, make_grid, windows_from_mask
 
 S = 1e9
 
@@ -217,7 +217,7 @@ def test_floor_share() -> None:
 
 
 def test_kaplan_meier_hand_computed() -> None:
-    from audit.stats import kaplan_meier
+    from rushhour.audit.stats import kaplan_meier
 
     # events at 1, 2, 4; censored at 3 and 5. At risk: 5, 4, 2. S = .8, .8·.75 = .6, .6·.5 = .3
     t, surv, gw = kaplan_meier(np.array([1.0, 2, 3, 4, 5]), np.array([False, False, True, False, True]))
@@ -228,7 +228,7 @@ def test_kaplan_meier_hand_computed() -> None:
 
 
 def test_km_percentiles_estimates_and_lower_bounds() -> None:
-    from audit.stats import km_percentiles
+    from rushhour.audit.stats import km_percentiles
 
     p = km_percentiles([1.0, 2, 3, 4, 5], [False, False, True, False, True])
     assert p.n == 5 and p.censored == 2
@@ -238,28 +238,28 @@ def test_km_percentiles_estimates_and_lower_bounds() -> None:
 
 
 def test_km_censoring_at_a_tie_stays_at_risk() -> None:
-    from audit.stats import kaplan_meier
+    from rushhour.audit.stats import kaplan_meier
 
     _, surv, _ = kaplan_meier(np.array([2.0, 2.0, 3.0]), np.array([False, True, False]))
     assert surv == pytest.approx([2 / 3, 0.0])  # at 2: 1 event of 3 at risk; at 3: 1 of 1
 
 
 def test_wait_percentiles_without_censoring_is_the_plain_path() -> None:
-    from audit.stats import percentiles, wait_percentiles
+    from rushhour.audit.stats import percentiles, wait_percentiles
 
     values = np.arange(1.0, 101.0)
     assert wait_percentiles(values, np.array([])) == percentiles(values)
 
 
 def test_km_all_censored_is_all_bounds() -> None:
-    from audit.stats import km_percentiles
+    from rushhour.audit.stats import km_percentiles
 
     p = km_percentiles([3.0, 7.0], [True, True])
     assert p.p50 == 7.0 and set(p.lower_bound) >= {"p50", "p99", "max"}
 
 
 def test_km_interval_brackets_the_estimate() -> None:
-    from audit.stats import km_percentiles
+    from rushhour.audit.stats import km_percentiles
 
     rng = np.random.default_rng(1)
     t = rng.exponential(1.0, 2000)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import MS, RunBuilder
 
-import audit
-from audit import table
+from rushhour import audit
+from rushhour.audit import table
 
 LONG = "vllm says: " + "x" * 280
 

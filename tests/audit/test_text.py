@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from audit import text
-from reports import fmt
+from rushhour.audit import text
+from rushhour.reports import fmt
 
 AUDIT = Path(__file__).resolve().parents[2] / "audit"
 

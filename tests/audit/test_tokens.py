@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from audit.tokens import token_fidelity
+from rushhour.audit.tokens import token_fidelity
 
 
 def test_token_fidelity_per_tier() -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from helpers import MS, RunBuilder, S
 
-from audit import harm, remedy, run_audit
-from audit.validity import check_validity, with_shortfall
+from rushhour.audit import harm, remedy, run_audit
+from rushhour.audit.validity import check_validity, with_shortfall
 
 NAN = float("nan")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from audit.validity import check_validity, delayed_requests, longest_run_s, sustained
+from rushhour.audit.validity import check_validity, delayed_requests, longest_run_s, sustained
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -102,7 +102,7 @@ def test_the_docs_state_the_rule_the_code_applies() -> None:
 
     docs/capacity.md quoted "loop lag p99 > 50 ms" invalid steps as if the audit still judged so.
     """
-    from audit import validity
+    from rushhour.audit import validity
 
     rule = next(p for p in _paragraphs(DOCS / "audit.md") if "could not be trusted" in p)
     assert f"loop lag > {validity.LOOP_LAG_MS:g} ms" in rule

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from audit.metrics import ServerMetrics
-from audit.timing_check import check_timing
-from audit.waits import sentence, tier_waits, wait_splits
+from rushhour.audit.metrics import ServerMetrics
+from rushhour.audit.timing_check import check_timing
+from rushhour.audit.waits import sentence, tier_waits, wait_splits
 
 MS = 1_000_000
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from audit.stats import wilson
-from audit.summary import (
+from rushhour.audit.stats import wilson
+from rushhour.audit.summary import (
     Fairness,
     Floor,
     Inflation,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from audit.boundary import (
+from rushhour.audit.boundary import (
     Boundary,
     Probe,
     SearchSettings,
@@ -18,7 +18,7 @@ from audit.boundary import (
     next_scale,
     probe_outcome,
 )
-from audit.knee import Check, Step, TierStep
+from rushhour.audit.knee import Check, Step, TierStep
 
 
 def tier_step(name: str, status: str, confident: bool, drop: float = 0.0, ttft: float = 100.0) -> TierStep:

@@ -40,21 +40,21 @@ def test_sweep_knee_order_under_strict_priority(tmp_path: Path) -> None:
 
 
 def _scenario(tmp_path: Path, name: str, speed: float) -> str:
-    from loadgen.sweep import write_scenario
-    from scenarios import load_scenario
+    from rushhour.loadgen.sweep import write_scenario
+    from rushhour.scenarios import load_scenario
 
     base = load_scenario("sweep-tiers").model_dump(mode="json", by_alias=True)
     base["target"]["testbed"].update(replicas=2, speed=speed)
     base["phases"] = [{"name": "steady", "duration": 12, "rate_scale": 2.5}]  # 7.5 req/s
-    from scenarios.model import Scenario
+    from rushhour.scenarios.model import Scenario
 
     return str(write_scenario(Scenario.model_validate(base), tmp_path / f"{name}.yaml"))
 
 
 @pytest.mark.serial  # "another seed is no regression" needs its four runs on an equally quiet machine
 def test_compare_flags_slow_candidate_not_reseeded_twins(tmp_path: Path) -> None:
-    from audit import run_audit
-    from loadgen.runner import RunOptions, run_scenario
+    from rushhour.audit import run_audit
+    from rushhour.loadgen.runner import RunOptions, run_scenario
 
     normal, slow = _scenario(tmp_path, "normal", 0.5), _scenario(tmp_path, "slow", 0.3)
     runs = {}

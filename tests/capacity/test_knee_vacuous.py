@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from audit.gates import vacuous
-from audit.judged import not_judged_verdict
-from audit.knee import step_from_summary
-from scenarios.model import SLO
+from rushhour.audit.gates import vacuous
+from rushhour.audit.judged import not_judged_verdict
+from rushhour.audit.knee import step_from_summary
+from rushhour.scenarios.model import SLO
 
 from .helpers import summary, tier, verdicts_for
 
@@ -23,7 +23,7 @@ def test_vacuous_checks_leave_a_step_unjudged_not_failed() -> None:
 
 
 def test_a_starved_step_fails() -> None:
-    from audit.judged import starved_verdict
+    from rushhour.audit.judged import starved_verdict
 
     batch = tier("batch", -1, 100, 100, None)
     starved = starved_verdict(batch, SLO(floor_share=0.05), "point")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.sweep import (
+from rushhour.loadgen.sweep import (
     DEFAULT_GRID,
     QUICK_GRID,
     SweepError,
@@ -18,8 +18,8 @@ from loadgen.sweep import (
     study_scenario,
     tier_mix,
 )
-from scenarios import load_scenario
-from scenarios.model import ChatPersona
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.model import ChatPersona
 
 
 def test_parse() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.sweep import scaled_scenario, study_scenario
-from scenarios import load_scenario
-from scenarios.model import SLO, Scenario
+from rushhour.loadgen.sweep import scaled_scenario, study_scenario
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.model import SLO, Scenario
 
 
 def _with_phase_slos() -> Scenario:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from audit.boundary import SearchResult, SearchSettings, boundary, probe_outcome
-from audit.knee import analyse_sweep
-from reports.charts import nice_ticks, tick_label
-from reports.sweep import knee_words, line_chart, render_sweep_html, render_sweep_markdown, step_words
+from rushhour.audit.boundary import SearchResult, SearchSettings, boundary, probe_outcome
+from rushhour.audit.knee import analyse_sweep
+from rushhour.reports.charts import nice_ticks, tick_label
+from rushhour.reports.sweep import knee_words, line_chart, render_sweep_html, render_sweep_markdown, step_words
 from tests.capacity.test_boundary import step, tier_step
 
 

@@ -18,13 +18,13 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def testbed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """`python -m testbed` (profile from the test's parameter) on an ephemeral port, stopped by PID."""
+    """`python -m rushhour.testbed` (profile from the test's parameter) on an ephemeral port, stopped by PID."""
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "testbed",
+            "rushhour.testbed",
             "--port",
             "0",
             "--port-file",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.doctor import DoctorInput, exit_code, first_of_pair, judge, polarity_verdict
+from rushhour.audit.doctor import DoctorInput, exit_code, first_of_pair, judge, polarity_verdict
 
 MS = 1_000_000
 
@@ -205,7 +205,7 @@ def test_tools_refused_fails_with_the_fix_and_tools_served_passes() -> None:
 def test_a_target_that_is_no_url_is_one_line() -> None:
     import pytest
 
-    from loadgen.diagnose import DoctorError, prepare
+    from rushhour.loadgen.diagnose import DoctorError, prepare
 
     with pytest.raises(DoctorError) as err:  # was "1 validation error for Scenario" and nothing else
         prepare(None, target="ftp://x", profile="vllm", model=None, metrics=None)

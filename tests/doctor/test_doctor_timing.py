@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.doctor import DoctorInput, exit_code, judge
+from rushhour.audit.doctor import DoctorInput, exit_code, judge
 
 MS = 1_000_000
 

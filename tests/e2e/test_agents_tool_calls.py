@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from audit import run_audit
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
-from reports import sentences
+from rushhour.audit import run_audit
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.reports import sentences
 
 pytestmark = pytest.mark.e2e
 

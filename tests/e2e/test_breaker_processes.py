@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from audit import run_audit
-from loadgen.breaker import SHARED
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
+from rushhour.audit import run_audit
+from rushhour.loadgen.breaker import SHARED
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
 from tests.e2e.test_resilience_e2e import FALLBACK_SCENARIO
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.manifest import read_manifest
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
 

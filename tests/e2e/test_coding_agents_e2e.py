@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
-from audit.summary import Summary
-from loadgen.datasets import read_dataset
-from loadgen.record import read_shard, shard_paths
-from reports import sentences
-from scenarios import Scenario, load_scenario
-from scenarios.distributions import BUNDLED_DATASETS
-from scenarios.model import ChatPersona
+from rushhour.audit.summary import Summary
+from rushhour.loadgen.datasets import read_dataset
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.reports import sentences
+from rushhour.scenarios import Scenario, load_scenario
+from rushhour.scenarios.distributions import BUNDLED_DATASETS
+from rushhour.scenarios.model import ChatPersona
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.datasets import read_dataset
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
-from scenarios.distributions import BUNDLED_DATASETS
+from rushhour.loadgen.datasets import read_dataset
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

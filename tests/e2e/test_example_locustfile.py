@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_plain_locust_with_rushhour_users(tmp_path: Path) -> None:
     port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     testbed = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
          "--preset", "tiny", "--replicas", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
         deadline = time.monotonic() + 60  # a loaded CI machine starts Python slowly

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from audit import run_audit
-from loadgen.manifest import read_manifest
-from loadgen.runner import RunOptions, run_scenario
+from rushhour.audit import run_audit
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.ledger import compare_with_ledger
-from audit.summary import Summary
-from loadgen import runkey
-from loadgen.manifest import read_manifest
-from loadgen.record import read_shard, shard_paths
+from rushhour.audit.ledger import compare_with_ledger
+from rushhour.audit.summary import Summary
+from rushhour.loadgen import runkey
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.record import read_shard, shard_paths
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ class Replay(ReplayUser):
 def testbed(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
          "--preset", "tiny", "--replicas", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
         for _ in range(400):
@@ -285,7 +285,7 @@ class Agent(AgentUser):
 
 
 def test_dataset_and_subagent_knobs_run_and_match_the_ledger(tmp_path: Path, testbed: tuple[str, Path]) -> None:
-    from scenarios.distributions import BUNDLED_DATASETS
+    from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
     url, ledger = testbed
     here = tmp_path / "lf"  # Locust runs elsewhere: the dataset is found next to the locustfile

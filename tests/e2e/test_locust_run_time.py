@@ -20,7 +20,7 @@ def test_locust_run_time_exits_zero_with_requests_in_flight_at_the_stop(tmp_path
     port_file = tmp_path / "port"
     # an L4 preset: a chat answer takes seconds, so requests are in flight when -t ends the test
     testbed = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--preset", "l4-llama8b",
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--preset", "l4-llama8b",
          "--replicas", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
         deadline = time.monotonic() + 60

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.build import audit_run
-from loadgen.manifest import read_manifest, write_manifest
-from loadgen.runner import RunOptions, run_scenario
+from rushhour.audit.build import audit_run
+from rushhour.loadgen.manifest import read_manifest, write_manifest
+from rushhour.loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
 

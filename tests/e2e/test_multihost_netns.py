@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from audit import run_audit
-from audit.ledger import compare_with_ledger
-from loadgen import runkey, testbed_proc
-from loadgen.manifest import read_manifest
-from loadgen.record import read_shard
-from loadgen.ship import read_anchor
-from loadgen.testbed_proc import child_env
-from scenarios import load_scenario
+from rushhour.audit import run_audit
+from rushhour.audit.ledger import compare_with_ledger
+from rushhour.loadgen import runkey, testbed_proc
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.record import read_shard
+from rushhour.loadgen.ship import read_anchor
+from rushhour.loadgen.testbed_proc import child_env
+from rushhour.scenarios import load_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -182,7 +182,7 @@ def _testbed(hosts: Hosts, tmp: Path) -> tuple[Path, Path]:
     cfg = tmp / "testbed.yaml"
     cfg.write_text(json.dumps(testbed_proc.testbed_config(load_scenario(local))))
     ledger, log = tmp / "ledger.jsonl", tmp / "testbed.log"
-    hosts.start("tb", [sys.executable, "-m", "testbed", "--config", str(cfg), "--host", hosts.addr["tb"],
+    hosts.start("tb", [sys.executable, "-m", "rushhour.testbed", "--config", str(cfg), "--host", hosts.addr["tb"],
                        "--port", str(TESTBED_PORT), "--ledger", str(ledger)], tmp, log)
     deadline = time.monotonic() + 60
     while b"testbed listening" not in log.read_bytes():

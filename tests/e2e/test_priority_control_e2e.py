@@ -106,7 +106,7 @@ def test_twins_are_counted_where_the_server_files_them(other: int, tmp_path: Pat
                            "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
-    from audit import run_audit
+    from rushhour.audit import run_audit
 
     summary = run_audit(run_dir)
     twins = int((pq.read_table(run_dir / "attempts.parquet", columns=["control"])["control"]).to_numpy().sum())

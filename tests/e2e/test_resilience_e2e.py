@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from audit import run_audit
-from loadgen.manifest import read_manifest
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
+from rushhour.audit import run_audit
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
 
 pytestmark = pytest.mark.e2e
 

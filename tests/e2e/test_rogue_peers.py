@@ -25,13 +25,13 @@ from typing import ClassVar
 
 import pytest
 
-from audit import run_audit
-from audit.ledger import compare_with_ledger
-from loadgen import runkey, testbed_proc
-from loadgen.manifest import read_manifest
-from loadgen.ship import read_anchor
-from loadgen.testbed_proc import child_env
-from scenarios import load_scenario
+from rushhour.audit import run_audit
+from rushhour.audit.ledger import compare_with_ledger
+from rushhour.loadgen import runkey, testbed_proc
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.ship import read_anchor
+from rushhour.loadgen.testbed_proc import child_env
+from rushhour.scenarios import load_scenario
 from tests.e2e.rogue import LOCUST_VERSION, FakeMaster, Peer, forged, hello, plain
 
 pytestmark = pytest.mark.e2e
@@ -114,7 +114,7 @@ def _testbed(procs: list[subprocess.Popen[bytes]], tmp: Path) -> tuple[str, Path
     cfg = tmp / "testbed.yaml"
     cfg.write_text(json.dumps(testbed_proc.testbed_config(load_scenario(local))))
     port, ledger, log = _port(), tmp / "ledger.jsonl", tmp / "testbed.log"
-    _start(procs, [sys.executable, "-m", "testbed", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+    _start(procs, [sys.executable, "-m", "rushhour.testbed", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
                    "--ledger", str(ledger)], tmp, log, child_env())
     _until("testbed start", lambda: b"testbed listening" in log.read_bytes(), 60, log)
     return f"http://127.0.0.1:{port}", ledger

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.manifest import write_manifest
-from loadgen.record import START_FAILED_MARK, Anchor, shard_paths
-from loadgen.runner import RunOptions, _start_failure, locust_command, run_scenario
-from loadgen.testbed_proc import child_env
-from scenarios import ScenarioError, parse_scenario
+from rushhour.loadgen.manifest import write_manifest
+from rushhour.loadgen.record import START_FAILED_MARK, Anchor, shard_paths
+from rushhour.loadgen.runner import RunOptions, _start_failure, locust_command, run_scenario
+from rushhour.loadgen.testbed_proc import child_env
+from rushhour.scenarios import ScenarioError, parse_scenario
 
 SCENARIO = """
 name: r

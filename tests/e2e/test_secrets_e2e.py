@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from audit import run_audit
-from loadgen.record import ECHO_MIN
-from loadgen.runner import RunOptions, run_scenario
-from reports import write_reports
+from rushhour.audit import run_audit
+from rushhour.loadgen.record import ECHO_MIN
+from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.reports import write_reports
 
 pytestmark = pytest.mark.e2e
 

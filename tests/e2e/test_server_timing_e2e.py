@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit import run_audit
-from audit.ledger import LEDGER_FILE
-from loadgen.record import RECORDS_DIR
+from rushhour.audit import run_audit
+from rushhour.audit.ledger import LEDGER_FILE
+from rushhour.loadgen.record import RECORDS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "audit" / "scenarios" / "gt-llmd.yaml"
@@ -117,8 +117,8 @@ def test_audit_splits_each_tier(runs: dict[str, Path], profile: str) -> None:
 
 @pytest.mark.e2e
 def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
-    from reports.html import render_html
-    from reports.markdown import render_markdown
+    from rushhour.reports.html import render_html
+    from rushhour.reports.markdown import render_markdown
 
     summary = run_audit(runs["llm-d"])
     markdown = render_markdown(summary)
@@ -130,7 +130,7 @@ def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
 
     from rich.console import Console
 
-    from reports.terminal import print_terminal
+    from rushhour.reports.terminal import print_terminal
 
     out = io.StringIO()
     print_terminal(summary, Console(file=out, width=160, no_color=True))

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from loadgen.record import read_shard, shard_paths
-from loadgen.runner import RunOptions, run_scenario
-from sim.run import SimOptions, simulate
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.sim.run import SimOptions, simulate
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +60,7 @@ TOLERANCE = 0.05  # of the tier's requests, as tests/e2e/test_sim_validation.py
 
 
 def _audit(run_dir: Path) -> dict[str, Any]:
-    from audit import run_audit
+    from rushhour.audit import run_audit
 
     run_audit(run_dir)
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rushhour.fits import context_warnings
-from scenarios import parse_scenario
+from rushhour.scenarios import parse_scenario
 
 pytestmark = pytest.mark.e2e
 

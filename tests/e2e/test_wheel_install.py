@@ -146,10 +146,10 @@ def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -
     # virtual time: simulate says how a pip user gets the compiled build, and never to run make
     sim = _sh(venv, scratch, "rushhour", "simulate", "demo", "--duration", "20s", "--no-report", timeout=240)
     said = sim.stdout + sim.stderr
-    assert "python -m sim.compiled build" in said and "make" not in said, said
+    assert "python -m rushhour.sim.compiled build" in said and "make" not in said, said
     _sh(venv, scratch, "rushhour", "plan", "ci-smoke", "--replicas", "1..2", "--scale", "1", "--duration", "15s",
         "--out", "plans", timeout=300)
-    build = _sh(venv, scratch, "python", "-m", "sim.compiled", "build", codes=(1,))  # no mypy in a user's venv
+    build = _sh(venv, scratch, "python", "-m", "rushhour.sim.compiled", "build", codes=(1,))  # no mypy in a user's venv
     assert "pip install mypy==" in build.stderr and len(build.stderr.strip().splitlines()) == 1, build.stderr
 
     # a built-in as a template; the schema; the example locustfile against the testbed

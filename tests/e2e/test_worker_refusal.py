@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import runkey
-from loadgen.manifest import read_manifest
-from loadgen.record import START_FAILED_MARK
-from loadgen.testbed_proc import child_env
+from rushhour.loadgen import runkey
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.record import START_FAILED_MARK
+from rushhour.loadgen.testbed_proc import child_env
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -188,13 +188,13 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "ok.py").write_text("from audit.summary import Summary\nfrom . import sub\n")
+    (pkg / "ok.py").write_text("from rushhour.audit.summary import Summary\nfrom . import sub\n")
     (pkg / "sub" / "bad.py").write_text(
         "import json\n"
-        "from loadgen.record import iter_run\n"  # reports → loadgen: the layering break of issue 13
+        "from rushhour.loadgen.record import iter_run\n"  # reports → loadgen: the layering break of issue 13
         "def later():\n"
         "    import gevent\n"  # a lazy import is an import
-        "    from loadgen import wire\n"
+        "    from rushhour.loadgen import wire\n"
         "    from ..ok import Summary\n"
     )
     (tmp_path / "loadgen" / "wire").mkdir(parents=True)
@@ -288,10 +288,10 @@ def test_pure_planning_runs_without_gevent(tmp_path: Path) -> None:
     code = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from loadgen.runner import RunOptions, run_scenario\n"
-        "from loadgen.probes import probe_plan, probe_scenario\n"
-        "from loadgen.sweep import plan_sweep, scaled_scenario\n"
-        "from scenarios import load_scenario\n"
+        "from rushhour.loadgen.runner import RunOptions, run_scenario\n"
+        "from rushhour.loadgen.probes import probe_plan, probe_scenario\n"
+        "from rushhour.loadgen.sweep import plan_sweep, scaled_scenario\n"
+        "from rushhour.scenarios import load_scenario\n"
         "sc = load_scenario('demo')\n"
         "assert run_scenario('demo', RunOptions(dry_run=True)).exit_code == 0\n"
         "probe_scenario(sc); probe_plan(sc)\n"

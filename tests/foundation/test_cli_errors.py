@@ -14,7 +14,7 @@ SCRIPT = Path(sys.executable).parent / "rushhour"
 
 # Loaded by the child's interpreter at start-up: an internal error where no verb expects one.
 _SITECUSTOMIZE = """
-import scenarios
+from rushhour import scenarios
 
 def _boom(*args, **kwargs):
     raise RuntimeError("internal failure for the test\\nsecond line of it")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from audit import run_audit
+from rushhour.audit import run_audit
 
 
 def test_gate_with_an_slo_file_leaves_the_summary_alone(tmp_path: Path) -> None:

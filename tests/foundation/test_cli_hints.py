@@ -50,7 +50,7 @@ def test_serve_on_a_busy_port_says_pass_port(busy_port: int) -> None:
 
 
 def test_the_testbed_alone_on_a_busy_port_says_pass_port(busy_port: int) -> None:
-    done = subprocess.run([sys.executable, "-m", "testbed", "--port", str(busy_port)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "rushhour.testbed", "--port", str(busy_port)], capture_output=True,
                           text=True, timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert _one_error_line(done) == f"error: port {busy_port} is in use: pass --port N (0 picks a free one)"
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from loadgen import runkey
 from rushhour.k8s import MASTER_PORT, K8sOptions, render
-from scenarios import load_scenario
+from rushhour.loadgen import runkey
+from rushhour.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = """

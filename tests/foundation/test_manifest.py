@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.manifest import RUN_MANIFEST, RunManifest, read_manifest, scenario_of, write_manifest
+from rushhour.loadgen.manifest import RUN_MANIFEST, RunManifest, read_manifest, scenario_of, write_manifest
 
 
 def _full() -> RunManifest:
@@ -68,7 +68,7 @@ def test_scenario_of_a_run_json(tmp_path: Path) -> None:
 
 def test_an_old_format_run_json_still_audits(tmp_path: Path) -> None:
     """A run.json of the old shape (target as a dict, a string command, no typed writer) is audited."""
-    from audit.build import audit
+    from rushhour.audit.build import audit
     from tests.audit.helpers import RunBuilder
 
     b = RunBuilder(tmp_path, run_id="old")

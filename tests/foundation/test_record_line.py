@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen import record as rec_mod
-from loadgen.record import (
+from rushhour.loadgen import record as rec_mod
+from rushhour.loadgen.record import (
     EventRecord,
     HealthRecord,
     Record,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.record import redact, register_secret
-from loadgen.tiers import TierError, map_tier
-from scenarios import ScenarioError, parse_scenario
+from rushhour.loadgen.record import redact, register_secret
+from rushhour.loadgen.tiers import TierError, map_tier
+from rushhour.scenarios import ScenarioError, parse_scenario
 
 BASE = """\
 name: t

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from audit.schema import SCHEMA_PATH
 from rushhour import shipped
-from scenarios import parse_scenario
+from rushhour.audit.schema import SCHEMA_PATH
+from rushhour.scenarios import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "rushhour"

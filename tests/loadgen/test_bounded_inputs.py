@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen import datasets, tokens
-from loadgen.bounded_json import MAX_JSON_DEPTH, depth
-from loadgen.chat_template import MAX_RENDER_BYTES, TemplateError, compile_template, render
-from loadgen.datasets import MAX_ROW_TEXT_BYTES, DatasetError, read_dataset
-from loadgen.template_trial import TRIAL_MEMORY_BYTES, trial_render
+from rushhour.loadgen import datasets, tokens
+from rushhour.loadgen.bounded_json import MAX_JSON_DEPTH, depth
+from rushhour.loadgen.chat_template import MAX_RENDER_BYTES, TemplateError, compile_template, render
+from rushhour.loadgen.datasets import MAX_ROW_TEXT_BYTES, DatasetError, read_dataset
+from rushhour.loadgen.template_trial import TRIAL_MEMORY_BYTES, trial_render
 from tests.loadgen.hostile_models import model_with_template as _model
 from tests.loadgen.hostile_models import run_measured
 
@@ -169,7 +169,7 @@ def test_real_templates_render_exactly_as_in_the_plain_sandbox() -> None:
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from loadgen.template_trial import TRIALS
+    from rushhour.loadgen.template_trial import TRIALS
 
     plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     for source in (GOOD_TEMPLATE, LLAMA_LIKE):
@@ -196,7 +196,7 @@ def test_the_trial_render_refuses_in_a_capped_child_naming_the_file(tmp_path: Pa
 def test_the_trial_child_stays_under_its_memory_cap(tmp_path: Path) -> None:
     """The render that no operator check sees, measured: the child and its own child, through wait4."""
     folder = _model(tmp_path / "m", AROUND_THE_CHECKS)
-    code = (f"from pathlib import Path; from loadgen.template_trial import trial_render; "
+    code = (f"from pathlib import Path; from rushhour.loadgen.template_trial import trial_render; "
             f"print(trial_render(Path({str(folder)!r}), 't'))")
     exit_code, said, _, peak_mb = run_measured([sys.executable, "-c", code], tmp_path)
     assert "ran out of memory" in said and exit_code == 0
@@ -220,9 +220,9 @@ def test_with_a_tokenizer_a_row_is_held_to_the_prompt_limit_in_tokens(tmp_path: 
     """3 MB of text is within the byte bound (8 MB) but 3,000,000 tokens for a tokenizer of one byte a token."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from loadgen.datasets import check_tokens, load_dataset
-    from loadgen.runner import check_tokenizer
-    from scenarios import ScenarioError, load_scenario
+    from rushhour.loadgen.datasets import check_tokens, load_dataset
+    from rushhour.loadgen.runner import check_tokenizer
+    from rushhour.scenarios import ScenarioError, load_scenario
 
     model = tmp_path / "bytes-model"
     model.mkdir()
@@ -254,7 +254,7 @@ def test_with_a_tokenizer_a_row_is_held_to_the_prompt_limit_in_tokens(tmp_path: 
      "a line of 2,097,2"),
 ])
 def test_a_hostile_mooncake_line_is_one_line_naming_file_and_line(tmp_path: Path, line: str, message: str) -> None:
-    from loadgen.traces import TraceError, read_trace
+    from rushhour.loadgen.traces import TraceError, read_trace
 
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1}) + "\n" + line + "\n")

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from loadgen.breaker import CLOSED, HALF_OPEN, OPEN, RouteBreaker, is_breaker_failure
-from loadgen.record import RequestRecord
+from rushhour.loadgen.breaker import CLOSED, HALF_OPEN, OPEN, RouteBreaker, is_breaker_failure
+from rushhour.loadgen.record import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_works_under_gevent_monkey_patching() -> None:
         """
         from gevent import monkey; monkey.patch_all()
         import gevent
-        from loadgen.breaker import RouteBreaker
+        from rushhour.loadgen.breaker import RouteBreaker
         changes = []
         b = RouteBreaker("r", 5, 0.05, lambda *a: (changes.append(a[1:3]), gevent.sleep(0)))
         def user(i):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.breaker import CLOSED, HALF_OPEN, OPEN, SHARED, SHARED_HOLD, RouteBreaker
-from loadgen.engine.breaker_share import MASTER_LOG, BreakerRelay, BreakerShare, relayed
+from rushhour.loadgen.breaker import CLOSED, HALF_OPEN, OPEN, SHARED, SHARED_HOLD, RouteBreaker
+from rushhour.loadgen.engine.breaker_share import MASTER_LOG, BreakerRelay, BreakerShare, relayed
 
 
 class Clock:

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from loadgen.budget import BudgetGuard
-from scenarios.model import Budget
+from rushhour.loadgen.budget import BudgetGuard
+from rushhour.scenarios.model import Budget
 
 
 def test_stops_exactly_at_max_requests_and_stays_stopped() -> None:

@@ -8,11 +8,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.budget import BudgetGuard
-from loadgen.engine.lease import LeasedBudget
-from loadgen.engine.ledger import MSG_ANSWER, MSG_ASK, MSG_REACHED, MSG_RECLAIM, MSG_RETURN, ROUND_TIMEOUT_S, Ledger
-from loadgen.ship import merge_budget_usage
-from scenarios.model import Budget
+from rushhour.loadgen.budget import BudgetGuard
+from rushhour.loadgen.engine.lease import LeasedBudget
+from rushhour.loadgen.engine.ledger import (
+    MSG_ANSWER,
+    MSG_ASK,
+    MSG_REACHED,
+    MSG_RECLAIM,
+    MSG_RETURN,
+    ROUND_TIMEOUT_S,
+    Ledger,
+)
+from rushhour.loadgen.ship import merge_budget_usage
+from rushhour.scenarios.model import Budget
 
 
 @dataclass

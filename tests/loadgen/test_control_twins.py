@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from loadgen import control
-from scenarios.model import Control, Scenario, Tier
+from rushhour.loadgen import control
+from rushhour.scenarios.model import Control, Scenario, Tier
 
 
 def _scenario(**extra: object) -> Scenario:

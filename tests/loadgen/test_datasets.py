@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from loadgen import prompts, tokens
-from loadgen.datasets import DatasetError, Dialog, Turn, read_dataset
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.stream import OPENAI_CHAT
-from loadgen.traces import TraceRef, check_trace_file, locate_trace
-from scenarios.distributions import BUNDLED_DATASETS
+from rushhour.loadgen import prompts, tokens
+from rushhour.loadgen.datasets import DatasetError, Dialog, Turn, read_dataset
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.engine.wire.stream import OPENAI_CHAT
+from rushhour.loadgen.traces import TraceRef, check_trace_file, locate_trace
+from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
 SHIPPED = BUNDLED_DATASETS / "chat-mini.jsonl"
 TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.doomed import (
+from rushhour.loadgen.doomed import (
     CALIBRATION_MIN,
     DOOM_AFTER,
     REFUSED_AFTER,

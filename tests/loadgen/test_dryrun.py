@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from loadgen.dryrun import plan, prices_from_budget, render_plan
-from scenarios.distributions import Constant
-from scenarios.model import ChatPersona, Dataset, Scenario, Subagents
+from rushhour.loadgen.dryrun import plan, prices_from_budget, render_plan
+from rushhour.scenarios.distributions import Constant
+from rushhour.scenarios.model import ChatPersona, Dataset, Scenario, Subagents
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +116,7 @@ def test_cost_from_budget_prices_and_warnings() -> None:
 
 
 def test_trace_replay_counts_rows_in_window(no_network: None) -> None:
-    from scenarios.distributions import BUNDLED_TRACES
+    from rushhour.scenarios.distributions import BUNDLED_TRACES
 
     trace = BUNDLED_TRACES / "AzureLLMInferenceTrace_conv.csv"
     sc = scenario(
@@ -145,7 +145,7 @@ def test_trace_replay_counts_rows_in_window(no_network: None) -> None:
 
 
 def test_demo_scenario_renders_without_network(no_network: None) -> None:
-    from scenarios.loader import load_scenario
+    from rushhour.scenarios.loader import load_scenario
 
     sc = load_scenario(ROOT / "scenarios" / "library" / "demo.yaml")
     p = plan(sc, prices={t.name: (1.0, 3.0) for t in sc.tiers})

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from audit.classify import classify_one
-from loadgen.engine.context import build_routes
-from loadgen.engine.wire.client import _header_reason
-from loadgen.probes import probe_plan
-from loadgen.testbed_proc import route_file_name
-from loadgen.testbed_proc import testbed_config as make_config
-from scenarios import parse_scenario
+from rushhour.audit.classify import classify_one
+from rushhour.loadgen.engine.context import build_routes
+from rushhour.loadgen.engine.wire.client import _header_reason
+from rushhour.loadgen.probes import probe_plan
+from rushhour.loadgen.testbed_proc import route_file_name
+from rushhour.loadgen.testbed_proc import testbed_config as make_config
+from rushhour.scenarios import parse_scenario
 
 SCENARIO = """
 name: unit-fallback

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from loadgen import prompts
-from loadgen.breaker import RouteBreaker
-from loadgen.budget import BudgetGuard
-from loadgen.flow.protocol import NS, Flow, Fork, Logical, Send, Spawn, Wait
-from loadgen.flow.send import send_logical
-from loadgen.record import RequestRecord, TaskRecord
-from loadgen.schedule import seeded_rng
-from scenarios import parse_scenario
-from scenarios.model import Scenario
+from rushhour.loadgen import prompts
+from rushhour.loadgen.breaker import RouteBreaker
+from rushhour.loadgen.budget import BudgetGuard
+from rushhour.loadgen.flow.protocol import NS, Flow, Fork, Logical, Send, Spawn, Wait
+from rushhour.loadgen.flow.send import send_logical
+from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.loadgen.schedule import seeded_rng
+from rushhour.scenarios import parse_scenario
+from rushhour.scenarios.model import Scenario
 
 SCENARIO = """
 name: flow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httptools
 import pytest
 
-from loadgen.engine.wire.http import Endpoint, ResponseHead, ResponseParser, build_request, parse_retry_after
+from rushhour.loadgen.engine.wire.http import Endpoint, ResponseHead, ResponseParser, build_request, parse_retry_after
 
 
 def test_endpoint_parse() -> None:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from loadgen import ids
+from rushhour.loadgen import ids
 
 
 def test_an_id_is_the_uuid4_of_its_sixteen_bytes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform, server_keepalive_s
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.http import Endpoint, build_request
-from loadgen.prompts import Conversation
-from loadgen.record import Anchor, RequestRecord
+from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform, server_keepalive_s
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.engine.wire.http import Endpoint, build_request
+from rushhour.loadgen.prompts import Conversation
+from rushhour.loadgen.record import Anchor, RequestRecord
 
 pytestmark = pytest.mark.e2e
 APP = Path(__file__).resolve().with_name("uvicorn_sse.py")

@@ -16,11 +16,11 @@ import gevent
 import gevent.event
 import pytest
 
-from loadgen.budget import BudgetGuard
-from loadgen.engine import lease
-from loadgen.engine.lease import LeasedBudget
-from loadgen.engine.ledger import MSG_ANSWER, MSG_ASK, MSG_REACHED, MSG_RECLAIM, MSG_RETURN, Ledger
-from scenarios.model import Budget
+from rushhour.loadgen.budget import BudgetGuard
+from rushhour.loadgen.engine import lease
+from rushhour.loadgen.engine.lease import LeasedBudget
+from rushhour.loadgen.engine.ledger import MSG_ANSWER, MSG_ASK, MSG_REACHED, MSG_RECLAIM, MSG_RETURN, Ledger
+from rushhour.scenarios.model import Budget
 
 
 @dataclass

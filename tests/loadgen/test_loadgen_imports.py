@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-PURE = ["loadgen.runner", "loadgen.tiers", "loadgen.prompts", "loadgen.schedule", "loadgen.traces", "loadgen.live",
-        "loadgen.testbed_proc", "loadgen.record", "loadgen.manifest", "loadgen.probes", "loadgen.endpoint",
-        "loadgen.dryrun", "loadgen.sweep",
+PURE = ["rushhour.loadgen.runner", "rushhour.loadgen.tiers", "rushhour.loadgen.prompts", "rushhour.loadgen.schedule", "rushhour.loadgen.traces", "rushhour.loadgen.live",
+        "rushhour.loadgen.testbed_proc", "rushhour.loadgen.record", "rushhour.loadgen.manifest", "rushhour.loadgen.probes", "rushhour.loadgen.endpoint",
+        "rushhour.loadgen.dryrun", "rushhour.loadgen.sweep",
         # the child's gevent-free parts (the wire's parsers), importable on their own
-        "loadgen.engine.wire.http", "loadgen.engine.wire.sse", "loadgen.engine.wire.stream",
-        "loadgen.engine.wire.dialects"]
+        "rushhour.loadgen.engine.wire.http", "rushhour.loadgen.engine.wire.sse", "rushhour.loadgen.engine.wire.stream",
+        "rushhour.loadgen.engine.wire.dialects"]
 
 
 @pytest.mark.parametrize("module", PURE)
@@ -26,7 +26,7 @@ def test_no_patching_imports(module: str) -> None:
 
 def test_the_locustfile_paths_point_at_the_child() -> None:
     """The runner and a remote worker start Locust on loadgen/engine/locustfile.py (moved in issue 13)."""
-    from loadgen import distributed, runner
+    from rushhour.loadgen import distributed, runner
 
     assert runner.LOCUSTFILE.is_file() and runner.LOCUSTFILE.parent.name == "engine"
     assert distributed.LOCUSTFILE == runner.LOCUSTFILE

@@ -10,14 +10,14 @@ import pytest
 from gevent.pool import Group
 from wire_fakes import FakeServer
 
-from loadgen.engine.attempts import Logical, Pools, send_logical
-from loadgen.engine.context import WorkerContext, build_routes
-from loadgen.engine.personas.agents import run_swarm
-from loadgen.engine.personas.chat import run_chat
-from loadgen.engine.wire.client import Cancelled
-from loadgen.prompts import Conversation
-from loadgen.record import Anchor, ShardWriter, read_shard
-from scenarios import parse_scenario
+from rushhour.loadgen.engine.attempts import Logical, Pools, send_logical
+from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.personas.agents import run_swarm
+from rushhour.loadgen.engine.personas.chat import run_chat
+from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.loadgen.prompts import Conversation
+from rushhour.loadgen.record import Anchor, ShardWriter, read_shard
+from rushhour.scenarios import parse_scenario
 
 SCENARIO = """
 name: unit

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadgen import procs
+from rushhour.loadgen import procs
 
 NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
 # A process that starts a thread on each input line and prints the thread's id (its TID).

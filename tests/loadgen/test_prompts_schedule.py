@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from loadgen import prompts
-from loadgen.engine.wire.dialects import build_body
-from loadgen.schedule import (
+from rushhour.loadgen import prompts
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.schedule import (
     next_arrival,
     phase_index,
     scale_phases,
@@ -19,9 +19,9 @@ from loadgen.schedule import (
     worker_share,
     worker_slots,
 )
-from loadgen.workload import ideal_s, plan_task
-from scenarios import parse_scenario
-from scenarios.model import AgentSwarmPersona, Arrival, Phase
+from rushhour.loadgen.workload import ideal_s, plan_task
+from rushhour.scenarios import parse_scenario
+from rushhour.scenarios.model import AgentSwarmPersona, Arrival, Phase
 
 
 def test_text_is_deterministic_sized_and_distinct() -> None:
@@ -122,7 +122,7 @@ def test_worker_shares() -> None:
 
 
 def test_demo_scenario_loads() -> None:
-    from scenarios import load_scenario
+    from rushhour.scenarios import load_scenario
 
     assert load_scenario("demo").personas
     assert parse_scenario("name: x\ntiers: [{name: a}]\npersonas: [{kind: chat, name: c, tier: a, arrival: {rate: 1}}]")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.record import RequestRecord
-from loadgen.resilience import (
+from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.resilience import (
     Decision,
     backoff_delay,
     is_failure_key,
@@ -22,7 +22,7 @@ from loadgen.resilience import (
     parse_retry_after,
     retry_reason,
 )
-from scenarios.model import RetryPolicy
+from rushhour.scenarios.model import RetryPolicy
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vendor"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import runkey
-from loadgen.distributed import worker_env
-from loadgen.testbed_proc import child_env
+from rushhour.loadgen import runkey
+from rushhour.loadgen.distributed import worker_env
+from rushhour.loadgen.testbed_proc import child_env
 
 RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
 

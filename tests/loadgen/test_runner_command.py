@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen.record import Anchor
-from loadgen.runner import RunOptions, locust_command
+from rushhour.loadgen.record import Anchor
+from rushhour.loadgen.runner import RunOptions, locust_command
 
 
 def _cmd(processes: int) -> list[str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.runner import RunOptions, locust_command, run_scenario
-from scenarios import ScenarioError
+from rushhour.loadgen.runner import RunOptions, locust_command, run_scenario
+from rushhour.scenarios import ScenarioError
 
 SCENARIO = """
 name: remote

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from loadgen import runner
-from loadgen.manifest import read_manifest
-from loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
+from rushhour.loadgen import runner
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
 
 SCENARIO = """
 name: overrun
@@ -49,7 +49,7 @@ class _Console:
 
 
 # the stand-in takes the anchor at its start, as Locust's master does when its test starts (loadgen/ship.py)
-ANCHOR = ("import sys, time; from loadgen.ship import write_anchor; "
+ANCHOR = ("import sys, time; from rushhour.loadgen.ship import write_anchor; "
           "write_anchor(sys.argv[1], time.monotonic_ns(), time.time_ns()); ")
 
 

@@ -16,8 +16,15 @@ from typing import Any
 
 import pytest
 
-from loadgen.record import Anchor
-from loadgen.scrape import DEFAULT_PREFIXES, MetricsScraper, ScrapeError, fetch, metrics_url, parse_metrics_text
+from rushhour.loadgen.record import Anchor
+from rushhour.loadgen.scrape import (
+    DEFAULT_PREFIXES,
+    MetricsScraper,
+    ScrapeError,
+    fetch,
+    metrics_url,
+    parse_metrics_text,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +211,7 @@ def test_module_cli_runs_as_its_own_process(server: tuple[str, type[Handler]], t
     url, _ = server
     out = tmp_path / "cli.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "loadgen.scrape", url, str(out), "--interval-s", "0.01", "--max-scrapes", "2"],
+        [sys.executable, "-m", "rushhour.loadgen.scrape", url, str(out), "--interval-s", "0.01", "--max-scrapes", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from loadgen.record import Anchor
-from loadgen.scrape import MetricsScraper, ScrapeError, fetch, metrics_url, profile_filter, read_credential
+from rushhour.loadgen.record import Anchor
+from rushhour.loadgen.scrape import MetricsScraper, ScrapeError, fetch, metrics_url, profile_filter, read_credential
 
 TOKEN = "sk-metrics-0123456789abcdef"
 
@@ -182,7 +182,7 @@ def test_metrics_url_and_credential_forms() -> None:
 
 
 def test_scenario_metrics_block() -> None:
-    from scenarios.model import MetricsOptions
+    from rushhour.scenarios.model import MetricsOptions
 
     opts = MetricsOptions.model_validate({"url": "/metrics/", "credential": "env:LITELLM_KEY", "interval_s": "2s"})
     assert (opts.url, opts.credential, opts.interval_s) == ("/metrics/", "env:LITELLM_KEY", 2.0)
@@ -202,6 +202,6 @@ def test_testbed_health_is_kept_for_a_testbed_target_and_bad_cli_input_is_one_li
     assert not profile_filter("litellm")("vllm:num_requests_waiting")
     for args, text in ((["--profile", "nope"], "unknown stack profile 'nope'"),
                        (["--credential", "sk-literal"], "env:VARIABLE")):
-        proc = subprocess.run([sys.executable, "-m", "loadgen.scrape", "http://127.0.0.1:9/metrics", "/dev/null",
+        proc = subprocess.run([sys.executable, "-m", "rushhour.loadgen.scrape", "http://127.0.0.1:9/metrics", "/dev/null",
                                "--max-scrapes", "1", *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and text in proc.stderr and "Traceback" not in proc.stderr

@@ -7,15 +7,15 @@ import json
 import subprocess
 import sys
 
-from loadgen import runkey
-from loadgen.testbed_proc import child_env
+from rushhour.loadgen import runkey
+from rushhour.loadgen.testbed_proc import child_env
 
 SCRIPT = r'''
 import json
 import gevent
 import locust  # noqa: F401  (gevent's patching, as in a Locust process)
 from locust.rpc.protocol import Message
-from loadgen.engine import sealed
+from rushhour.loadgen.engine import sealed
 
 server = sealed.SealedServer("127.0.0.1", 0)
 client = sealed.SealedClient("127.0.0.1", server.port, "w1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from loadgen.flow.send import _LazyRng
+from rushhour.loadgen.flow.send import _LazyRng
 
 
 class _Host:

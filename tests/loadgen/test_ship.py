@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.distributed import parse_master, resolve_master, worker_command
-from loadgen.ship import Receiver, all_done, complete_lines, read_anchor, safe_name, write_anchor
+from rushhour.loadgen.distributed import parse_master, resolve_master, worker_command
+from rushhour.loadgen.ship import Receiver, all_done, complete_lines, read_anchor, safe_name, write_anchor
 
 
 def test_safe_name_refuses_paths_and_hidden_files() -> None:
@@ -39,7 +39,7 @@ def test_all_done_waits_for_every_worker_that_is_not_missing() -> None:
 
 
 def test_late_workers_are_those_indexed_past_the_run_s_count() -> None:
-    from loadgen.ship import late_workers
+    from rushhour.loadgen.ship import late_workers
 
     class Runner:
         def __init__(self) -> None:
@@ -151,7 +151,7 @@ def test_only_a_registered_worker_writes_and_only_its_own_shard(tmp_path: Path) 
 
 
 def test_batch_size_and_shard_count_are_bounded(tmp_path: Path) -> None:
-    from loadgen import ship
+    from rushhour.loadgen import ship
 
     rx = Receiver(_Runner(), tmp_path)
     rx.on_shard(_Msg({"name": "big.jsonl", "offset": 0, "data": b"x" * (ship.MAX_BATCH_BYTES + 1)}))
@@ -166,7 +166,7 @@ def test_batch_size_and_shard_count_are_bounded(tmp_path: Path) -> None:
 
 
 def test_the_master_measures_the_clock_on_its_own_clock(tmp_path: Path) -> None:
-    from loadgen.ship import best_offset
+    from rushhour.loadgen.ship import best_offset
 
     # master sends at 1,000 and receives at 1,200 (its clock); the worker said 600: offset 1,100 - 600
     got = best_offset([(1000, 1400, 100), (1000, 1200, 600)])
@@ -179,7 +179,7 @@ def test_the_master_measures_the_clock_on_its_own_clock(tmp_path: Path) -> None:
 
 
 def test_budget_usage_is_kept_per_process_and_summed() -> None:
-    from loadgen.ship import merge_budget_usage
+    from rushhour.loadgen.ship import merge_budget_usage
 
     def usage(requests: int, cost: float, reached: str | None = None) -> dict[str, Any]:
         return {"requests": requests, "prompt_tokens": 10 * requests, "output_tokens": requests,
@@ -204,7 +204,7 @@ def test_budget_usage_is_kept_per_process_and_summed() -> None:
 
 def test_a_worker_first_seen_running_counts_as_joined(tmp_path: Path) -> None:
     """The watcher polls every 0.5 s: a worker may be first noted 'running', never 'ready'."""
-    from loadgen.runner import RunOptions, workers_summary
+    from rushhour.loadgen.runner import RunOptions, workers_summary
     lines = [
         {"event": "worker_state", "worker": "w1", "state": "running", "index": 0},
         {"event": "worker_state", "worker": "w2", "state": "spawning", "index": 1},

@@ -11,14 +11,14 @@ import pytest
 from gevent.pool import Group
 from wire_fakes import FakeServer
 
-from audit.summary import Validity
-from audit.validity import with_shortfall
-from loadgen.engine.context import WorkerContext, build_routes
-from loadgen.engine.health import run_health
-from loadgen.engine.personas.chat import run_chat
-from loadgen.engine.personas.common import BEHIND_LIMIT_S, NOT_SENT_RECORDS_PER_INTERVAL
-from loadgen.record import Anchor, ShardWriter, read_shard
-from scenarios import parse_scenario
+from rushhour.audit.summary import Validity
+from rushhour.audit.validity import with_shortfall
+from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.health import run_health
+from rushhour.loadgen.engine.personas.chat import run_chat
+from rushhour.loadgen.engine.personas.common import BEHIND_LIMIT_S, NOT_SENT_RECORDS_PER_INTERVAL
+from rushhour.loadgen.record import Anchor, ShardWriter, read_shard
+from rushhour.scenarios import parse_scenario
 
 SCENARIO = """
 name: flood

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.engine.wire.http import ResponseTooLarge
-from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
-from loadgen.engine.wire.stream import OPENAI_CHAT, StreamInterpreter
+from rushhour.loadgen.engine.wire.http import ResponseTooLarge
+from rushhour.loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, SSESplitter
+from rushhour.loadgen.engine.wire.stream import OPENAI_CHAT, StreamInterpreter
 
 CHUNK = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
+from rushhour.loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
 
 FACTS = (
     "tokens",

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from loadgen.engine.wire.sse import SSESplitter
-from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
+from rushhour.loadgen.engine.wire.sse import SSESplitter
+from rushhour.loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS, StreamInterpreter
 
 CHUNK = b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}'
 ROLE = b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'

@@ -24,8 +24,8 @@ phases: [{name: p, duration: 2s}]
 
 PROBE = """
 import sys, types
-from loadgen import prompts
-from loadgen.engine import locustfile
+from rushhour.loadgen import prompts
+from rushhour.loadgen.engine import locustfile
 assert prompts._base.cache_info().currsize == 0
 opts = types.SimpleNamespace(rh_scenario=sys.argv[1], rh_scenario_json="", rh_run_dir=sys.argv[2], rh_run_id="r",
                              rh_mono_anchor_ns="0", rh_wall_anchor_ns="0", rh_anchor_host="", rh_route_urls="",

@@ -7,8 +7,8 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from loadgen.workload import IDEAL_TPOT_S, IDEAL_TTFT_S, ideal_s, plan_task
-from scenarios.model import AgentSwarmPersona
+from rushhour.loadgen.workload import IDEAL_TPOT_S, IDEAL_TTFT_S, ideal_s, plan_task
+from rushhour.scenarios.model import AgentSwarmPersona
 
 BASE = {"kind": "agent_swarm", "name": "a", "tier": "t", "steps": 4, "fanout": 1, "tool_time_s": 0.5,
         "output_tokens": 10, "append_tokens": 20}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.tiers import TierError, map_all, map_tier, priority_field
-from scenarios.model import Tier
+from rushhour.loadgen.tiers import TierError, map_all, map_tier, priority_field
+from rushhour.scenarios.model import Tier
 
 INTERACTIVE = Tier(name="interactive", priority=100, tenants=2)
 BATCH = Tier(name="batch", priority=-1, objective="batch-sheddable")

@@ -10,9 +10,9 @@ import orjson
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from loadgen import prompts, tokens
-from loadgen.engine.wire.dialects import build_body
-from scenarios.tools import BUILTIN_TOOLS
+from rushhour.loadgen import prompts, tokens
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.scenarios.tools import BUILTIN_TOOLS
 
 TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{{ message['content'] }}"
             "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")

@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 import pytest
 
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, StreamInterpreter, interpret_body
-from loadgen.engine.wire.toolcalls import ToolCallCollector
-from loadgen.prompts import Conversation, ToolCall
-from testbed.toolcalls import PlannedCall
-from testbed.wire import Wire
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, StreamInterpreter, interpret_body
+from rushhour.loadgen.engine.wire.toolcalls import ToolCallCollector
+from rushhour.loadgen.prompts import Conversation, ToolCall
+from rushhour.testbed.toolcalls import PlannedCall
+from rushhour.testbed.wire import Wire
 
 CALL = PlannedCall("chatcmpl-tool-abc", "run_command", "command")
 

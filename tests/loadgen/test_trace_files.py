@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.runner import RunOptions, run_scenario
-from loadgen.traces import localise_traces, locate_trace, read_trace
-from scenarios import ScenarioError, load_scenario
-from scenarios.distributions import BUNDLED_TRACES
-from scenarios.model import TraceReplayPersona
+from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.loadgen.traces import localise_traces, locate_trace, read_trace
+from rushhour.scenarios import ScenarioError, load_scenario
+from rushhour.scenarios.distributions import BUNDLED_TRACES
+from rushhour.scenarios.model import TraceReplayPersona
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "rushhour"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from loadgen.engine.personas.replay import prompt_for
-from loadgen.traces import read_trace, schedule
-from scenarios.distributions import resolve_trace_path
-from scenarios.model import TraceReplayPersona
+from rushhour.loadgen.engine.personas.replay import prompt_for
+from rushhour.loadgen.traces import read_trace, schedule
+from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.model import TraceReplayPersona
 
 
 def test_azure_crlf_no_final_newline(tmp_path: Path) -> None:

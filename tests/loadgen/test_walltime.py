@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.ship import ANCHOR_LEAD_S
-from loadgen.walltime import CALIBRATION_START_S, LOCUST_START_S, PROBE_S, REPORT_S, TESTBED_START_S, wall_time
-from scenarios import load_scenario
+from rushhour.loadgen.ship import ANCHOR_LEAD_S
+from rushhour.loadgen.walltime import CALIBRATION_START_S, LOCUST_START_S, PROBE_S, REPORT_S, TESTBED_START_S, wall_time
+from rushhour.scenarios import load_scenario
 
 
 def test_ci_smoke_is_more_than_its_30_s_of_load() -> None:

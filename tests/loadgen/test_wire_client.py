@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from wire_fakes import FakeServer
 
-from loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
-from loadgen.engine.wire.dialects import build_body
-from loadgen.engine.wire.http import Endpoint, build_request
-from loadgen.prompts import Conversation
-from loadgen.record import Anchor, RequestRecord
+from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
+from rushhour.loadgen.engine.wire.dialects import build_body
+from rushhour.loadgen.engine.wire.http import Endpoint, build_request
+from rushhour.loadgen.prompts import Conversation
+from rushhour.loadgen.record import Anchor, RequestRecord
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ import pytest
 from test_wire_client import attempt
 from wire_fakes import FakeServer
 
-from loadgen.engine.wire.client import Cancelled, ConnectionPool, Timeouts, client_tls_context, perform
-from loadgen.engine.wire.http import Endpoint, build_request
-from loadgen.record import Anchor, RequestRecord
+from rushhour.loadgen.engine.wire.client import Cancelled, ConnectionPool, Timeouts, client_tls_context, perform
+from rushhour.loadgen.engine.wire.http import Endpoint, build_request
+from rushhour.loadgen.record import Anchor, RequestRecord
 
 pytestmark = pytest.mark.timeout(120)  # before the fix, these hung until killed
 

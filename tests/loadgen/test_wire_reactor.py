@@ -12,9 +12,9 @@ import pytest
 from test_wire_client import attempt
 from wire_fakes import FakeServer
 
-from loadgen.engine.wire import client
-from loadgen.engine.wire.client import ConnectionPool, Timeouts
-from loadgen.engine.wire.reactor import reactor
+from rushhour.loadgen.engine.wire import client
+from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts
+from rushhour.loadgen.engine.wire.reactor import reactor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,7 +121,7 @@ def test_reactor_uses_the_real_epoll_in_a_monkey_patched_locust_process() -> Non
     import sys
 
     code = ("import locust  # noqa: F401 - patches the standard library\n"
-            "from loadgen.engine.wire.reactor import reactor\n"
+            "from rushhour.loadgen.engine.wire.reactor import reactor\n"
             "print(type(reactor()._epoll).__module__)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "select", done.stderr[-2000:]
@@ -185,7 +185,7 @@ def test_kernel_stamp_is_used_only_when_plausible() -> None:
     import socket
     import time
 
-    from loadgen.engine.wire.reactor import _TIMESPEC, SCM_TIMESTAMPNS, kernel_ns
+    from rushhour.loadgen.engine.wire.reactor import _TIMESPEC, SCM_TIMESTAMPNS, kernel_ns
 
     now = time.monotonic_ns()
     real = time.time_ns() - 5_000_000  # 5 ms ago on the wall clock
@@ -204,7 +204,7 @@ def test_a_stream_that_raises_in_the_reactor_fails_alone() -> None:
 
     from gevent import socket as gsocket
 
-    from loadgen.engine.wire.reactor import Stream
+    from rushhour.loadgen.engine.wire.reactor import Stream
 
     class Parser:
         done = False

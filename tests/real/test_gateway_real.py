@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from loadgen.tiers import map_tier
-from scenarios.model import Tier
+from rushhour.loadgen.tiers import map_tier
+from rushhour.scenarios.model import Tier
 
 from .conftest import serve
 from .helpers import NEVER_FOR_A_REJECTION, SCENARIOS, attempts, run_rushhour, scrape, settle, tiers, total

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.record import read_shard, shard_paths
-from scenarios.tools import BUILTIN_TOOLS
+from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.scenarios.tools import BUILTIN_TOOLS
 
 from .helpers import SCENARIOS, run_rushhour, tiers
 from .recording_proxy import Exchange, RecordingProxy

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stacks.vllm import TOOLS_REFUSED
+from rushhour.stacks.vllm import TOOLS_REFUSED
 
 from .helpers import ROOT, SCENARIOS, attempts, run_rushhour
 

@@ -13,7 +13,7 @@ if _here not in sys.path:  # importable helpers whatever pytest's import mode is
 
 from report_fixtures import big_summary, edge_summary, realistic_summary  # noqa: E402
 
-from audit.summary import Summary  # noqa: E402
+from rushhour.audit.summary import Summary  # noqa: E402
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from audit.summary import Summary, Verdict
-from reports import fmt, inconclusive, print_terminal, print_verdicts, render_markdown
+from rushhour.audit.summary import Summary, Verdict
+from rushhour.reports import fmt, inconclusive, print_terminal, print_verdicts, render_markdown
 
 
 def _short_of_samples(summary: Summary) -> Summary:

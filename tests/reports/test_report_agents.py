@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from audit.summary import AgentFigures, Summary
-from reports import print_terminal, render_html, render_markdown, sentences
+from rushhour.audit.summary import AgentFigures, Summary
+from rushhour.reports import print_terminal, render_html, render_markdown, sentences
 
 FIGURES = AgentFigures(requests_with_tools=1420, served_with_tools=1380, tool_call_answers=640,
                        tool_calls_by_name={"read_file": 400, "edit_file": 240}, subagent_spawns=12,

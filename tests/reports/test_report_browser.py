@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from audit.summary import Summary
-from reports import write_reports
+from rushhour.audit.summary import Summary
+from rushhour.reports import write_reports
 
 pytestmark = pytest.mark.browser
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.manifest import write_manifest
-from loadgen.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord
+from rushhour.loadgen.manifest import write_manifest
+from rushhour.loadgen.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +141,7 @@ def synthetic_run(root: Path, run_id: str = "e2e-run") -> Path:
 
 
 def _check_reports(summary: Any, run_dir: Path) -> None:
-    from reports import render_markdown, write_reports
+    from rushhour.reports import render_markdown, write_reports
 
     paths = write_reports(summary, run_dir)
     html = paths["html"].read_text()
@@ -154,7 +154,7 @@ def _check_reports(summary: Any, run_dir: Path) -> None:
 
 
 def test_render_from_real_summary(tmp_path: Path) -> None:
-    import audit
+    from rushhour import audit
 
     if not hasattr(audit, "run_audit"):
         pytest.fail("audit.run_audit is missing: the e2e report test needs the audit to build summary.json")

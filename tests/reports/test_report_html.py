@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from report_fixtures import HOSTILE_ERROR, HOSTILE_REASON, write_records
 
-from audit.summary import Summary
-from reports import drops, render_html, write_reports
-from reports.charts import MAX_POINTS, timeline_data
-from reports.html import script_json
+from rushhour.audit.summary import Summary
+from rushhour.reports import drops, render_html, write_reports
+from rushhour.reports.charts import MAX_POINTS, timeline_data
+from rushhour.reports.html import script_json
 
 DATA_RE = re.compile(r'<script type="application/json" id="rh-data">(.*?)</script>', re.S)
 
@@ -133,7 +133,7 @@ def test_downsampling_keeps_tiers_and_totals(big: Summary) -> None:
 
 
 def test_tier_colours_follow_tier_order(summary: Summary) -> None:
-    from reports.fmt import TIER_PALETTE, tier_colours
+    from rushhour.reports.fmt import TIER_PALETTE, tier_colours
 
     renamed = summary.model_copy(
         update={"tiers": [t.model_copy(update={"name": f"x{i}"}) for i, t in enumerate(summary.tiers)]}
@@ -143,8 +143,8 @@ def test_tier_colours_follow_tier_order(summary: Summary) -> None:
 
 @pytest.mark.parametrize("variant", ["no_tiers", "empty_timeline", "no_verdicts", "missing_tier_series"])
 def test_degenerate_summaries_render(summary: Summary, variant: str) -> None:
-    from audit.summary import Timeline
-    from reports import render_junit, render_markdown
+    from rushhour.audit.summary import Timeline
+    from rushhour.reports import render_junit, render_markdown
 
     empty = Timeline(bucket_s=1.0, t=[], tiers={}, breaker=[{"route": "x", "state": "open"}])
     updates: dict[str, dict[str, Any]] = {
@@ -163,7 +163,7 @@ def test_degenerate_summaries_render(summary: Summary, variant: str) -> None:
 
 def test_unclassified_answers_are_shown_under_the_verdict(summary: Summary) -> None:
     """Issue 12: answers no rule knows are named prominently, not buried in the findings."""
-    from audit.summary import Finding
+    from rushhour.audit.summary import Finding
 
     f = Finding(kind="unclassified", severity="error", tier="batch",
                 message='51 × 503 "The engine is currently busy…": no rule for profile vllm (counted as not served)')

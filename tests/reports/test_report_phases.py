@@ -6,9 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from audit.build import audit_run
-from reports import render_html
-from reports.markdown import render_markdown
+from rushhour.audit.build import audit_run
+from rushhour.reports import render_html
+from rushhour.reports.markdown import render_markdown
 from tests.audit.helpers import MS, RunBuilder, S
 
 DATA_RE = re.compile(r'<script type="application/json" id="rh-data">(.*?)</script>', re.S)
@@ -49,7 +49,7 @@ def test_markdown_names_what_the_window_left_out(tmp_path: Path) -> None:
 def test_terminal_and_gate_name_the_window(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from reports.terminal import print_terminal, print_verdicts
+    from rushhour.reports.terminal import print_terminal, print_verdicts
 
     summary = audit_run(_run(tmp_path))
     for show in (print_terminal, print_verdicts):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from audit.summary import Summary
-from reports import write_reports
+from rushhour.audit.summary import Summary
+from rushhour.reports import write_reports
 
 LIMIT = 5 * 1024 * 1024
 

@@ -10,8 +10,8 @@ import pytest
 import xmlschema
 from rich.console import Console
 
-from audit.summary import Finding, Summary
-from reports import print_terminal, print_verdicts, render_junit, render_markdown, sentences
+from rushhour.audit.summary import Finding, Summary
+from rushhour.reports import print_terminal, print_verdicts, render_junit, render_markdown, sentences
 
 GOLDEN = Path(__file__).parent / "golden"
 XSD = Path(__file__).parent / "junit.xsd"
@@ -108,7 +108,7 @@ def test_terminal_tolerates_markup_in_text(summary: Summary, edge: Summary) -> N
 
 
 def test_breakdown_names_the_wire_status() -> None:
-    from reports.sentences import _breakdown
+    from rushhour.reports.sentences import _breakdown
 
     statuses = {"queue_full": {"429": 27}, "queue_timeout": {"503": 3, "429": 1}}
     text = _breakdown({"queue_full": 27, "queue_timeout": 4}, 100, statuses)
@@ -127,7 +127,7 @@ def test_never_dropped_only_when_everything_was_served(summary: Summary) -> None
 
 
 def test_gate_output_names_interruption_and_unclassified(summary: Summary) -> None:
-    from audit.summary import Finding
+    from rushhour.audit.summary import Finding
 
     run = summary.run.model_copy(update={"stop_reason": "interrupted", "interrupted": True})
     f = Finding(kind="unclassified", severity="error", tier="batch", message='3 × 529 "x": no rule for profile llm-d')

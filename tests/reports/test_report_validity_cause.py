@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from audit.summary import Summary
-from reports import print_verdicts, render_html, render_markdown
+from rushhour.audit.summary import Summary
+from rushhour.reports import print_verdicts, render_html, render_markdown
 
 CAUSE = ("cause: the Locust process (pid 4242) lagged most (loop lag up to 480 ms, 6 second(s) over 50 ms); "
          "host load average up to 6.3 on 2 core(s); its CPU 35 % of a core on average, max 92 %; the embedded "

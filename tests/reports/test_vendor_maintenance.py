@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from audit.summary import Outage, Spend, Summary, TierSpend
-from reports import fmt, sentences
-from reports.html import render_html
-from reports.markdown import render_markdown
+from rushhour.audit.summary import Outage, Spend, Summary, TierSpend
+from rushhour.reports import fmt, sentences
+from rushhour.reports.html import render_html
+from rushhour.reports.markdown import render_markdown
 
 
 def _vendor(summary: Summary) -> Summary:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import ScenarioError, parse_scenario
-from scenarios.loader import validate_data
-from scenarios.names import did_you_mean
+from rushhour.scenarios import ScenarioError, parse_scenario
+from rushhour.scenarios.loader import validate_data
+from rushhour.scenarios.names import did_you_mean
 
 REPO = Path(__file__).resolve().parents[2]
 

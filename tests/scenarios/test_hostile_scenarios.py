@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import ScenarioError, load_scenario, parse_scenario
-from scenarios.loader import MAX_DEPTH, MAX_NODES
-from scenarios.model import MAX_AGENTS, MAX_RATE, MAX_TENANTS, MAX_TOKENS, ChatPersona
+from rushhour.scenarios import ScenarioError, load_scenario, parse_scenario
+from rushhour.scenarios.loader import MAX_DEPTH, MAX_NODES
+from rushhour.scenarios.model import MAX_AGENTS, MAX_RATE, MAX_TENANTS, MAX_TOKENS, ChatPersona
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def _problems(text: str) -> list[str]:
 _CHILD = """
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
-from scenarios import ScenarioError, parse_scenario
+from rushhour.scenarios import ScenarioError, parse_scenario
 text = sys.stdin.read()
 t0 = time.monotonic()
 try:
@@ -165,8 +165,8 @@ def test_unreadable_scenario_files_are_one_line_errors(tmp_path: Path, kind: str
 _SLO_CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from audit.errors import AuditError
-from audit.scenario import load_slo_file
+from rushhour.audit.errors import AuditError
+from rushhour.audit.scenario import load_slo_file
 try:
     load_slo_file(sys.argv[1])
 except AuditError as exc:
@@ -189,7 +189,7 @@ def test_a_swarm_bigger_than_the_open_file_limit_is_refused(tmp_path: Path) -> N
     """Within every field's limit, but 10 000 agents × 1 000 parallel calls need more sockets than the machine."""
     import resource
 
-    from loadgen.runner import RunOptions, peak_connections, run_scenario
+    from rushhour.loadgen.runner import RunOptions, peak_connections, run_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(BASE + "  - {kind: agent_swarm, name: s, tier: a, agents: 10000, fanout: 1000}\n")

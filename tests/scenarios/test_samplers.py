@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from scenarios.distributions import Distribution, Mixture, _Dist
-from scenarios.model import AgentSwarmPersona
+from rushhour.scenarios.distributions import Distribution, Mixture, _Dist
+from rushhour.scenarios.model import AgentSwarmPersona
 
 SPECS: list[Any] = [
     3,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import ScenarioError, json_schema, load_scenario, parse_scenario
-from scenarios.distributions import Geometric, LogNormal
-from scenarios.loader import LIBRARY_DIR
-from scenarios.model import AgentSwarmPersona, ChatPersona, parse_duration
+from rushhour.scenarios import ScenarioError, json_schema, load_scenario, parse_scenario
+from rushhour.scenarios.distributions import Geometric, LogNormal
+from rushhour.scenarios.loader import LIBRARY_DIR
+from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona, parse_duration
 
 LIBRARY = sorted(LIBRARY_DIR.glob("*.yaml"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_pinned import CASES, LLMD_CONFIG, SCENARIO  # tests/sim is on the path (conftest.py)
 
-from sim import compiled
+from rushhour.sim import compiled
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
                                 reason="no C compiler: the simulator runs interpreted")
@@ -29,8 +29,13 @@ import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 import test_pinned
-import sim.cluster, testbed.engine, loadgen.record
-from sim import compiled
+import rushhour.sim.cluster  # noqa: F401 - loads it; used as sim.cluster
+from rushhour import sim
+import rushhour.testbed.engine  # noqa: F401 - loads it; used as testbed.engine
+from rushhour import testbed
+import rushhour.loadgen.record  # noqa: F401 - loads it; used as loadgen.record
+from rushhour import loadgen
+from rushhour.sim import compiled
 lines, sha = test_pinned.digest(sys.argv[1], Path(sys.argv[2]))
 print(json.dumps({"lines": lines, "sha": sha, "status": compiled.status(),
                   "files": [sim.cluster.__file__, testbed.engine.__file__, loadgen.record.__file__]}))
@@ -78,16 +83,17 @@ def test_a_source_edit_makes_the_build_stale(build: Path, tmp_path: Path, monkey
     # any byte of any compiled module's source changes the digest: the old build is not found, so not used
     assert compiled.manifest() is not None
     edited = tmp_path / "engine.py"
-    edited.write_bytes(compiled.source("testbed.engine").read_bytes() + b"\n# edited\n")
+    edited.write_bytes(compiled.source("rushhour.testbed.engine").read_bytes() + b"\n# edited\n")
     real = compiled.source
-    monkeypatch.setattr(compiled, "source", lambda m: edited if m == "testbed.engine" else real(m))
+    monkeypatch.setattr(compiled, "source", lambda m: edited if m == "rushhour.testbed.engine" else real(m))
     assert compiled.manifest() is None
     assert compiled.status().startswith("interpreted (no compiled build")
 
 
 def test_interpreted_by_default() -> None:
     # this process (the test suite) was not asked for the build: the sources as they are
-    import sim.cluster
+    import rushhour.sim.cluster  # noqa: F401 - loads it; used as sim.cluster
+    from rushhour import sim
 
     assert sim.cluster.__file__ is not None and sim.cluster.__file__.endswith("cluster.py")
     assert not compiled.active()

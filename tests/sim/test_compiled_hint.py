@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sim import compiled
+from rushhour.sim import compiled
 
 
 def test_status_names_a_command_a_pip_user_has(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(compiled.ENV, raising=False)
     monkeypatch.setattr(compiled, "manifest", lambda: None)
     line = compiled.status()
-    assert line == "interpreted (no compiled build of these sources: `python -m sim.compiled build`)"
+    assert line == "interpreted (no compiled build of these sources: `python -m rushhour.sim.compiled build`)"
     assert "make" not in line
 
 
@@ -22,7 +22,7 @@ def test_build_without_mypyc_says_what_to_install(monkeypatch: pytest.MonkeyPatc
     assert compiled.main(["build"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert "`pip install mypy==2.4.1`, then `python -m sim.compiled build` again" in err[0]
+    assert "`pip install mypy==2.4.1`, then `python -m rushhour.sim.compiled build` again" in err[0]
     assert compiled.main(["build", "--best-effort"]) == 0  # `make compile` still goes on without it
 
 

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from sim.cluster import SimEngine, SimReplica
-from testbed.clock import MonotonicClock
-from testbed.engine import Engine, EngineParams
-from testbed.job import RUNNING, WAITING, Job
+from rushhour.sim.cluster import SimEngine, SimReplica
+from rushhour.testbed.clock import MonotonicClock
+from rushhour.testbed.engine import Engine, EngineParams
+from rushhour.testbed.job import RUNNING, WAITING, Job
 from tests.testbed.testbed_helpers import chained_blocks
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scenarios import load_scenario
-from sim.cluster import Cluster, build_config
-from sim.loop import Loop, VirtualClock
-from sim.run import SimOptions, simulate
+from rushhour.scenarios import load_scenario
+from rushhour.sim.cluster import Cluster, build_config
+from rushhour.sim.loop import Loop, VirtualClock
+from rushhour.sim.run import SimOptions, simulate
 
 # decode-heavy chat and a small agent swarm on two replicas: batches change at every arrival and finish,
 # the client's 6-s total deadline cuts long answers mid-stream (a cancel inside a jump)
@@ -129,8 +129,8 @@ def test_a_long_jumps_step_times_in_array_passes_are_the_loops() -> None:
     operations in the same order) over presets, slow factors and speeds."""
     import random
 
-    from sim.cluster import _jump_times_array, _jump_times_loop
-    from testbed.engine import EngineParams
+    from rushhour.sim.cluster import _jump_times_array, _jump_times_loop
+    from rushhour.testbed.engine import EngineParams
 
     rng = random.Random(1)
     for trial in range(2000):

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sim_helpers import SATURATED
 
-from scenarios import parse_scenario
-from sim.client import Exchange
-from sim.cluster import Cluster
-from sim.driver import Env
-from sim.loop import NS, Loop, VirtualClock
-from sim.run import SimOptions, simulate_scenario
+from rushhour.scenarios import parse_scenario
+from rushhour.sim.client import Exchange
+from rushhour.sim.cluster import Cluster
+from rushhour.sim.driver import Env
+from rushhour.sim.loop import NS, Loop, VirtualClock
+from rushhour.sim.run import SimOptions, simulate_scenario
 
 
 class Held:

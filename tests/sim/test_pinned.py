@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.run import SimOptions, simulate
+from rushhour.sim.run import SimOptions, simulate
 
 # 400 agents against a batch band of 40 (a flood of immediate 429s, as in the speed benchmark), chat users
 # with patience (abandons), a 20-s client deadline (timeouts) and the hard stop (cancels)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import prompts
-from sim.prompt import Conversation, piece
-from testbed.tokens import block_hashes
+from rushhour.loadgen import prompts
+from rushhour.sim.prompt import Conversation, piece
+from rushhour.testbed.tokens import block_hashes
 
 
 def _server_bytes(conv: prompts.Conversation, dialect: str) -> bytes:

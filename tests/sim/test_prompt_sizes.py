@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sim.prompt import Content, Conversation, _nbytes, piece
+from rushhour.sim.prompt import Content, Conversation, _nbytes, piece
 
 
 def _sizes(conv: Conversation) -> tuple[int, int, int]:

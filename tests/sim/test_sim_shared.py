@@ -9,10 +9,10 @@ from typing import Any
 
 from sim_helpers import SATURATED
 
-from audit import run_audit
-from loadgen.datasets import read_dataset
-from scenarios.distributions import BUNDLED_DATASETS
-from sim.run import SimOptions, simulate
+from rushhour.audit import run_audit
+from rushhour.loadgen.datasets import read_dataset
+from rushhour.scenarios.distributions import BUNDLED_DATASETS
+from rushhour.sim.run import SimOptions, simulate
 
 
 def _run(tmp_path: Path, text: str, **options: Any) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:

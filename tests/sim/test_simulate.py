@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sim_helpers import SATURATED, cli, only_run
 
-from audit import run_audit
-from sim.run import SimOptions, simulate
+from rushhour.audit import run_audit
+from rushhour.sim.run import SimOptions, simulate
 
 
 def test_cli_simulates_audits_and_marks_the_mode(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_cli_simulates_audits_and_marks_the_mode(tmp_path: Path) -> None:
 
 def test_a_real_run_is_not_marked(tmp_path: Path) -> None:
     """The mode defaults to real: run.json of a real run has no mode key, the summary says real."""
-    from loadgen.manifest import RunManifest
+    from rushhour.loadgen.manifest import RunManifest
 
     assert "mode" not in RunManifest(run_id="x").to_json()
     assert RunManifest.from_json({"run_id": "x"}).mode == ""
@@ -89,8 +89,8 @@ def test_what_is_not_simulated_is_named(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in next((result.run_dir / "records").glob("*.jsonl")).read_text().splitlines()[1:]]
     retried = [d for d in lines if d["kind"] == "request" and d["attempt"] > 1]
     assert retried and all(d["retry_reason"] for d in retried)
-    from scenarios import load_scenario
-    from sim.run import not_modelled
+    from rushhour.scenarios import load_scenario
+    from rushhour.sim.run import not_modelled
 
     # its sub-agents are simulated, its tool-call answers are not
     assert not_modelled(load_scenario("coding-agents")) == ["tool-call answers (every answer is text)"]

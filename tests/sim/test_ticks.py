@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from itertools import pairwise
 
-from sim.ticks import TRIM_AT, TickLog
+from rushhour.sim.ticks import TRIM_AT, TickLog
 
 
 def _naive(times: list[int], since: int) -> tuple[int, int, int | None]:

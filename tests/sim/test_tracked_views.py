@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_pinned import LLMD_CONFIG, SCENARIO
 
-from sim.cluster import SimEngine
-from sim.run import SimOptions, simulate
+from rushhour.sim.cluster import SimEngine
+from rushhour.sim.run import SimOptions, simulate
 
 # a replica down for a while (saturation over the others, then all again) on a stack with decode jumps off
 FAULTS = """    faults:

@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import pandas as pd
 
-from audit.build import _named_findings
-from audit.classify import classify_one, named_cause
-from stacks.vllm import TOOLS_REFUSED
+from rushhour.audit.build import _named_findings
+from rushhour.audit.classify import classify_one, named_cause
+from rushhour.stacks.vllm import TOOLS_REFUSED
 
 TOOLS_400 = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 REQUIRED_400 = "tool_choice=\"required\" requires --tool-call-parser to be set"

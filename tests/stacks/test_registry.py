@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import stacks
-from audit.classify import classify_one
-from audit.summary import OUTCOME_CLASSES
-from stacks import Rule, StackProfile
+from rushhour import stacks
+from rushhour.audit.classify import classify_one
+from rushhour.audit.summary import OUTCOME_CLASSES
+from rushhour.stacks import Rule, StackProfile
 
 STACKS_DIR = Path(stacks.__file__).parent
 
@@ -47,7 +47,7 @@ def test_names_aliases_and_testbed_imitations() -> None:
 
 
 def test_scenario_profiles_come_from_the_registry() -> None:
-    from scenarios.model import PROFILES, Target
+    from rushhour.scenarios.model import PROFILES, Target
 
     assert PROFILES == stacks.NAMES
     assert Target(profile="litellm").profile == "litellm"
@@ -61,7 +61,7 @@ def test_every_stack_module_is_registered_and_imports_only_the_standard_library(
     infrastructure = {"__init__", "__main__", "profile", "registry", "common", "timing"}  # not stacks
     modules = {p.stem for p in STACKS_DIR.glob("*.py")} - infrastructure
     for name in modules:
-        profile = importlib.import_module(f"stacks.{name}").PROFILE
+        profile = importlib.import_module(f"rushhour.stacks.{name}").PROFILE
         assert isinstance(profile, StackProfile)
         assert any(p is profile for p in stacks.STACKS), f"stacks/{name}.py is not in stacks.registry.STACKS"
     assert len(stacks.STACKS) == len(modules)
@@ -177,17 +177,17 @@ def test_capacity_429_is_never_quota_on_litellm() -> None:
 
 
 def test_docs_rules_table_is_current() -> None:
-    """docs/audit.md shows the rules as the registry has them (regenerate: ``python -m stacks rules``)."""
-    from stacks.__main__ import profiles_markdown, rules_markdown
+    """docs/audit.md shows the rules as the registry has them (regenerate: ``python -m rushhour.stacks rules``)."""
+    from rushhour.stacks.__main__ import profiles_markdown, rules_markdown
 
     root = Path(__file__).resolve().parents[2]
-    assert rules_markdown() in (root / "docs" / "audit.md").read_text(), "run `python -m stacks rules`"
-    assert profiles_markdown() in (root / "docs" / "stacks.md").read_text(), "run `python -m stacks profiles`"
+    assert rules_markdown() in (root / "docs" / "audit.md").read_text(), "run `python -m rushhour.stacks rules`"
+    assert profiles_markdown() in (root / "docs" / "stacks.md").read_text(), "run `python -m rushhour.stacks profiles`"
 
 
 def test_common_status_defaults_are_the_registrys() -> None:
-    from audit.classify import COMMON_STATUS_DEFAULTS
-    from stacks.common import COMMON_STATUS_DEFAULTS as TABLE
+    from rushhour.audit.classify import COMMON_STATUS_DEFAULTS
+    from rushhour.stacks.common import COMMON_STATUS_DEFAULTS as TABLE
 
     assert COMMON_STATUS_DEFAULTS == TABLE
     assert 429 not in TABLE and 503 not in TABLE  # a policy on one stack, something else on another
@@ -195,7 +195,7 @@ def test_common_status_defaults_are_the_registrys() -> None:
 
 def test_litellm_scheduler_timeout_is_a_queue_timeout() -> None:
     # LiteLLM 1.106.12 scheduler.py wait_for_turn: a prioritised request that waited out the router timeout
-    from audit.classify import classify_one
+    from rushhour.audit.classify import classify_one
 
     text = "litellm.Timeout: Request timed out while polling queue"
     assert classify_one("litellm", status=408, error=text) == "queue_timeout"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from loadgen.engine.wire.stream import StreamInterpreter, interpret_body
-from loadgen.record import RequestRecord
-from stacks import timing
-from testbed.profiles import GATEWAY_QUEUE_HEADER
+from rushhour.loadgen.engine.wire.stream import StreamInterpreter, interpret_body
+from rushhour.loadgen.record import RequestRecord
+from rushhour.stacks import timing
+from rushhour.testbed.profiles import GATEWAY_QUEUE_HEADER
 
 USAGE_CHUNK = (b'data: {"id":"x","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,'
                b'"completion_tokens":3,"total_tokens":6},"metrics":{"queue_time_ms":12.5,'

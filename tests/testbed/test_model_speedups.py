@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from testbed.clock import MonotonicClock
-from testbed.engine import Engine, EngineParams
-from testbed.policies import pool_saturation
+from rushhour.testbed.clock import MonotonicClock
+from rushhour.testbed.engine import Engine, EngineParams
+from rushhour.testbed.policies import pool_saturation
 
 
 def test_inlined_saturation_is_the_policy_functions() -> None:

@@ -7,7 +7,7 @@ import random
 import pytest
 from testbed_helpers import PlainLru, chained_blocks
 
-from testbed.prefix_cache import PrefixCache
+from rushhour.testbed.prefix_cache import PrefixCache
 
 
 def _chains(rng: random.Random) -> list[list[int]]:

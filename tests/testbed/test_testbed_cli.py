@@ -1,4 +1,4 @@
-"""`python -m testbed` as a subprocess: port file, serving, SIGTERM by PID, ledger file."""
+"""`python -m rushhour.testbed` as a subprocess: port file, serving, SIGTERM by PID, ledger file."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 
 
 def _start(tmp_path: Path, speed: str, stdout: int) -> tuple[subprocess.Popen[str], int, Path]:
-    """`python -m testbed` on an ephemeral port; returns the process, its port and its ledger path."""
+    """`python -m rushhour.testbed` on an ephemeral port; returns the process, its port and its ledger path."""
     port_file, ledger = tmp_path / "port", tmp_path / "ledger.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file), "--ledger", str(ledger),
          "--preset", "tiny", "--replicas", "1", "--speed", speed],
         stdout=stdout, stderr=subprocess.PIPE, text=True)
     for _ in range(200):
@@ -96,14 +96,14 @@ def test_client_disconnects_are_cancelled_not_failed(tmp_path: Path) -> None:
 def test_bad_config_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "tb.yaml"
     bad.write_text("replicas: 0\n")
-    p = subprocess.run([sys.executable, "-m", "testbed", "--config", str(bad)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "rushhour.testbed", "--config", str(bad)], capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and "replicas" in p.stderr
 
 
 def test_a_port_out_of_range_is_refused_not_wrapped() -> None:
     # the kernel would bind 70000 as 4464 (70000 mod 65536) and the testbed would serve on a port nobody asked for
-    p = subprocess.run([sys.executable, "-m", "testbed", "--port", "70000"], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "rushhour.testbed", "--port", "70000"], capture_output=True, text=True,
                        timeout=30)
     assert p.returncode == 2 and "70000 is not a port" in p.stderr and "Traceback" not in p.stderr
     from typer.testing import CliRunner

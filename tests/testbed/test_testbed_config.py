@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.config import ConfigError, load_config
+from rushhour.testbed.config import ConfigError, load_config
 
 
 def test_defaults() -> None:

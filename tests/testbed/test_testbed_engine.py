@@ -6,12 +6,12 @@ import math
 
 from testbed_helpers import PlainLru, chained_blocks
 
-from testbed.clock import FakeClock
-from testbed.engine import EngineParams, Replica
-from testbed.job import DONE, WAITING, Job
-from testbed.policies import ReplicaView, freeness, headroom, pick_replica, pick_victim, pool_saturation
-from testbed.prefix_cache import PrefixCache
-from testbed.tokens import block_hashes, count_tokens
+from rushhour.testbed.clock import FakeClock
+from rushhour.testbed.engine import EngineParams, Replica
+from rushhour.testbed.job import DONE, WAITING, Job
+from rushhour.testbed.policies import ReplicaView, freeness, headroom, pick_replica, pick_victim, pool_saturation
+from rushhour.testbed.prefix_cache import PrefixCache
+from rushhour.testbed.tokens import block_hashes, count_tokens
 
 
 class Rec:
@@ -190,7 +190,7 @@ def test_pool_saturation() -> None:
 
 def test_a_waker_takes_the_steps_off_asyncio() -> None:
     """With ``Engine.waker`` set (the simulator), a submit wakes the waker; no event loop is needed."""
-    from testbed.engine import Engine
+    from rushhour.testbed.engine import Engine
 
     eng = Engine(params(), 2, FakeClock())
     woken: list[int] = []

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from testbed.clock import FakeClock
-from testbed.config import BandConfig, FlowControlConfig
-from testbed.flow import DISPATCHED, EVICTED_TTL, REJECTED_CAPACITY, FlowController
-from testbed.job import NO_ENDPOINTS, QUEUE_FULL, TTL_EXPIRED, Job
+from rushhour.testbed.clock import FakeClock
+from rushhour.testbed.config import BandConfig, FlowControlConfig
+from rushhour.testbed.flow import DISPATCHED, EVICTED_TTL, REJECTED_CAPACITY, FlowController
+from rushhour.testbed.job import NO_ENDPOINTS, QUEUE_FULL, TTL_EXPIRED, Job
 
 
 def job(rid: str, prio: int = 0, tenant: str = "t", size: int = 10) -> Job:
@@ -115,7 +115,7 @@ def test_cancel_answers_as_the_bands_scan_would() -> None:
     cancels, its answer is whether a band's scan finds the job, and the bands hold what they would."""
     import random
 
-    from testbed.job import RUNNING, WAITING
+    from rushhour.testbed.job import RUNNING, WAITING
 
     rng = random.Random(4)
     f = fc(band_max_requests=40, ttl_s=5.0)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from testbed_helpers import chat, post, running, tiny
 
-from testbed.config import ConfigError
+from rushhour.testbed.config import ConfigError
 
 TOOLS = [{"type": "function", "function": {"name": "run_command", "description": "Run a command.",
                                            "parameters": {"type": "object",

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from testbed.config import TestbedConfig, load_config
-from testbed.ledger import Ledger
-from testbed.server import SERVER_KEY, Server, build_app
+from rushhour.testbed.config import TestbedConfig, load_config
+from rushhour.testbed.ledger import Ledger
+from rushhour.testbed.server import SERVER_KEY, Server, build_app
 
 
 def tiny(**overrides: Any) -> TestbedConfig:

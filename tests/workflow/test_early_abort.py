@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
-from audit.gates import abort_verdicts
-from loadgen.manifest import RunManifest, read_manifest
-from loadgen.runner import RunOptions, apply_overrides, run_scenario
-from scenarios import ScenarioError, parse_scenario
-from scenarios.model import SLO, LatencySLO
+from rushhour.audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
+from rushhour.audit.gates import abort_verdicts
+from rushhour.loadgen.manifest import RunManifest, read_manifest
+from rushhour.loadgen.runner import RunOptions, apply_overrides, run_scenario
+from rushhour.scenarios import ScenarioError, parse_scenario
+from rushhour.scenarios.model import SLO, LatencySLO
 
 from .wf_helpers import machine_invalid, rushhour, scenario
 
@@ -102,7 +102,7 @@ def test_watcher_calls_served_what_the_audit_calls_served() -> None:
     served (an error event inside a 200 stream, an abandoned request, a cut stream) never passes as served."""
     import pandas as pd
 
-    from audit.classify import classify_frame
+    from rushhour.audit.classify import classify_frame
 
     records = [
         _req(6.0),
@@ -252,9 +252,9 @@ def test_an_over_saturated_stack_aborts(tmp_path: Path) -> None:
 
 def test_sweep_steps_run_to_their_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep over a scenario with `abort:` is not refused and no step aborts: the knee needs every step."""
-    from loadgen.runner import RunResult
-    from loadgen.sweep import PlannedStep
     from rushhour import capacity
+    from rushhour.loadgen.runner import RunResult
+    from rushhour.loadgen.sweep import PlannedStep
 
     seen: list[RunOptions] = []
 
@@ -264,7 +264,7 @@ def test_sweep_steps_run_to_their_end(tmp_path: Path, monkeypatch: pytest.Monkey
         assert scenario.abort is not None and not scenario.abort.enabled
         return RunResult(None, 0, "completed")
 
-    monkeypatch.setattr("loadgen.runner.run_scenario", fake_run)
+    monkeypatch.setattr("rushhour.loadgen.runner.run_scenario", fake_run)
     path = tmp_path / "s.yaml"
     path.write_text(WATCHED)
     step = PlannedStep(index=0, scale=1.0, replicas=None, dir=tmp_path / "step", scenario_path=path, duration_s=20)
@@ -276,7 +276,7 @@ def test_a_broken_watcher_never_stops_the_run() -> None:
     """A watcher that raises is switched off with a warning and a note in run.json; the run goes on."""
     from types import SimpleNamespace
 
-    from loadgen.runner import _GuardedWatch
+    from rushhour.loadgen.runner import _GuardedWatch
 
     class Broken:
         def feed(self, record: dict[str, object], shard: str = "") -> None:

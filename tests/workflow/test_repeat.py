@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
-from loadgen.manifest import read_manifest
-from reports.repeat import render_junit
+from rushhour.audit.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
+from rushhour.loadgen.manifest import read_manifest
+from rushhour.reports.repeat import render_junit
 
 from ..capacity.helpers import summary, tier, verdicts_for
 from .wf_helpers import machine_invalid, rushhour, scenario
@@ -81,7 +81,7 @@ def test_the_html_page_shows_every_run_the_mean_and_its_interval(tmp_path: Path)
     """``repeat.html`` (there was no page for a repeat): per tier per run figures, the aggregate's interval."""
     import re
 
-    from reports.repeat import render_repeat_html
+    from rushhour.reports.repeat import render_repeat_html
 
     sums = []
     for d, p99 in ((2, 700.0), (4, 800.0), (12, 900.0)):

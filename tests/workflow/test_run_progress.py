@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.live import ShardTail, progress_line
+from rushhour.loadgen.live import ShardTail, progress_line
 
 from .wf_helpers import rushhour, scenario
 

@@ -6,11 +6,11 @@ import random
 
 from gevent.pool import Group
 
-from loadgen.engine.attempts import Pools
-from loadgen.engine.context import WorkerContext
-from loadgen.engine.personas.drive import drive, host_of
-from loadgen.flow import agents
-from scenarios.model import AgentSwarmPersona
+from rushhour.loadgen.engine.attempts import Pools
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.engine.personas.drive import drive, host_of
+from rushhour.loadgen.flow import agents
+from rushhour.scenarios.model import AgentSwarmPersona
 
 
 def run_swarm(ctx: WorkerContext, persona: AgentSwarmPersona, group: Group) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from gevent.pool import Group
 
-from loadgen.engine.context import WorkerContext
-from loadgen.engine.personas.drive import drive, host_of, run_own
-from loadgen.flow import chat
-from scenarios.model import ChatPersona
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.engine.personas.drive import drive, host_of, run_own
+from rushhour.loadgen.flow import chat
+from rushhour.scenarios.model import ChatPersona
 
 
 def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:

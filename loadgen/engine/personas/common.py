@@ -6,9 +6,9 @@ import uuid
 
 import gevent
 
-from loadgen.engine.attempts import Logical, new_attempt_record
-from loadgen.engine.context import WorkerContext
-from loadgen.record import RequestRecord, TaskRecord
+from rushhour.loadgen.engine.attempts import Logical, new_attempt_record
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.record import RequestRecord, TaskRecord
 
 
 def sleep_until(ctx: WorkerContext, t_s: float) -> None:

@@ -13,14 +13,14 @@ from typing import Any
 import gevent
 from gevent.pool import Group
 
-from loadgen import prompts
-from loadgen.engine import attempts
-from loadgen.engine.context import RouteWire, WorkerContext
-from loadgen.engine.personas import common
-from loadgen.engine.wire.client import Cancelled
-from loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
-from loadgen.record import RequestRecord, TaskRecord
-from scenarios.model import Scenario
+from rushhour.loadgen import prompts
+from rushhour.loadgen.engine import attempts
+from rushhour.loadgen.engine.context import RouteWire, WorkerContext
+from rushhour.loadgen.engine.personas import common
+from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
+from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.scenarios.model import Scenario
 
 FORK_CANCEL_GRACE_S = 5.0
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from gevent.pool import Group
 
-from loadgen.engine.attempts import Pools
-from loadgen.engine.context import WorkerContext
-from loadgen.engine.personas.drive import drive, host_of
-from loadgen.flow import replay
-from loadgen.workload import prompt_for as prompt_for
-from scenarios.model import TraceReplayPersona
+from rushhour.loadgen.engine.attempts import Pools
+from rushhour.loadgen.engine.context import WorkerContext
+from rushhour.loadgen.engine.personas.drive import drive, host_of
+from rushhour.loadgen.flow import replay
+from rushhour.loadgen.workload import prompt_for as prompt_for
+from rushhour.scenarios.model import TraceReplayPersona
 
 
 def run_replay(ctx: WorkerContext, persona: TraceReplayPersona, group: Group) -> None:

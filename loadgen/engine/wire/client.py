@@ -17,7 +17,7 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
-from loadgen.engine.wire.http import (
+from rushhour.loadgen.engine.wire.http import (
     BODY_TOO_LARGE,
     MAX_BODY,
     MAX_ERROR_BODY,
@@ -27,13 +27,13 @@ from loadgen.engine.wire.http import (
     ResponseTooLarge,
     parse_retry_after,
 )
-from loadgen.engine.wire.reactor import Stream, reactor, stamp_receives
-from loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
-from loadgen.engine.wire.toolcalls import ToolCallCollector
-from loadgen.prompts import ToolCall
-from loadgen.record import FIRST_TOKEN_RECV, RequestRecord, short_text
-from stacks import header_reason
-from stacks.timing import from_headers
+from rushhour.loadgen.engine.wire.reactor import Stream, reactor, stamp_receives
+from rushhour.loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
+from rushhour.loadgen.engine.wire.toolcalls import ToolCallCollector
+from rushhour.loadgen.prompts import ToolCall
+from rushhour.loadgen.record import FIRST_TOKEN_RECV, RequestRecord, short_text
+from rushhour.stacks import header_reason
+from rushhour.stacks.timing import from_headers
 
 RECV_BYTES = 65536
 COMPLETE_GRACE_NS = 1_000_000_000  # after the end marker, wait at most this long for the HTTP end

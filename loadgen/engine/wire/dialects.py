@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
-from loadgen.prompts import TOOL, Conversation, ToolCall
+from rushhour.loadgen.engine.wire.stream import ANTHROPIC, OPENAI_CHAT, OPENAI_COMPLETIONS
+from rushhour.loadgen.prompts import TOOL, Conversation, ToolCall
 
 PATHS = {
     OPENAI_CHAT: "/v1/chat/completions",

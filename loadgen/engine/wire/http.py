@@ -10,7 +10,7 @@ from typing import Any
 
 import httptools
 
-from loadgen.endpoint import Endpoint as Endpoint  # where to connect: shared with the parent (runner)
+from rushhour.loadgen.endpoint import Endpoint as Endpoint  # where to connect: shared with the parent (runner)
 
 MAX_ERROR_BODY = 64 * 1024  # enough to read an error message (non-2xx); a hostile body is cut here
 MAX_BODY = 32 * 1024 * 1024  # a complete 2xx non-streamed answer is read whole up to this, then refused
@@ -134,7 +134,7 @@ def parse_retry_after(headers: dict[str, str]) -> float | None:
     """Seconds to wait: the resilience helper's parser when present (it knows HTTP dates), else ours."""
     full_parser: Any = None
     with contextlib.suppress(ImportError):
-        from loadgen.resilience import parse_retry_after as full_parser
+        from rushhour.loadgen.resilience import parse_retry_after as full_parser
     if full_parser is not None:
         try:
             value = full_parser(headers, time.time())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.engine.wire.http import ResponseTooLarge
+from rushhour.loadgen.engine.wire.http import ResponseTooLarge
 
 MAX_EVENT_BYTES = 1024 * 1024  # one event (or one unterminated line) longer than this is refused
 EVENT_TOO_LARGE = "SSE event over 1 MiB"

@@ -7,11 +7,11 @@ from typing import Any
 
 import orjson
 
-from loadgen.engine.wire.http import ResponseTooLarge
-from loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
-from loadgen.engine.wire.toolcalls import OPENAI_CUT, ToolCallCollector, body_calls
-from loadgen.record import error_summary, short_text
-from stacks.timing import from_metrics
+from rushhour.loadgen.engine.wire.http import ResponseTooLarge
+from rushhour.loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
+from rushhour.loadgen.engine.wire.toolcalls import OPENAI_CUT, ToolCallCollector, body_calls
+from rushhour.loadgen.record import error_summary, short_text
+from rushhour.stacks.timing import from_metrics
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"

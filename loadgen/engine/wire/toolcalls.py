@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.prompts import ToolCall
+from rushhour.loadgen.prompts import ToolCall
 
 # An answer that ended at its token limit: the call being written then (the last one) was cut. Chunks that
 # carry these are the only ones besides tool-call deltas the collector is shown (every vLLM chunk holds
