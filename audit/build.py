@@ -59,8 +59,10 @@ from rushhour.audit.summary import (
     Window,
 )
 from rushhour.audit.table import TableWriter, build_table
+from rushhour.audit.timing_check import check_timing
 from rushhour.audit.tokens import token_fidelity
 from rushhour.audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
+from rushhour.audit.waits import wait_splits
 from rushhour.loadgen.manifest import RunManifest
 from rushhour.scenarios.model import SLO
 
@@ -937,6 +939,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     # the server saw the twins too: in its totals, and per priority under the one it gave them
     checks, cross_findings = crosscheck(attempts, priorities, metrics, profile=sc.profile, probes=probe_rows,
                                         twins=twins, twin_priority=twin_priorities(sc.model_obj, sc.profile))
+    timing_checks, timing_findings = check_timing(attempts, metrics)
+    cross_findings = cross_findings + timing_findings
     validity = with_early_quits(validity, data.manifest.workers)
     clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
     validity = validity.model_copy(update={
@@ -1005,6 +1009,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         ),
         outages=outages,
         spend=spend(attempts, data.manifest.scenario, data.manifest.budget_usage),
+        waits=wait_splits(attempts[measured_att], [info.name for info in infos]),
+        timing_checks=timing_checks,
     )
     del attempts
     return Audited(summary, build_table(every_attempt) if with_table else None)

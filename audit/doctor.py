@@ -17,6 +17,7 @@ from typing import Any, Literal
 from rushhour import stacks
 from rushhour.audit import text
 from rushhour.audit.classify import classify_one, named_cause
+from rushhour.audit.doctor_timing import timing_check
 from rushhour.loadgen.diagnose import Collected, Plan
 
 Status = Literal["pass", "warn", "fail", "info"]
@@ -365,6 +366,9 @@ def judge(inp: DoctorInput) -> list[Check]:
                                     "serve (fix the model, then run the doctor again)"),
                 *shapes, check_unrecognised(inp), check_metrics(inp)]
     checks = [reach, model, *check_streaming(inp), *check_tiers(inp), *check_tools(inp)]
+    timing = timing_check(inp.profile, [r for r in _by_persona(inp.records, "doctor-tier")
+                                        if outcome(inp.profile, r) == "served"])
+    checks += [Check("server timing", *timing)] if timing else []
     polarity = check_polarity(inp)
     if polarity is not None:
         checks.append(polarity)

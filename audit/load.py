@@ -34,6 +34,7 @@ from rushhour.loadgen.record import (
     KIND_TASK,
     RECORDS_DIR,
 )
+from rushhour.stacks.timing import FIELDS as TIMING_FIELDS
 
 # Request columns the audit reads; the rest of a record (endpoint, model, key fingerprint …) is
 # parsed for validation but never converted, which keeps a million rows cheap.
@@ -46,6 +47,7 @@ REQUEST_USED = (
     "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
     "twin_of", "control", "tools_offered", "tool_call", "parent_id",
     "first_token_clock", "first_token_read_ns", "first_token_batch", "itl_mean_ns",
+    *TIMING_FIELDS,
 )
 
 # Columns shifted when a shard's anchor differs from the run's (a worker on its own anchor).

@@ -12,6 +12,7 @@ import pandas as pd
 from rushhour import stacks
 from rushhour.audit.fold import NS_PER_S
 from rushhour.audit.timeline import Grid
+from rushhour.stacks.timing import HISTOGRAMS
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -23,7 +24,9 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 # the counters every stack profile's cross-check reads (stacks/<name>.py ``Metrics.checks``)
 CHECKED = tuple(sorted({name for p in stacks.STACKS for c in p.metrics.checks for name in c.names}))
-WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + CHECKED)
+# the histograms the per-request server timing is checked against (stacks/timing.py), as _sum and _count
+TIMED = tuple(f"{name}_{part}" for name, _ in HISTOGRAMS for part in ("sum", "count"))
+WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + CHECKED + TIMED)
 SUSTAINED_SCRAPES = 2  # waiting > 0 in this many consecutive scrapes = sustained queueing
 
 

@@ -441,6 +441,44 @@ class RouteSummary(_Model):
     )
 
 
+class WaitPart(_Model):
+    """One part of a tier's wait (intended send → first token), over its served attempts that reported it."""
+
+    part: str = Field(description="client | gateway | engine_queue | prefill | rest")
+    reported: int = Field(description="served attempts with this part reported")
+    not_reported: int = Field(description="served attempts without it (never counted as zero)")
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    sum_ms: float | None = None
+    share: float | None = Field(default=None, description="this part's sum / the same attempts' total wait")
+
+
+class TierWaits(_Model):
+    """Where one tier waited, from the servers' own timing (audit/waits.py)."""
+
+    tier: str
+    served: int
+    total_p50_ms: float | None = Field(description="intended send → first token, p50 of served attempts")
+    total_sum_ms: float
+    parts: list[WaitPart]
+
+
+class TimingCheck(_Model):
+    """The run's sum of a per-request server time against the server's own histogram delta."""
+
+    metric: str
+    record_field: str
+    client_count: int
+    server_count: float
+    client_sum_s: float
+    server_sum_s: float
+    unreported: int = Field(default=0, description="attempts the server may have timed that brought no timing "
+                            "back (a 200 cut or unfinished, no answer): with them the counts may differ by up to "
+                            "this many and the client's sum may only be smaller")
+    matches: bool
+
+
 class CrossCheck(_Model):
     tier: str  # a tier, tiers joined by '+' (one priority), or 'all' (a counter without a tier label)
     priority: int | None  # None: the counter is compared in total
@@ -569,6 +607,10 @@ class Summary(_Model):
     spend: Spend | None = Field(default=None, description="tokens, spend and budget use per tier")
     outages: list[Outage] = Field(default_factory=list, description="scheduled outages (faults that take every "
                                   "replica down); saturation windows leave them out")
+    waits: list[TierWaits] = Field(default_factory=list, description="where each tier waited, from the servers' "
+                                   "own timing (empty: the stack reported none)")
+    timing_checks: list[TimingCheck] = Field(default_factory=list, description="per-request server times summed "
+                                             "over the run against the server's histograms")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

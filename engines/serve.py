@@ -232,7 +232,9 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
             "--scheduling-policy", scheduling, "--max-num-seqs", str(limits.max_num_seqs),
             "--max-num-queued-reqs", str(limits.max_num_queued_reqs),
             "--max-num-queued-tokens", str(limits.max_num_queued_tokens),
-            "--kv-cache-memory-bytes", str(limits.kv_cache_bytes), "--disable-uvicorn-access-log"]
+            "--kv-cache-memory-bytes", str(limits.kv_cache_bytes), "--disable-uvicorn-access-log",
+            # each answer's own timing (a ``metrics`` object: engine queue, prefill …), read into the records
+            "--enable-per-request-metrics"]
     if tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     if cpu is not None and not pin_when_ready and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rushhour.loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK
+from rushhour.stacks.timing import FIELDS as TIMING_FIELDS
 
 SUFFIX = ".arrows"  # the IPC stream format's usual extension; never matched by the shards' *.jsonl
 VERSION = "1"  # bump when a row would no longer equal what the parser makes of its line
@@ -68,6 +69,7 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "prompt_tokens_intended": _I, "prompt_tokens_exact": _B, "max_tokens": _I, "output_pinned": _B, "abandoned": _B,
     "twin_of": _S, "control": _B, "parent_id": _S, "tool_call": _S, "tools_offered": _B,
     "first_token_clock": _S, "first_token_read_ns": _I, "first_token_batch": _I,
+    **dict.fromkeys(TIMING_FIELDS, _F),
 }
 TASK_FIELDS: dict[str, pa.DataType] = {
     "seq": _I, "task_id": _S, "persona": _S, "tier": _S, "tenant": _S, "session_id": _S, "start_ns": _I,

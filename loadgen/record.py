@@ -262,6 +262,19 @@ class RequestRecord:
     service_tier: str | None = None
     tools_offered: bool = False  # the body offered the model function tools (an agent's request)
     tool_call: str | None = None  # the name of the tool the answer called (only requests that offered tools)
+    # the server's own timing, as it reported it (stacks/timing.py; None = not reported): vLLM's ``metrics``
+    # object (--enable-per-request-metrics: engine queue, prefill …), LiteLLM's timing headers, the
+    # testbed's gateway queue header. Milliseconds as floats, bounded; never computed here.
+    metrics_queue_time_ms: float | None = None
+    metrics_time_to_first_token_ms: float | None = None
+    metrics_generation_time_ms: float | None = None
+    metrics_mean_itl_ms: float | None = None
+    metrics_tokens_per_second: float | None = None
+    litellm_response_duration_ms: float | None = None
+    litellm_overhead_duration_ms: float | None = None
+    litellm_timing_llm_api_ms: float | None = None
+    litellm_timing_pre_processing_ms: float | None = None
+    gateway_queue_ms: float | None = None
     kind: str = KIND_REQUEST
     schema: int = SCHEMA_VERSION
 

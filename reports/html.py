@@ -12,7 +12,7 @@ from markupsafe import Markup
 
 from rushhour.audit.judged import tier_state
 from rushhour.audit.summary import UNSERVED_CLASSES, Summary, TierSummary
-from rushhour.reports import charts, control, drops, fmt, sentences, sidebyside
+from rushhour.reports import charts, control, drops, fmt, sentences, sidebyside, waits
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -206,6 +206,12 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "uplot_css": _asset(VENDOR / "uPlot.min.css"),
         "charts_js": _asset(TEMPLATES / "charts.js"),
         "css": _asset(TEMPLATES / "report.css"),
+        "wait_header": waits.HEADER,
+        "wait_caption": waits.CAPTION,
+        "wait_rows": waits.rows(summary),
+        "wait_lines": waits.lines(summary),
+        "wait_bars": waits.bars(summary),
+        "wait_colours": waits.COLOURS,
     }
 
 

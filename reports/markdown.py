@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from rushhour.audit.summary import Summary, TokenFidelity
-from rushhour.reports import control, fmt, inconclusive, sentences, sidebyside
+from rushhour.reports import control, fmt, inconclusive, sentences, sidebyside, waits
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -154,6 +154,11 @@ def render_markdown(summary: Summary) -> str:
     agent_lines = sentences.agents_lines(summary)
     if agent_lines:
         out += ["### Agents on the wire: tools and sub-agents", "", *[f"- {_text(line)}" for line in agent_lines], ""]
+
+    if summary.waits:  # the servers' own timing: where each tier's wait went
+        out += ["### Where each tier waited (intended send → first token)", "", waits.CAPTION, ""]
+        out += _table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
+        out += [""] + [f"- {_text(line)}" for line in waits.lines(summary)] + [""]
 
     effect_rows = control.rows(summary)
     if effect_rows:

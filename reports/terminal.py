@@ -10,7 +10,7 @@ from rich.text import Text
 
 from rushhour.audit.judged import tier_state
 from rushhour.audit.summary import Summary, Verdict
-from rushhour.reports import control, fmt, inconclusive, sentences
+from rushhour.reports import control, fmt, inconclusive, sentences, waits
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
@@ -123,6 +123,10 @@ def print_terminal(summary: Summary, console: Console) -> None:
         console.print(Text("priority vs equal-priority control: " + line), highlight=False)
     for line in sentences.agents_lines(summary):
         console.print(Text("agents on the wire: " + line), highlight=False)
+    for tier in summary.waits:
+        console.print(Text("where it waited: " + waits.sentence(tier)), highlight=False)
+    for line in waits.check_lines(summary):
+        console.print(Text("server timing check: " + line), highlight=False)
     if summary.verdicts:
         console.print(verdict_table(summary, wide=console.width >= 120))
     for f in summary.findings:

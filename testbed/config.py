@@ -53,6 +53,8 @@ class VllmConfig:
     """vLLM engine admission (PR #49445)."""
 
     max_num_queued_reqs: int | None = None  # waiting + running per replica; None = unbounded
+    # --enable-per-request-metrics (vLLM 0.32): a ``metrics`` object in each answer (in a stream: the usage chunk)
+    per_request_metrics: bool = True
 
 
 @dataclass

@@ -18,6 +18,7 @@ class Record:
     request_id: str
     arrival_ns: int
     dispatch_ns: int | None = None
+    scheduled_ns: int | None = None  # first entered a running batch on its replica (the engine queue's end)
     first_token_ns: int | None = None
     end_ns: int | None = None
     queue_wait_ns: int | None = None

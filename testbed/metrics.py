@@ -38,6 +38,12 @@ def render(stack: Stack) -> str:
            per(lambda r: r.prefix_queries_total))
     family("vllm:prefix_cache_hits_total", "counter", "Prefix-cache hits, in tokens.",
            per(lambda r: r.prefix_hits_total))
+    for key, name, help_ in (("queue", "vllm:request_queue_time_seconds", "Time in the waiting queue."),
+                             ("prefill", "vllm:request_prefill_time_seconds", "Time from scheduling to first token.")):
+        total_ns, count = stack.engine_times[key]
+        family(name, "histogram", help_, [])
+        out.append(f'{name}_sum{{model_name="{_q(model)}"}} {total_ns / 1e9!r}')
+        out.append(f'{name}_count{{model_name="{_q(model)}"}} {float(count)}')
     pool = "testbed-pool"
     flow = stack.flow
     if flow is not None:

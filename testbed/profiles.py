@@ -22,6 +22,9 @@ from rushhour.testbed.job import (
 OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
 FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
 DROPPED_REASON = "x-llm-d-request-dropped-reason"
+# the gateway queue of one request (arrival → dispatch), in ms: the testbed's own header (real llm-d reports it
+# only as a histogram per band); rushhour reads it as stacks.timing.GATEWAY_QUEUE_HEADER
+GATEWAY_QUEUE_HEADER = "x-testbed-gateway-queue-ms"
 
 # ledger outcome of each drop kind
 DROP_OUTCOME = {
@@ -104,6 +107,7 @@ class Profile:
     name = "vllm"
     gateway = False  # True: requests queue in the EPP flow controller before a replica
     prefix_aware = False  # llm-d's scorers prefer replicas holding the prompt prefix
+    engine_metrics = True  # its model servers are vLLM: per-request ``metrics`` when cfg.vllm.per_request_metrics
 
     def __init__(self, cfg: TestbedConfig) -> None:
         self.cfg = cfg
@@ -271,6 +275,7 @@ class SglangProfile(Profile):
     """SGLang: body `priority`, higher = more urgent unless low_priority_values_first."""
 
     name = "sglang"
+    engine_metrics = False
 
     def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
         """Body field `priority`; rank flips polarity unless low values come first."""
@@ -308,6 +313,7 @@ class OpenAIProfile(Profile):
     """OpenAI hosted API: body `service_tier`, flex 429 when saturated, rate-limit headers."""
 
     name = "openai"
+    engine_metrics = False
 
     def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
         """service_tier auto/default -> default; flex; priority."""
@@ -351,6 +357,7 @@ class AnthropicProfile(Profile):
     """Anthropic Messages API: service_tier auto/standard_only, 529 overloaded_error."""
 
     name = "anthropic"
+    engine_metrics = False
 
     def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
         """auto may use priority capacity; standard_only never does."""
@@ -392,6 +399,7 @@ class HeadroomProfile(Profile):
     """Multi-tier KV headroom placement: tiers from the objective header, nothing is rejected."""
 
     name = "headroom"
+    engine_metrics = False
 
     def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
         """Objective header -> tier index (0 highest) via headroom.tiers."""

@@ -17,7 +17,7 @@ from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
 from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
 from rushhour.testbed.ledger import Ledger, Record
 from rushhour.testbed.metrics import render
-from rushhour.testbed.profiles import AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
+from rushhour.testbed.profiles import GATEWAY_QUEUE_HEADER, AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
 from rushhour.testbed.stack import Stack
 from rushhour.testbed.tokens import block_hashes, count_tokens
 from rushhour.testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
@@ -193,6 +193,8 @@ class Server:
         job = ex.job
         if job is not None:
             rec.dispatch_ns = job.dispatch_ns
+            rec.scheduled_ns = job.scheduled_ns
+            self.stack.observe_finished(job)
             rec.replica = job.replica if job.dispatch_ns is not None else None
             rec.cached_tokens = job.cached_tokens
             rec.preemptions = job.preemptions
@@ -202,6 +204,35 @@ class Server:
                 rec.queue_wait_ns = rec.end_ns - rec.arrival_ns
         rec.output_tokens = ex.sent if rec.stream else rec.output_tokens
         self.ledger.write(rec)
+
+    # ---- server timing (the same fields as the stack imitated reports, from the ledger's times) -----------
+    def _timing_headers(self, ex: Exchange) -> dict[str, str]:
+        """The gateway's queue for a dispatched request (llm-d: flow control, arrival → dispatch)."""
+        job = ex.job
+        if not self.profile.gateway or job is None or job.dispatch_ns is None:
+            return {}
+        return {GATEWAY_QUEUE_HEADER: repr((job.dispatch_ns - ex.rec.arrival_ns) / 1e6)}
+
+    def _engine_metrics(self, ex: Exchange, output: int) -> dict[str, float] | None:
+        """vLLM 0.32's per-request ``metrics`` (build_per_request_timing_metrics), from the job's times."""
+        job = ex.job
+        if (job is None or not self.profile.engine_metrics or not self.cfg.vllm.per_request_metrics
+                or ex.rec.endpoint == "/v1/messages"):
+            return None
+        out: dict[str, float] = {}
+        queued = job.dispatch_ns  # vLLM's queued_ts: the request reached the engine
+        if queued is not None and job.scheduled_ns is not None:
+            out["queue_time_ms"] = (job.scheduled_ns - queued) / 1e6
+            if job.first_token_ns is not None:
+                out["time_to_first_token_ms"] = (job.first_token_ns - job.scheduled_ns) / 1e6
+        if job.first_token_ns is not None and job.end_ns is not None:
+            decode = (job.end_ns - job.first_token_ns) / 1e6
+            out["generation_time_ms"] = decode
+            if output > 1:
+                out["mean_itl_ms"] = decode / (output - 1)
+            if job.scheduled_ns is not None and job.end_ns > job.scheduled_ns:
+                out["tokens_per_second"] = output / ((job.end_ns - job.scheduled_ns) / 1e9)
+        return out
 
     # ---- responses ---------------------------------------------------------------------------
     def _headers(self, rec: Record, cl: Classified | None) -> dict[str, str]:
@@ -217,7 +248,8 @@ class Server:
     async def _send(self, request: web.Request, ex: Exchange, reply: Reply,
                     cl: Classified | None = None) -> web.StreamResponse:
         rec = ex.rec
-        headers = {**self._headers(rec, cl), **reply.headers, "Content-Type": reply.content_type}
+        headers = {**self._headers(rec, cl), **self._timing_headers(ex), **reply.headers,
+                   "Content-Type": reply.content_type}
         resp = web.Response(status=reply.status, body=reply.body, headers=headers)
         rec.status, rec.reason = reply.status, reply.reason
         rec.outcome = reply.outcome
@@ -430,13 +462,15 @@ class Server:
             return await self._send(request, ex, prof.drop(kind, rid, False), cl)
         rec.output_tokens = job.output
         rec.first_token_ns = job.first_token_ns
-        ok = Reply(200, ex.wire.body(job.prompt_tokens, job.output, job.cached_tokens), outcome="served")
+        ok = Reply(200, ex.wire.body(job.prompt_tokens, job.output, job.cached_tokens,
+                                     self._engine_metrics(ex, job.output)), outcome="served")
         return await self._send(request, ex, ok, cl)
 
     async def _stream(self, request: web.Request, ex: Exchange, cl: Classified) -> web.StreamResponse:
         rec, job, wire = ex.rec, ex.job, ex.wire
         assert job is not None and wire is not None
-        headers = {**self._headers(rec, cl), "Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers = {**self._headers(rec, cl), **self._timing_headers(ex), "Content-Type": "text/event-stream",
+                   "Cache-Control": "no-cache"}
         resp = web.StreamResponse(status=200, headers=headers)
         chunked = request.version == HttpVersion11
         if chunked:
@@ -451,7 +485,8 @@ class Server:
         ex.start(transport, chunked)
         kind = await ex.done
         if kind is None:
-            if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens)):
+            metrics = self._engine_metrics(ex, ex.sent)
+            if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens, metrics)):
                 rec.outcome = "cancelled"
                 return resp
             rec.outcome = "served"

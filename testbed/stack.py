@@ -44,6 +44,9 @@ class Stack:
         self.cfg = cfg
         self.clock = clock
         self.profile = make_profile(cfg)
+        # vLLM's request_queue_time / request_prefill_time histograms as (sum ns, count): observed once per
+        # finished request that was scheduled (vllm/v1/metrics/stats.py), whatever its answer
+        self.engine_times: dict[str, list[int]] = {"queue": [0, 0], "prefill": [0, 0]}
         fc = cfg.flow_control
         hr = cfg.headroom
         self.engine = engine_cls(
@@ -305,3 +308,15 @@ class Stack:
                 await t
         self._tasks = []
         await self.engine.stop()
+
+    def observe_finished(self, job: Job) -> None:
+        """A request ended: its engine queue (dispatch → scheduled) and prefill (→ first token), as vLLM counts."""
+        if job.dispatch_ns is None or job.scheduled_ns is None:
+            return
+        queue = self.engine_times["queue"]
+        queue[0] += job.scheduled_ns - job.dispatch_ns
+        queue[1] += 1
+        if job.first_token_ns is not None:
+            prefill = self.engine_times["prefill"]
+            prefill[0] += job.first_token_ns - job.scheduled_ns
+            prefill[1] += 1

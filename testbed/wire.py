@@ -138,7 +138,7 @@ class Wire:
                     + b'event: ping\ndata: {"type":"ping"}\n\n')
         return b""
 
-    def tail(self, prompt: int, output: int, cached: int) -> bytes:
+    def tail(self, prompt: int, output: int, cached: int, metrics: dict[str, float] | None = None) -> bytes:
         """Bytes that end a complete stream (finish chunk, usage, end marker)."""
         if self.endpoint == "messages":
             stop = "tool_use" if self.call is not None else "max_tokens"
@@ -154,6 +154,8 @@ class Wire:
             d = self._base("chat.completion.chunk" if chat else "text_completion")
             d["choices"] = []
             d["usage"] = self.usage(prompt, output, cached)
+            if metrics is not None:
+                d["metrics"] = metrics  # vLLM: per-request metrics ride on the final usage chunk
             out += _sse(d)
         return out + DONE
 
@@ -164,7 +166,7 @@ class Wire:
         return b"data: " + body + b"\n\n" + DONE
 
     # ---- non-streaming ----------------------------------------------------------------------
-    def body(self, prompt: int, output: int, cached: int) -> bytes:
+    def body(self, prompt: int, output: int, cached: int, metrics: dict[str, float] | None = None) -> bytes:
         """Complete non-streaming JSON body."""
         text = WORD * output
         call = self.call
@@ -192,4 +194,6 @@ class Wire:
             choice["text"] = text
         d["choices"] = [choice]
         d["usage"] = self.usage(prompt, output, cached)
+        if metrics is not None:
+            d["metrics"] = metrics
         return _dumps(d).encode()

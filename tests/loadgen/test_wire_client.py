@@ -127,3 +127,11 @@ def test_refused() -> None:
 def test_non_streaming_json(server: FakeServer, tmp_path: Path) -> None:
     rec, _ = attempt(server.port, "429", stream=False)
     assert rec.status == 429 and not rec.complete
+
+
+def test_server_timing_from_a_whole_answer(server: FakeServer) -> None:
+    rec, _ = attempt(server.port, "timed", stream=False)
+    assert rec.status == 200 and rec.complete
+    assert (rec.metrics_queue_time_ms, rec.metrics_time_to_first_token_ms) == (120.5, 8.25)
+    assert rec.metrics_mean_itl_ms is None and rec.litellm_response_duration_ms is None  # -3 and 1e400: left out
+    assert (rec.litellm_overhead_duration_ms, rec.gateway_queue_ms) == (12.5, 40.0)

@@ -109,6 +109,12 @@ def handle(conn: socket.socket, pick: object = None) -> None:
                     }
                 ).encode()
                 conn.sendall(_head(429, "application/json", "retry-after-ms: 1500", len(body)) + body)
+            elif mode == "timed":  # a whole answer with vLLM's metrics and LiteLLM's timing headers, one hostile
+                body = (b'{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":7,"completion_tokens":1},'
+                        b'"metrics":{"queue_time_ms":120.5,"time_to_first_token_ms":8.25,"mean_itl_ms":-3}}')
+                extra = ("x-litellm-overhead-duration-ms: 12.5\r\nx-litellm-response-duration-ms: 1e400\r\n"
+                         "x-testbed-gateway-queue-ms: 40")
+                conn.sendall(_head(200, "application/json", extra, len(body)) + body)
             elif mode == "llmd429":
                 body = b"inference error: ResourceExhausted - request rejected pre-queue: queue at capacity"
                 conn.sendall(

@@ -45,6 +45,7 @@ def test_doctor_on_real_vllm(vllm_server, tmp_path: Path) -> None:  # type: igno
         "PASS   priority polarity",
         "PASS   metrics",
         "PASS   recognised answers",
+        "PASS   server timing",  # engines/serve.py starts vLLM with --enable-per-request-metrics
     ):
         assert line in done.stdout, done.stdout
     # the sglang profile sends priority as is: on vLLM (lower = earlier) the tiers run backwards

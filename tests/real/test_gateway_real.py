@@ -131,3 +131,10 @@ def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gatewa
             assert attempts(summary, tier, cls) == 0, f"{tier}: {cls} in {row['audit']}"
     checks = summary["crosscheck"]  # rushhour's own cross-check against LiteLLM's counters
     assert checks and all(c["matches"] for c in checks), checks  # type: ignore[union-attr]
+    # where each tier waited: LiteLLM's own time (x-litellm-overhead-duration-ms) on every served answer; vLLM's
+    # ``metrics`` object does not survive LiteLLM 1.106.12's re-chunking of a stream (whole answers keep it)
+    for w in summary["waits"]:  # type: ignore[union-attr]
+        parts = {p["part"]: p for p in w["parts"]}
+        assert parts["gateway"]["reported"] == w["served"] > 0, w
+        assert abs(sum(p["share"] or 0.0 for p in w["parts"]) - 1.0) < 1e-6, w
+    assert {w["tier"] for w in summary["waits"]} == set(TIERS)  # type: ignore[union-attr]

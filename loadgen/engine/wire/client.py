@@ -33,6 +33,7 @@ from rushhour.loadgen.engine.wire.toolcalls import ToolCallCollector
 from rushhour.loadgen.prompts import ToolCall
 from rushhour.loadgen.record import FIRST_TOKEN_RECV, RequestRecord, short_text
 from rushhour.stacks import header_reason
+from rushhour.stacks.timing import from_headers
 
 RECV_BYTES = 65536
 COMPLETE_GRACE_NS = 1_000_000_000  # after the end marker, wait at most this long for the HTTP end
@@ -167,6 +168,7 @@ class _Attempt:
     __slots__ = (
         "_record_token_times",
         "body",
+        "body_timing",
         "dialect",
         "ft_batch",
         "ft_clock",
@@ -191,6 +193,7 @@ class _Attempt:
         self.interp: StreamInterpreter | None = None
         self.ok = False  # a 2xx answer: its body is read whole (an error body only up to MAX_ERROR_BODY)
         self.body = bytearray()
+        self.body_timing: dict[str, float] = {}  # a whole JSON answer's ``metrics`` (as record fields)
         self._record_token_times = record_token_times
         self.parser: ResponseParser | None = None  # when set, stream bytes go straight to the interpreter
         # how the first token was timed (the reactor's Stream sets them): the kernel's receive stamp or recv's
@@ -499,6 +502,7 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
         record.output_tokens = facts.get("output_tokens")
         record.cached_tokens = facts.get("cached_tokens")
         record.service_tier = facts.get("service_tier")
+        attempt.body_timing = facts.get("timing") or {}
         if facts.get("error"):
             record.error = record.error or facts["error"]
             reason = reason or facts.get("reason")
@@ -508,6 +512,10 @@ def _fill(record: RequestRecord, attempt: _Attempt, anchor_ns: int, end_ns: int)
         reason = reason or text_reason
         record.error = record.error or text
     record.reason = reason or record.reason
+    # the server's own timing, raw: a gateway's headers on any answer, the engine's ``metrics`` in the body
+    body_timing = interp.timing if interp is not None else attempt.body_timing
+    for name, value in {**from_headers(headers), **body_timing}.items():
+        setattr(record, name, value)
 
 
 def _header_reason(headers: dict[str, str], status: int = 0) -> str | None:

@@ -11,6 +11,7 @@ from rushhour.loadgen.engine.wire.http import ResponseTooLarge
 from rushhour.loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
 from rushhour.loadgen.engine.wire.toolcalls import OPENAI_CUT, ToolCallCollector, body_calls
 from rushhour.loadgen.record import error_summary, short_text
+from rushhour.stacks.timing import from_metrics
 
 OPENAI_CHAT = "openai-chat"
 OPENAI_COMPLETIONS = "openai-completions"
@@ -56,6 +57,7 @@ class StreamInterpreter:
         "prompt_tokens",
         "reason",
         "service_tier",
+        "timing",
         "token_ns",
         "tokens",
         "tools",
@@ -78,6 +80,7 @@ class StreamInterpreter:
         self.output_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.service_tier: str | None = None
+        self.timing: dict[str, float] = {}  # the server's own timing (a vLLM ``metrics`` object), as record fields
         self.events = 0
         self.unparsable = 0  # data payloads that were not JSON (malformed SSE)
         self.malformed_text: str | None = None  # the first of them, short
@@ -272,6 +275,8 @@ class StreamInterpreter:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self._usage_openai(usage)
+            # vLLM's per-request metrics ride on the final usage chunk (chat_completion/serving.py)
+            self.timing.update(from_metrics(obj.get("metrics")))
         tier = obj.get("service_tier")
         if isinstance(tier, str):
             self.service_tier = tier
@@ -353,6 +358,7 @@ def interpret_body(dialect: str, body: bytes) -> dict[str, Any]:
         facts["reason"], facts["error"] = error_summary(obj)
         return facts
     facts["tool_calls"] = body_calls(dialect == ANTHROPIC, obj)
+    facts["timing"] = from_metrics(obj.get("metrics"))  # vLLM --enable-per-request-metrics
     usage_obj = obj.get("usage")
     usage: dict[str, Any] = usage_obj if isinstance(usage_obj, dict) else {}
     if dialect == ANTHROPIC:
