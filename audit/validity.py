@@ -25,6 +25,7 @@ DELAYED_SHARE = 0.01  # more than this share of first attempts delayed makes the
 DELAYED_MIN = 3  # … once at least this many were (one start-up hiccup delays one or two, not three)
 SAMPLE_S = 1.0  # loadgen/engine/health.py: one health sample per process and second
 BUDGET_REASON = "budget"  # loadgen/engine/attempts.py: refused by the cost guard, recorded not_sent
+TEMPLATE_REASON = "template"  # loadgen/engine/attempts.py: a chat template over its caps, recorded not_sent
 UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
 UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
 NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
@@ -235,11 +236,14 @@ def check_validity(
     cpu = cpu[np.isfinite(cpu)]
     cpu_max = float(cpu.max()) if len(cpu) else None
     cpu_busy, cpu_run_s, cpu_count = sustained(cpu_ts, cpu > CPU_BUSY_PERCENT, CPU_BUSY_SHARE)
-    not_sent_records = 0
+    not_sent_records = template_refused = 0
     if len(attempts):
         # a budget refusal is the user's cost guard working, not the generator falling behind
         budget = eq(attempts["reason"], BUDGET_REASON)
-        not_sent_records = int((attempts["not_sent"].to_numpy() & ~budget).sum())
+        # a chat template over its caps is the input's fault, not the generator's: said as such below
+        template = eq(attempts["reason"], TEMPLATE_REASON) & attempts["not_sent"].to_numpy()
+        template_refused = int(template.sum())
+        not_sent_records = int((attempts["not_sent"].to_numpy() & ~budget & ~template).sum())
     not_sent_health = 0
     if len(health) and "not_sent_total" in health.columns and not_sent_records:
         # each process reports its own running total; the largest per process is its final count
@@ -277,6 +281,9 @@ def check_validity(
                        f"in a row or {text.pct(CPU_BUSY_SHARE)} of them)" + (harmless if judged else ""))
     if not_sent:
         reasons.append(f"{not_sent} request(s) not sent on schedule (generator out of slots)")
+    if template_refused:
+        reasons.append(f"{template_refused} request(s) not sent: the scenario's chat template could not render them "
+                       "within its caps (run.json names the template)")
     if too_late:
         reasons.append(f"{late} of {int(np.isfinite(lags).sum())} request(s) left more than "
                        f"{text.ms(SCHEDULE_LAG_MS)} after their intended time (schedule lag p99 "

@@ -142,3 +142,8 @@ def test_a_template_that_fails_only_mid_run_stops_the_load_and_the_run_says_so(t
                for line in shard.read_text().splitlines()]
     refused = [r for r in records if r.get("kind") == "request" and r.get("reason") == "template"]
     assert refused and all(r["not_sent"] for r in refused)  # never counted as served
+    run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
+    _cli("audit", run_dir, cwd=tmp_path)
+    reasons = json.loads((run_dir / "summary.json").read_text())["validity"]["reasons"]
+    assert any("chat template could not render" in r for r in reasons), reasons  # the input's fault, said so
+    assert not any("out of slots" in r for r in reasons), reasons  # never blamed on the generator
