@@ -13,7 +13,8 @@ from rushhour.loadgen.testbed_proc import child_env
 SCRIPT = r'''
 import json
 import gevent
-import locust  # noqa: F401  (gevent's patching, as in a Locust process)
+import locust  # gevent's patching, as in a Locust process
+import locust.exception
 from locust.rpc.protocol import Message
 from rushhour.loadgen.engine import sealed
 
@@ -51,7 +52,12 @@ gevent.sleep(0.3)
 first = server
 port = server.port  # Locust rebuilds its server socket after a network error: the workers stay in
 server.close(linger=0)
-server = sealed.SealedServer("127.0.0.1", port)
+for _ in range(50):  # ZeroMQ closes the old socket asynchronously: the port may still be held for a moment
+    try:
+        server = sealed.SealedServer("127.0.0.1", port)
+        break
+    except locust.exception.RPCError:
+        gevent.sleep(0.1)
 client.send(Message("heartbeat", {"state": "running"}, "w1"))
 addr, beat = next_at_master()
 out["after_reset"] = [addr, beat.type]
