@@ -66,7 +66,7 @@ def _contains(series: pd.Series, pattern: str) -> np.ndarray:
     return series.astype(object).fillna("").astype(str).str.contains(pattern, case=False, regex=True).to_numpy(bool)
 
 
-def _series(metrics: ServerMetrics, check: CounterCheck) -> tuple[str, pd.DataFrame] | None:
+def counter_series(metrics: ServerMetrics, check: CounterCheck) -> tuple[str, pd.DataFrame] | None:
     """The first of the check's counter names that was scraped, with its samples' labels parsed."""
     for name in check.names:
         part = metrics.samples[metrics.samples["name"] == name]
@@ -88,7 +88,7 @@ def _legacy_labels(key: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in key.split(",") if "=" in kv)
 
 
-def _increase(frame: pd.DataFrame, scrapes: np.ndarray) -> tuple[pd.Series, float, float | None]:
+def counter_increase(frame: pd.DataFrame, scrapes: np.ndarray) -> tuple[pd.Series, float, float | None]:
     """Per ``by`` value: the counter's increase between the first and the last scrape (the last value
     alone when there is one scrape: a fresh server), the last scrape's time and the baseline's (ns).
 
@@ -176,13 +176,13 @@ def crosscheck(
     checks: list[CrossCheck] = []
     findings: list[Finding] = []
     for check in stack.metrics.checks:
-        found = _series(metrics, check)
+        found = counter_series(metrics, check)
         if found is None:
             continue
         name, frame = found
         if len(frame) == 0:
             continue
-        server_by, last_ns, base_ns = _increase(frame, np.asarray(metrics.scrape_ts_ns, dtype=np.float64))
+        server_by, last_ns, base_ns = counter_increase(frame, np.asarray(metrics.scrape_ts_ns, dtype=np.float64))
         twin_buckets = {p for p in twin_priority.values() if p is not None} if copies is not None else set()
         for label, prio, tiers, values in _groups(check, list(server_by.index.astype(str)), priorities,
                                                   twin_buckets):

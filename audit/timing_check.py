@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from rushhour.audit import text
-from rushhour.audit.crosscheck import _increase, _series
+from rushhour.audit.crosscheck import counter_increase, counter_series
 from rushhour.audit.metrics import ServerMetrics
 from rushhour.audit.summary import Finding, TimingCheck
 from rushhour.stacks.profile import CounterCheck
@@ -21,10 +21,10 @@ TOLERANCE = 0.01  # 1 % of the server's sum
 
 
 def _delta(metrics: ServerMetrics, name: str) -> float | None:
-    found = _series(metrics, CounterCheck(client="", metric=name))
+    found = counter_series(metrics, CounterCheck(client="", metric=name))
     if found is None:
         return None
-    increase, _, _ = _increase(found[1], metrics.scrape_ts_ns)
+    increase, _, _ = counter_increase(found[1], metrics.scrape_ts_ns)
     return float(increase.sum())
 
 
