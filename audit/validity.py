@@ -11,6 +11,7 @@ from rushhour.audit import harm, remedy, text
 from rushhour.audit.fold import NS_PER_MS, NS_PER_S, eq
 from rushhour.audit.summary import Validity
 from rushhour.loadgen.manifest import STOP_DOOMED, RunManifest
+from rushhour.loadgen.record import REASON_TEMPLATE
 
 # One transient (a GC pause, a page-in, a neighbour's burst on a shared machine) must not void a run:
 # the generator is judged on *sustained* trouble, and on how many requests it actually delayed.
@@ -25,7 +26,6 @@ DELAYED_SHARE = 0.01  # more than this share of first attempts delayed makes the
 DELAYED_MIN = 3  # … once at least this many were (one start-up hiccup delays one or two, not three)
 SAMPLE_S = 1.0  # loadgen/engine/health.py: one health sample per process and second
 BUDGET_REASON = "budget"  # loadgen/engine/attempts.py: refused by the cost guard, recorded not_sent
-TEMPLATE_REASON = "template"  # loadgen/engine/attempts.py: a chat template over its caps, recorded not_sent
 UNREACHABLE_MIN_S = 5.0  # a dark span at least this long …
 UNREACHABLE_SHARE = 0.10  # … or this share of the run, whichever is longer, makes the run invalid
 NO_ANSWER_SHARE = 0.5  # more than this share of attempts without any HTTP answer makes the run invalid
@@ -241,7 +241,7 @@ def check_validity(
         # a budget refusal is the user's cost guard working, not the generator falling behind
         budget = eq(attempts["reason"], BUDGET_REASON)
         # a chat template over its caps is the input's fault, not the generator's: said as such below
-        template = eq(attempts["reason"], TEMPLATE_REASON) & attempts["not_sent"].to_numpy()
+        template = eq(attempts["reason"], REASON_TEMPLATE) & attempts["not_sent"].to_numpy()
         template_refused = int(template.sum())
         not_sent_records = int((attempts["not_sent"].to_numpy() & ~budget & ~template).sum())
     not_sent_health = 0

@@ -55,6 +55,7 @@ FIRST_TOKEN_KERNEL = "kernel"
 FIRST_TOKEN_RECV = "recv"
 # A load process that cannot start writes one line with this mark to its log (locust.log) and exits;
 # the runner finds it there and reports that line as the run's one error.
+REASON_TEMPLATE = "template"  # a request not sent: the chat template went over its caps (the input's fault)
 START_FAILED_MARK = "rushhour: a load process cannot start:"
 
 # Short error texts: enough to recognise the failure, never a whole hostile body.

@@ -17,7 +17,7 @@ from rushhour.loadgen.engine.wire.http import build_request
 from rushhour.loadgen.flow import send as flow_send
 from rushhour.loadgen.flow.protocol import Logical as Logical
 from rushhour.loadgen.prompts import ToolCall
-from rushhour.loadgen.record import RequestRecord
+from rushhour.loadgen.record import REASON_TEMPLATE, RequestRecord
 from rushhour.loadgen.tiers import TierWire, pins_output
 from rushhour.loadgen.tokens import TokenizerError
 
@@ -150,7 +150,7 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
 
 def template_failed(ctx: WorkerContext, record: RequestRecord, message: str) -> RequestRecord:
     """The attempt not sent (its prompt could not be rendered), and the load stopped once: ``template_error``."""
-    record.not_sent, record.reason, record.error = True, "template", message
+    record.not_sent, record.reason, record.error = True, REASON_TEMPLATE, message
     record.sent_ns = record.done_ns = ctx.now_ns()
     if ctx.stop_reason != "template_error":
         ctx.event("template_error", message=message)
