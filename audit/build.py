@@ -63,7 +63,7 @@ from rushhour.audit.timing_check import check_timing
 from rushhour.audit.tokens import token_fidelity
 from rushhour.audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
 from rushhour.audit.waits import wait_splits
-from rushhour.loadgen.manifest import RunManifest
+from rushhour.records.manifest import RunManifest
 from rushhour.scenarios.model import SLO
 
 SUMMARY_FILE = "summary.json"

@@ -18,7 +18,7 @@ from rushhour import stacks
 from rushhour.audit import text
 from rushhour.audit.classify import classify_one, named_cause
 from rushhour.audit.doctor_timing import timing_check
-from rushhour.loadgen.diagnose import Collected, Plan
+from rushhour.records.doctor import Collected, Plan
 
 Status = Literal["pass", "warn", "fail", "info"]
 TEXT_CUT = 90

@@ -20,7 +20,7 @@ from typing import Literal
 
 from rushhour.audit import text
 from rushhour.audit.summary import Percentiles, Rate, TierSummary, Validity, Verdict
-from rushhour.loadgen.manifest import RunManifest
+from rushhour.records.manifest import RunManifest
 from rushhour.scenarios.model import SLO
 
 Judge = Literal["point", "bound"]

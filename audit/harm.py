@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rushhour.loadgen.record import FIRST_TOKEN_KERNEL
+from rushhour.records.record import FIRST_TOKEN_KERNEL
 
 NS_PER_MS = 1_000_000.0
 # A first token more than this late is a moved measurement: TTFT SLOs sit at hundreds of ms to seconds, so

@@ -22,10 +22,10 @@ import pyarrow.json as pj
 
 from rushhour.audit.errors import AuditError
 from rushhour.audit.memory import lean_allocators, trim
-from rushhour.loadgen import columns as sidecar
-from rushhour.loadgen.columns import KIND_FIELDS, REQUEST_FIELDS, SHARD_FIELDS, UNION_SCHEMA
-from rushhour.loadgen.manifest import RUN_MANIFEST, RunManifest
-from rushhour.loadgen.record import (
+from rushhour.records import columns as sidecar
+from rushhour.records.columns import KIND_FIELDS, REQUEST_FIELDS, SHARD_FIELDS, UNION_SCHEMA
+from rushhour.records.manifest import RUN_MANIFEST, RunManifest
+from rushhour.records.record import (
     KIND_BREAKER,
     KIND_EVENT,
     KIND_HEALTH,
@@ -576,7 +576,7 @@ def read_shard(path: Path, chunk_bytes: int | None = None, columnar: bool = True
     are kept, so memory follows the parsed rows, not the size of the file (a 10M-attempt run has 9 GB
     of shards). Bad lines are isolated within their chunk exactly as within a whole shard.
     ``columnar``: the leading lines that the shard's sidecar holds, checked against these very bytes, are
-    taken from it instead of parsed (``loadgen/columns.py``); the rest is parsed.
+    taken from it instead of parsed (``records/columns.py``); the rest is parsed.
     """
     parts = ShardParts()
     chunk_bytes = chunk_bytes or CHUNK_BYTES

@@ -14,7 +14,7 @@ from rushhour import stacks
 from rushhour.audit import text
 from rushhour.audit.errors import AuditError
 from rushhour.audit.phases import measured_flags
-from rushhour.loadgen.manifest import RunManifest
+from rushhour.records.manifest import RunManifest
 from rushhour.scenarios.loader import ScenarioError, load_yaml, read_scenario_text
 from rushhour.scenarios.model import SLO, Scenario
 

@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 
 from rushhour.audit.classify import rules_table
 from rushhour.audit.fold import CALIBRATION_PERSONA, eq
-from rushhour.loadgen.columns import file_print
-from rushhour.loadgen.manifest import RUN_MANIFEST
-from rushhour.loadgen.record import RECORDS_DIR
+from rushhour.records.columns import file_print
+from rushhour.records.manifest import RUN_MANIFEST
+from rushhour.records.record import RECORDS_DIR
 
 ATTEMPTS_FILE = "attempts.parquet"
 TABLE_SCHEMA = "rushhour.attempts/1"

@@ -10,8 +10,8 @@ import pandas as pd
 from rushhour.audit import harm, remedy, text
 from rushhour.audit.fold import NS_PER_MS, NS_PER_S, eq
 from rushhour.audit.summary import Validity
-from rushhour.loadgen.manifest import STOP_DOOMED, RunManifest
-from rushhour.loadgen.record import REASON_TEMPLATE
+from rushhour.records.manifest import STOP_DOOMED, RunManifest
+from rushhour.records.record import REASON_TEMPLATE
 
 # One transient (a GC pause, a page-in, a neighbour's burst on a shared machine) must not void a run:
 # the generator is judged on *sustained* trouble, and on how many requests it actually delayed.

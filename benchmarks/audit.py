@@ -44,8 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rushhour.loadgen.manifest import write_manifest  # noqa: E402
-from rushhour.loadgen.record import Anchor, HealthRecord, RequestRecord, ShardWriter  # noqa: E402
+from rushhour.records.manifest import write_manifest  # noqa: E402
+from rushhour.records.record import Anchor, HealthRecord, RequestRecord, ShardWriter  # noqa: E402
 
 PROCESSES = 4
 RATE_PER_S = 300.0  # offered attempts per second: 1M records ≈ 55 min of run

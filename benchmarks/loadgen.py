@@ -54,7 +54,7 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
     from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
     from rushhour.loadgen.engine.wire.http import Endpoint, build_request
     from rushhour.loadgen.engine.wire.reactor import reactor as the_reactor
-    from rushhour.loadgen.record import RequestRecord
+    from rushhour.records.record import RequestRecord
 
     client.USE_REACTOR = reactor
     read_delays: list[int] = []

@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 from rushhour.audit import harm, run_audit  # noqa: E402
 from rushhour.audit.load import load_run  # noqa: E402
 from rushhour.audit.validity import SCHEDULE_LAG_MS, check_validity, delayed_requests  # noqa: E402
-from rushhour.loadgen.manifest import read_manifest  # noqa: E402
+from rushhour.records.manifest import read_manifest  # noqa: E402
 
 PY = str(ROOT / ".venv" / "bin" / "python")
 DEFAULT_CASES = ("quiet,hog1,hog2,hog4,stop50,stop150,stop300,wide2,quiet,hog3,stop100,stop500,wide4,hog6,"

@@ -35,8 +35,8 @@ from typing import Any
 
 import pybreaker
 
-from rushhour.loadgen.record import RequestRecord
 from rushhour.loadgen.resilience import is_failure_key, outcome_key, retry_reason
+from rushhour.records.record import RequestRecord
 
 CLOSED = "closed"
 OPEN = "open"

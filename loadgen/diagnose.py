@@ -13,17 +13,16 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from rushhour import stacks
-from rushhour.loadgen.record import iter_run
 from rushhour.loadgen.scrape import metrics_url, read_credential
 from rushhour.loadgen.testbed_proc import child_env, stop_pid
 from rushhour.loadgen.tiers import TierError, credential
+from rushhour.records.doctor import Collected, Plan
+from rushhour.records.record import iter_run
 from rushhour.scenarios import ScenarioError, load_scenario
 from rushhour.scenarios.model import Scenario
 from rushhour.scenarios.names import did_you_mean
@@ -36,38 +35,6 @@ DOCTOR_TIMEOUTS = {"connect_s": 5.0, "ttft_s": 30.0, "total_s": 60.0}
 
 class DoctorError(ValueError):
     """The doctor cannot start: a one-line reason (bad scenario, unknown profile, missing credential)."""
-
-
-@dataclass
-class Plan:
-    """What to probe: the scenario (its target, profile, model and tiers), the key and the metrics endpoint."""
-
-    scenario: Scenario
-    key: str | None
-    metrics_url: str | None
-    metrics_token: str | None
-
-    @property
-    def url(self) -> str:
-        return self.scenario.target.url
-
-    @property
-    def profile(self) -> str:
-        return self.scenario.target.profile
-
-
-@dataclass
-class Collected:
-    """What the probes and the scrape left: records, and the metric names /metrics exposed."""
-
-    folder: Path
-    records: list[dict[str, Any]]
-    metric_names: set[str] = field(default_factory=set)
-    metrics_error: str | None = None
-    probe_error: str | None = None
-    scenario: Scenario | None = None  # as probed (the model filled in from /v1/models when none was named)
-    models: list[str] = field(default_factory=list)
-    models_error: str | None = None
 
 
 def doctor_scenario(url: str, profile: str, model: str, tiers: list[tuple[str, int]] | None = None) -> Scenario:

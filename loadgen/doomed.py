@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rushhour.loadgen.manifest import STOP_DOOMED
+from rushhour.records.manifest import STOP_DOOMED
 
 DOOM_AFTER = 10  # the first this many finished attempts of the load, all failing alike, stop the run
 CALIBRATION_MIN = 3  # calibration probes that must have failed alike (a refused connection: one is enough)

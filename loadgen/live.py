@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rushhour.loadgen.record import KIND_EVENT, KIND_HEALTH, KIND_REQUEST, RECORDS_DIR
+from rushhour.records.record import KIND_EVENT, KIND_HEALTH, KIND_REQUEST, RECORDS_DIR
 
 LAG_WARN_NS = 50_000_000  # 50 ms of loop lag makes TTFT measurements doubtful
 CPU_WARN = 90.0

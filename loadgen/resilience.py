@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from rushhour.loadgen.record import RequestRecord
 from rushhour.loadgen.workload import is_served as is_served
+from rushhour.records.record import RequestRecord
 from rushhour.scenarios.model import RetryPolicy
 
 Action = Literal["retry", "fallback", "give_up", "done"]

@@ -29,14 +29,14 @@ from rich.markup import escape
 from rushhour import stacks
 from rushhour.loadgen import doomed, procs, runkey
 from rushhour.loadgen.live import ShardTail, progress_line, render
-from rushhour.loadgen.manifest import RunManifest, versions, write_manifest
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
-from rushhour.loadgen.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from rushhour.loadgen.schedule import scale_phases
 from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
 from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from rushhour.loadgen.tiers import TierError, map_tier
 from rushhour.loadgen.traces import localise_traces
+from rushhour.records.manifest import RunManifest, versions, write_manifest
+from rushhour.records.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from rushhour.scenarios import ScenarioError, load_scenario
 from rushhour.scenarios.loader import Problem, located, resolve_scenario_path
 from rushhour.scenarios.model import PROFILES, Route, Scenario, parse_duration
@@ -512,7 +512,7 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
 
 def _calibration_records(run_dir: Path) -> list[dict[str, Any]]:
     """The calibration probes' request lines (their own shard), in the order they were sent."""
-    from rushhour.loadgen.record import read_shard
+    from rushhour.records.record import read_shard
 
     out: list[dict[str, Any]] = []
     for path in shard_paths(run_dir):
@@ -527,8 +527,8 @@ MODELS_TIMEOUT_S = 3.0  # GET /v1/models when the server says the model is unkno
 def _name_models(scenario: Scenario, target_url: str, found: dict[str, Any]) -> dict[str, Any]:
     """The doom decision with the target's served models (``GET /v1/models``) when it says the model is unknown."""
     from rushhour.loadgen.diagnose import served_models
-    from rushhour.loadgen.record import short_text
     from rushhour.loadgen.tiers import credential
+    from rushhour.records.record import short_text
 
     if not doomed.Failure(int(found["status"]), str(found["error"])).model_not_found:
         return found

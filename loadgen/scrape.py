@@ -378,7 +378,7 @@ def read_credential(name: str, env: Mapping[str, str] | None = None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rushhour.loadgen.scrape URL OUT --anchor-ns N``: scrape in a separate process until SIGTERM."""
-    from rushhour.loadgen.record import Anchor
+    from rushhour.records.record import Anchor
 
     parser = argparse.ArgumentParser(prog="python -m rushhour.loadgen.scrape", description=main.__doc__)
     parser.add_argument("url")

@@ -226,7 +226,7 @@ class Refusals:
         return self
 
     def on_refused(self, msg: Any, **_: Any) -> None:
-        from rushhour.loadgen.record import START_FAILED_MARK, short_text
+        from rushhour.records.record import START_FAILED_MARK, short_text
 
         if not registered(self.runner, msg.node_id):  # only a worker of this run may end it so
             return

@@ -67,14 +67,14 @@ def main(argv: list[str]) -> int:
     _limit_self()
     try:
         from rushhour.loadgen.chat_template import TemplateError, compile_template, render
-        from rushhour.loadgen.tokens import TokenizerError, _config, _template, _token_text
+        from rushhour.loadgen.tokens import TokenizerError, read_chat_template, read_config, token_text
 
         folder = Path(argv[0])
-        config = _config(folder)
-        source, _ = _template(folder, config)
+        config = read_config(folder)
+        source, _ = read_chat_template(folder, config)
         if source is None:
             return 0
-        special = {n: _token_text(config.get(n)) for n in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        special = {n: token_text(config.get(n)) for n in ("bos_token", "eos_token", "unk_token", "pad_token")}
 
         def raise_exception(message: str) -> None:
             raise TokenizerError(message)

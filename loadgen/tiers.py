@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rushhour import stacks
-from rushhour.loadgen.record import fingerprint, register_secret
+from rushhour.records.record import fingerprint, register_secret
 from rushhour.scenarios.model import Tier
 
 ANTHROPIC_VERSION = "2023-06-01"

@@ -137,14 +137,14 @@ def load(path: str | Path) -> Tokenizer:
     except Exception as exc:  # the Rust side raises its own exception type
         raise TokenizerError(f"tokenizer {str(file)!r} cannot be read: {str(exc)[:200]}") from None
     folder = file.parent
-    config = _config(folder)
-    template, template_file = _template(folder, config)
-    special = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
+    config = read_config(folder)
+    template, template_file = read_chat_template(folder, config)
+    special = {name: token_text(config.get(name)) for name in ("bos_token", "eos_token", "unk_token", "pad_token")}
     return Tokenizer(str(file), backend, template, {k: v for k, v in special.items() if v is not None},
                      template_file=template_file)
 
 
-def _config(folder: Path) -> dict[str, Any]:
+def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "tokenizer_config.json"
     if not path.is_file():
         return {}
@@ -155,7 +155,7 @@ def _config(folder: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _template(folder: Path, config: dict[str, Any]) -> tuple[str | None, str | None]:
+def read_chat_template(folder: Path, config: dict[str, Any]) -> tuple[str | None, str | None]:
     """(the chat template, where it is): ``chat_template.jinja`` first (transformers ≥ 4.50 writes it), then the
     config's."""
     path = folder / "chat_template.jinja"
@@ -176,7 +176,7 @@ def _template(folder: Path, config: dict[str, Any]) -> tuple[str | None, str | N
     return (value, f"{folder / 'tokenizer_config.json'} (chat_template)") if isinstance(value, str) else (None, None)
 
 
-def _token_text(value: Any) -> str | None:
+def token_text(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rushhour.loadgen import prompts
-from rushhour.loadgen.record import RequestRecord, TaskRecord
 from rushhour.loadgen.traces import MOONCAKE_BLOCK_TOKENS, TraceRow
+from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios.model import AgentSwarmPersona, TraceReplayPersona
 
 # Ideal-time estimate for a deadline factor: a call on an idle stack (assumed, documented).

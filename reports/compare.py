@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from rushhour.audit.compare import CompareResult, Comparison, Test, describe_test
 from rushhour.reports import fmt
+from rushhour.studies.compare import CompareResult, Comparison, Test, describe_test
 
 VERDICT_WORDS = {"ok": "no regression", "regression": "REGRESSION", "invalid": "INVALID"}
 
@@ -83,9 +83,9 @@ def _markdown_one(c: Comparison, result: CompareResult) -> list[str]:
 
 def render_compare_html(result: CompareResult) -> str:
     """The comparison as a self-contained HTML page (shared report CSS)."""
-    from rushhour.reports.sweep import _css, _env
+    from rushhour.reports.page import page_css, page_env
 
-    return str(_env().get_template("compare.html.j2").render(
-        result=result, css=Markup(_css()), words=VERDICT_WORDS, value=_value, change=_change, p=_p,
+    return str(page_env().get_template("compare.html.j2").render(
+        result=result, css=Markup(page_css()), words=VERDICT_WORDS, value=_value, change=_change, p=_p,
         status=_status, describe=describe_test,
     ))

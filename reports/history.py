@@ -7,10 +7,11 @@ from typing import Any
 
 from markupsafe import Markup
 
-from rushhour.audit.between import FIGURES, Figure, change_text, value_text
-from rushhour.audit.history import FigureJudgement, HistoryResult
 from rushhour.reports import fmt
-from rushhour.reports.sweep import _colours, _css, _env, line_chart
+from rushhour.reports.page import colours_for, page_css, page_env
+from rushhour.reports.sweep import line_chart
+from rushhour.studies.between import FIGURES, Figure, change_text, value_text
+from rushhour.studies.history import FigureJudgement, HistoryResult
 
 SHOWN_VALUES = 8  # window values listed per figure on the terminal and the page (the newest ones)
 _FIGURE = {f.key: f for f in FIGURES}
@@ -139,10 +140,10 @@ def print_history(result: HistoryResult, rows: list[dict[str, Any]], console: An
 def render_history_html(result: HistoryResult, rows: list[dict[str, Any]]) -> str:
     """``history.html``: one self-contained page (inline CSS and SVG, no script)."""
     tiers = list(dict.fromkeys(r["tier"] for r in rows))
-    colours = _colours(tiers)
+    colours = colours_for(tiers)
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
-    return str(_env().get_template("history.html.j2").render(
+    return str(page_env().get_template("history.html.j2").render(
         result=result, rows=clean, tiers=tiers, colours=colours, charts=history_charts(clean, tiers, colours),
-        css=Markup(_css()), verdict=verdict_text(result), scenarios=result.scenarios, method=method_text(result),
+        css=Markup(page_css()), verdict=verdict_text(result), scenarios=result.scenarios, method=method_text(result),
         header=JUDGEMENT_HEADER, judgements=list(zip(result.judgements, judgement_rows(result), strict=True)),
     ))

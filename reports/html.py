@@ -26,7 +26,7 @@ FAIRNESS_KINDS = ("inversion", "starvation", "floor")
 
 
 @cache
-def _env() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     """The template environment: autoescaping on for every template, undefined names are errors."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -53,7 +53,7 @@ def _env() -> jinja2.Environment:
 
 
 @cache
-def _asset(path: Path) -> str:
+def inline_asset(path: Path) -> str:
     """A vendored or template asset; refuses anything that would close an inline <script>/<style>."""
     text = path.read_text(encoding="utf-8")
     if "</script" in text.lower() or "</style" in text.lower():
@@ -202,10 +202,10 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
         "has_timeline": bool(summary.timeline.t),
         "merged": payload["timeline"]["merged"],
         "data_json": script_json(payload),
-        "uplot_js": _asset(VENDOR / "uPlot.iife.min.js"),
-        "uplot_css": _asset(VENDOR / "uPlot.min.css"),
-        "charts_js": _asset(TEMPLATES / "charts.js"),
-        "css": _asset(TEMPLATES / "report.css"),
+        "uplot_js": inline_asset(VENDOR / "uPlot.iife.min.js"),
+        "uplot_css": inline_asset(VENDOR / "uPlot.min.css"),
+        "charts_js": inline_asset(TEMPLATES / "charts.js"),
+        "css": inline_asset(TEMPLATES / "report.css"),
         "wait_header": waits.HEADER,
         "wait_caption": waits.CAPTION,
         "wait_rows": waits.rows(summary),
@@ -221,4 +221,4 @@ def render_html(summary: Summary, run_dir: Path | None = None, csv_text: str | N
     # Assets are inlined verbatim (checked above); everything else is autoescaped by jinja2.
     for key in ("data_json", "uplot_js", "uplot_css", "charts_js", "css"):
         ctx[key] = Markup(ctx[key])
-    return _env().get_template("report.html.j2").render(**ctx)
+    return environment().get_template("report.html.j2").render(**ctx)

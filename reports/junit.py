@@ -13,7 +13,7 @@ from rushhour.reports import fmt, sentences
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
-def _clean(text: str) -> str:
+def xml_safe(text: str) -> str:
     """Text that is legal inside XML 1.0."""
     return _XML_BAD.sub("\ufffd", text)
 
@@ -26,29 +26,29 @@ def _timestamp(summary: Summary) -> str:
 
 def _case(suite: ET.Element, classname: str, verdict: Verdict) -> ET.Element:
     """A testcase for one verdict, with a failure element when it failed."""
-    case = ET.SubElement(suite, "testcase", {"name": _clean(verdict.check), "classname": classname, "time": "0"})
+    case = ET.SubElement(suite, "testcase", {"name": xml_safe(verdict.check), "classname": classname, "time": "0"})
     if verdict.vacuous:
         # judged nothing: neither a pass nor a failure (a NOT JUDGED tier's `judged` case fails the suite)
-        ET.SubElement(case, "skipped", {"message": _clean(verdict.message)})
+        ET.SubElement(case, "skipped", {"message": xml_safe(verdict.message)})
     elif not verdict.passed:
         # an inconclusive check is not a pass: it fails the case, typed so CI can tell it apart
         kind = ("not_judged" if verdict.check == JUDGED_CHECK else "inconclusive") if verdict.inconclusive else "slo"
-        failure = ET.SubElement(case, "failure", {"message": _clean(verdict.message), "type": kind})
-        failure.text = _clean(
+        failure = ET.SubElement(case, "failure", {"message": xml_safe(verdict.message), "type": kind})
+        failure.text = xml_safe(
             f"tier {verdict.tier}: {verdict.check} threshold {fmt.check_value(verdict.check, verdict.threshold)}, "
             f"observed {fmt.check_value(verdict.check, verdict.observed)}"
             + (f", 95 % bound {fmt.check_value(verdict.check, verdict.bound)}" if verdict.judge == "bound" else "")
             + f" (judged on the {'confidence bound' if verdict.judge == 'bound' else 'point estimate'})"
         )
     out = ET.SubElement(case, "system-out")
-    out.text = _clean(verdict.message)
+    out.text = xml_safe(verdict.message)
     return case
 
 
 def _suite(root: ET.Element, name: str, summary: Summary) -> ET.Element:
     """An empty testsuite element with the run's timestamp."""
     attrs = {
-        "name": _clean(name),
+        "name": xml_safe(name),
         "tests": "0",
         "failures": "0",
         "errors": "0",
@@ -77,7 +77,7 @@ def _count(suite: ET.Element) -> tuple[int, int, int, int]:
 
 def render_junit(summary: Summary) -> str:
     """The JUnit XML document as text."""
-    root = ET.Element("testsuites", {"name": _clean(f"rushhour {summary.run.scenario} {summary.run.run_id}")})
+    root = ET.Element("testsuites", {"name": xml_safe(f"rushhour {summary.run.scenario} {summary.run.run_id}")})
     tiers = [t.name for t in summary.tiers]
     tiers += sorted({v.tier for v in summary.verdicts} - set(tiers))
     for name in tiers:
@@ -89,7 +89,7 @@ def render_junit(summary: Summary) -> str:
             ("target", summary.run.target),
             ("profile", summary.run.profile),
         ):
-            ET.SubElement(props, "property", {"name": key, "value": _clean(value)})
+            ET.SubElement(props, "property", {"name": key, "value": xml_safe(value)})
         for verdict in summary.verdicts:
             if verdict.tier == name:
                 _case(suite, f"rushhour.{name}", verdict)
@@ -99,9 +99,9 @@ def render_junit(summary: Summary) -> str:
         suite = _suite(root, "rushhour.run", summary)
         case = ET.SubElement(suite, "testcase", {"name": "validity", "classname": "rushhour.run", "time": "0"})
         error = ET.SubElement(
-            case, "error", {"message": _clean(sentences.verdict_line(summary)), "type": "invalid_run"}
+            case, "error", {"message": xml_safe(sentences.verdict_line(summary)), "type": "invalid_run"}
         )
-        error.text = _clean("\n".join(summary.validity.reasons) or "the run is invalid")
+        error.text = xml_safe("\n".join(summary.validity.reasons) or "the run is invalid")
     totals = [_count(s) for s in root.findall("testsuite")]
     root.set("tests", str(sum(t[0] for t in totals)))
     root.set("failures", str(sum(t[1] for t in totals)))

@@ -21,7 +21,7 @@ def _text(text: str) -> str:
     return html.escape(text, quote=False).replace("\n", " ")
 
 
-def _table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
+def md_table(header: list[str], rows: list[list[str]], right: set[int] | None = None) -> list[str]:
     """A GitHub-flavoured Markdown table."""
     right = right or set()
     align = ["---:" if i in right else "---" for i in range(len(header))]
@@ -93,7 +93,7 @@ def render_markdown(summary: Summary) -> str:
             ]
             for v in summary.verdicts
         ]
-        out += _table(["tier", "check", "threshold", "observed", "95 % bound", "result", "why"], rows, {2, 3, 4})
+        out += md_table(["tier", "check", "threshold", "observed", "95 % bound", "result", "why"], rows, {2, 3, 4})
     else:
         out.append("No SLOs configured.")
     out.append("")
@@ -116,7 +116,7 @@ def render_markdown(summary: Summary) -> str:
                 fmt.pctl_text(t.latency.ttft_from_intended_ms, "p99"),
             ]
         )
-    out += _table(
+    out += md_table(
         [
             "tier",
             "priority",
@@ -141,10 +141,10 @@ def render_markdown(summary: Summary) -> str:
 
     if sidebyside.shown(summary):
         header, rows = sidebyside.comparison_rows(summary)
-        out += ["### Service tiers side by side", "", *_table(header, rows, set(range(1, len(header)))), ""]
+        out += ["### Service tiers side by side", "", *md_table(header, rows, set(range(1, len(header)))), ""]
     if sidebyside.spend_shown(summary) and summary.spend is not None:
         out += ["### Tokens, spend and budget", ""]
-        out += _table(sidebyside.SPEND_HEADER, sidebyside.spend_rows(summary), {2, 3})
+        out += md_table(sidebyside.SPEND_HEADER, sidebyside.spend_rows(summary), {2, 3})
         out += [""] + [f"- {_text(n)}" for n in summary.spend.notes] + [""]
 
     token_lines = [f"- **{_text(t.name)}**: {_text(_token_line(t.tokens))}" for t in summary.tiers if t.tokens]
@@ -157,7 +157,7 @@ def render_markdown(summary: Summary) -> str:
 
     if summary.waits:  # the servers' own timing: where each tier's wait went
         out += ["### Where each tier waited (intended send → first token)", "", waits.CAPTION, ""]
-        out += _table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
+        out += md_table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
         out += [""] + [f"- {_text(line)}" for line in waits.lines(summary)] + [""]
 
     effect_rows = control.rows(summary)
@@ -171,7 +171,7 @@ def render_markdown(summary: Summary) -> str:
                 assert isinstance(e, dict)
                 cells.append(f"{e['tier']} vs {e['control']} ({e['change']}, p {e['p']})")
             table.append(cells)
-        out += _table(["tier", "pairs", "TTFT p50 tier vs control", "wait p50", "not served"], table, {1})
+        out += md_table(["tier", "pairs", "TTFT p50 tier vs control", "wait p50", "not served"], table, {1})
         out += [""] + [f"- {_text(str(r['message']))}" for r in effect_rows] + [""]
 
     if summary.findings:

@@ -7,8 +7,9 @@ from pathlib import Path
 from markupsafe import Markup
 
 from rushhour.audit import text
-from rushhour.audit.plan import PlanResult, ScaleAnswer, rate_varies
-from rushhour.reports.sweep import _colours, _css, _env, _write, line_chart, render_sweep_markdown, sweep_charts
+from rushhour.reports.page import colours_for, page_css, page_env, write_pages
+from rushhour.reports.sweep import line_chart, render_sweep_markdown, sweep_charts
+from rushhour.studies.plan import PlanResult, ScaleAnswer, rate_varies
 
 ISSUED_NOTE = ("Requests issued: logical requests per second the clients issued (every tier, retries folded, "
                "those turned away before sending included), measured in the cell of the answering replica count "
@@ -21,7 +22,7 @@ ISSUED_NOTE = ("Requests issued: logical requests per second the clients issued 
 def plan_charts(result: PlanResult) -> list[Markup]:
     """Replicas needed against the workload's scale (every SLO, then each tier alone), and GPU-hours."""
     tiers = [t.tier for t in result.tiers]
-    colours = _colours(tiers)
+    colours = colours_for(tiers)
     every = ("every SLO", "#101828", [(a.scale, None if a.replicas_needed is None else float(a.replicas_needed))
                                       for a in result.answers])
     own = [(t.tier, colours[t.tier], [(float(s), None if r is None else float(r)) for s, r in t.min_replicas.items()])
@@ -54,9 +55,9 @@ def issued(answer: ScaleAnswer) -> tuple[str, str]:
 def render_plan_html(result: PlanResult) -> str:
     """The plan page: the answers per scale, the plot, the tiers' knees, then the grid as a sweep."""
     tiers = [t.tier for t in result.tiers]
-    return str(_env().get_template("plan.html.j2").render(
-        plan=result, sweep=result.sweep, css=Markup(_css()), charts=plan_charts(result),
-        groups=sweep_charts(result.sweep), colours=_colours(tiers), tiers=tiers,
+    return str(page_env().get_template("plan.html.j2").render(
+        plan=result, sweep=result.sweep, css=Markup(page_css()), charts=plan_charts(result),
+        groups=sweep_charts(result.sweep), colours=colours_for(tiers), tiers=tiers,
         issued={a.scale: issued(a) for a in result.answers}, issued_note=ISSUED_NOTE,
     ))
 
@@ -83,5 +84,5 @@ def _n(v: float | None) -> str:
 
 def write_plan_reports(result: PlanResult, root: Path) -> dict[str, Path]:
     """Write plan.json, plan.html and plan.md into the plan folder."""
-    return _write(result, root, "plan", render_plan_html(result), render_plan_markdown(result))
+    return write_pages(result, root, "plan", render_plan_html(result), render_plan_markdown(result))
 

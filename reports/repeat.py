@@ -8,11 +8,12 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from rushhour.audit.repeat import RepeatSummary, Spread
 from rushhour.reports import fmt
 from rushhour.reports.charts import nice_ticks, tick_label
-from rushhour.reports.markdown import _table
-from rushhour.reports.sweep import CHART_H, CHART_W, PAD_B, PAD_L, PAD_R, PAD_T, _colours, _css, _env
+from rushhour.reports.markdown import md_table
+from rushhour.reports.page import colours_for, page_css, page_env
+from rushhour.reports.sweep import CHART_H, CHART_W, PAD_B, PAD_L, PAD_R, PAD_T
+from rushhour.studies.repeat import RepeatSummary, Spread
 
 REPEAT_HTML = "repeat.html"
 
@@ -56,16 +57,16 @@ HEADER = ["tier", "runs passed", "not served (mean [95 % CI])", "TTFT p50", "TTF
 def render_markdown(r: RepeatSummary) -> str:
     """``repeat.md``: the verdict, the per-tier table, the aggregate checks and each run."""
     lines = [f"## rushhour · {r.scenario} · {len(r.runs)} repeated runs", "", f"**{verdict_line(r)}**", ""]
-    lines += _table(HEADER, rows(r), right={1, 2, 3, 4})
+    lines += md_table(HEADER, rows(r), right={1, 2, 3, 4})
     lines += ["", f"Intervals: {r.interval}.", ""]
     checks = [c for t in r.tiers for c in t.checks]
     if checks:
         lines += ["### Aggregate SLO checks", ""]
-        lines += _table(["check", "result", "why"], [[c.check, "PASS" if c.passed else "FAIL", c.message]
+        lines += md_table(["check", "result", "why"], [[c.check, "PASS" if c.passed else "FAIL", c.message]
                                                      for c in checks])
         lines.append("")
     lines += ["### Runs", ""]
-    lines += _table(["#", "seed", "run", "exit", "stop reason"],
+    lines += md_table(["#", "seed", "run", "exit", "stop reason"],
                     [[str(x.index), str(x.seed), x.run_id, str(x.exit_code), x.stop_reason] for x in r.runs],
                     right={0, 1, 3})
     return "\n".join(lines) + "\n"
@@ -91,24 +92,24 @@ def render_junit(r: RepeatSummary) -> str:
     """JUnit XML: a suite ``rushhour.runs`` (one case per run: its gate) and ``rushhour.aggregate`` (one per check)."""
     import xml.etree.ElementTree as ET
 
-    from rushhour.reports.junit import _clean
+    from rushhour.reports.junit import xml_safe
 
-    root = ET.Element("testsuites", {"name": _clean(f"rushhour {r.scenario} repeat of {len(r.runs)}")})
+    root = ET.Element("testsuites", {"name": xml_safe(f"rushhour {r.scenario} repeat of {len(r.runs)}")})
     runs = ET.SubElement(root, "testsuite", {"name": "rushhour.runs"})
     for run in r.runs:
         case = ET.SubElement(runs, "testcase", {"name": f"run {run.index} (seed {run.seed})",
                                                 "classname": "rushhour.runs", "time": "0"})
         if run.exit_code != 0:
             kind = "failure" if run.exit_code == 1 else "error"
-            ET.SubElement(case, kind, {"message": _clean(f"{run.run_id}: exit {run.exit_code} "
+            ET.SubElement(case, kind, {"message": xml_safe(f"{run.run_id}: exit {run.exit_code} "
                                                          f"(stop reason {run.stop_reason})"), "type": "run"})
     agg = ET.SubElement(root, "testsuite", {"name": "rushhour.aggregate"})
     for tier in r.tiers:
         for check in tier.checks:
-            case = ET.SubElement(agg, "testcase", {"name": _clean(f"{tier.name} {check.check}"),
+            case = ET.SubElement(agg, "testcase", {"name": xml_safe(f"{tier.name} {check.check}"),
                                                    "classname": "rushhour.aggregate", "time": "0"})
             if not check.passed:
-                ET.SubElement(case, "failure", {"message": _clean(check.message), "type": "slo"})
+                ET.SubElement(case, "failure", {"message": xml_safe(check.message), "type": "slo"})
     for suite in (runs, agg):
         cases = suite.findall("testcase")
         suite.set("tests", str(len(cases)))
@@ -202,9 +203,9 @@ def per_run_rows(r: RepeatSummary) -> list[dict[str, Any]]:
 def render_repeat_html(r: RepeatSummary, folder: Path | None = None) -> str:
     """``repeat.html``: one self-contained page (inline CSS and SVG, no script); runs link to their reports."""
     tiers = [t.name for t in r.tiers]
-    colours = _colours(tiers)
+    colours = colours_for(tiers)
     reports = {run.folder for run in r.runs if folder is not None and (folder / run.folder / "report.html").is_file()}
-    return str(_env().get_template("repeat.html.j2").render(
-        r=r, css=Markup(_css()), colours=colours, tiers=tiers, charts=repeat_charts(r, colours),
+    return str(page_env().get_template("repeat.html.j2").render(
+        r=r, css=Markup(page_css()), colours=colours, tiers=tiers, charts=repeat_charts(r, colours),
         verdict=verdict_line(r), rows=rows(r), header=HEADER, per_run=per_run_rows(r), reports=reports,
     ))

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup, escape
-from pydantic import BaseModel
 
-from rushhour.audit.knee import StudyResult, SweepResult
 from rushhour.reports import fmt
 from rushhour.reports.charts import nice_ticks, tick_label
+from rushhour.reports.page import colours_for, page_css, page_env, write_pages
+from rushhour.studies.knee import StudyResult, SweepResult
 
 CHART_W, CHART_H = 380, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 14, 38
@@ -96,10 +95,6 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float | No
     return Markup("".join(parts))
 
 
-def _colours(names: Sequence[str]) -> dict[str, str]:
-    return {n: fmt.TIER_PALETTE[i % len(fmt.TIER_PALETTE)] for i, n in enumerate(names)}
-
-
 def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
     """Per replica count: goodput, drop rate and TTFT p99 against offered load, one line per tier."""
     tiers: list[str] = []
@@ -107,7 +102,7 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
         for t in s.tiers:
             if t.tier not in tiers:
                 tiers.append(t.tier)
-    colours = _colours(tiers)
+    colours = colours_for(tiers)
     groups = []
     for r in result.replicas:
         steps = sorted((s for s in result.steps if s.replicas == r), key=lambda s: s.scale)
@@ -138,24 +133,12 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
     return groups
 
 
-def _env() -> Any:
-    from rushhour.reports.html import _env as html_env
-
-    return html_env()
-
-
-def _css() -> str:
-    from rushhour.reports.html import TEMPLATES, _asset
-
-    return _asset(TEMPLATES / "report.css")
-
-
 def render_sweep_html(result: SweepResult) -> str:
     """The sweep report: plain answers, knees, charts and the step table."""
     tiers = list(dict.fromkeys(t.tier for s in result.steps for t in s.tiers))
-    return str(_env().get_template("sweep.html.j2").render(
-        kind="sweep", sweep=result, study=None, css=Markup(_css()), groups=sweep_charts(result),
-        colours=_colours(tiers), tiers=tiers, search=getattr(result, "search", None), knee_words=knee_words,
+    return str(page_env().get_template("sweep.html.j2").render(
+        kind="sweep", sweep=result, study=None, css=Markup(page_css()), groups=sweep_charts(result),
+        colours=colours_for(tiers), tiers=tiers, search=getattr(result, "search", None), knee_words=knee_words,
         step_words=step_words,
     ))
 
@@ -195,19 +178,9 @@ def _n(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
-def _write(result: BaseModel, root: Path, stem: str, html: str, markdown: str) -> dict[str, Path]:
-    """Write <stem>.json, <stem>.html and <stem>.md into ``root``."""
-    root.mkdir(parents=True, exist_ok=True)
-    paths = {"json": root / f"{stem}.json", "html": root / f"{stem}.html", "markdown": root / f"{stem}.md"}
-    paths["json"].write_text(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2))
-    paths["html"].write_text(html, encoding="utf-8")
-    paths["markdown"].write_text(markdown, encoding="utf-8")
-    return paths
-
-
 def write_sweep_reports(result: SweepResult, root: Path) -> dict[str, Path]:
     """Write sweep.json, sweep.html and sweep.md into the sweep folder."""
-    return _write(result, root, "sweep", render_sweep_html(result), render_sweep_markdown(result))
+    return write_pages(result, root, "sweep", render_sweep_html(result), render_sweep_markdown(result))
 
 
 # --------------------------------------------------------------------------- study
@@ -235,8 +208,8 @@ def study_charts(result: StudyResult) -> list[Markup]:
 def render_study_html(result: StudyResult) -> str:
     """The study report: claims beside our figures, charts, the grid table."""
     colours = _series_colours(result)
-    return str(_env().get_template("sweep.html.j2").render(
-        kind="study", sweep=None, study=result, css=Markup(_css()), study_charts=study_charts(result),
+    return str(page_env().get_template("sweep.html.j2").render(
+        kind="study", sweep=None, study=result, css=Markup(page_css()), study_charts=study_charts(result),
         colours=colours, tiers=list(colours), groups=[],
     ))
 
@@ -262,4 +235,4 @@ def render_study_markdown(result: StudyResult) -> str:
 
 def write_study_reports(result: StudyResult, root: Path) -> dict[str, Path]:
     """Write study.json, study.html and study.md into the study folder."""
-    return _write(result, root, "study", render_study_html(result), render_study_markdown(result))
+    return write_pages(result, root, "study", render_study_html(result), render_study_markdown(result))

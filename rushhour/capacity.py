@@ -13,7 +13,7 @@ from rushhour import flags
 from rushhour.consoles import make_console, print_error
 
 if TYPE_CHECKING:
-    from rushhour.loadgen.sweep import Plan, PlannedStep
+    from rushhour.studies.sweep import Plan, PlannedStep
 
 console = make_console(stderr=True)
 out = make_console()
@@ -38,7 +38,7 @@ def _label(step: PlannedStep) -> str:
 
 def _eta(plan: Plan, simulate: bool) -> str:
     """How long a plan takes: wall time in real time; in virtual time only its simulated time (far less wall)."""
-    from rushhour.loadgen.sweep import estimate_s, fmt_duration
+    from rushhour.studies.sweep import estimate_s, fmt_duration
 
     if simulate:
         return f"{fmt_duration(sum(s.duration_s for s in plan.steps))} of simulated time (virtual time: less wall time)"
@@ -146,11 +146,11 @@ def sweep(
         _search(scenario, scale, step_duration, warmup, mode, seed, out_dir, processes, precision, max_probes,
                 repeats, simulate)
 
-    from rushhour.audit.knee import analyse_sweep, step_from_summary
-    from rushhour.loadgen.sweep import SweepError, parse_replicas, parse_scales, plan_sweep, run_plan
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
     from rushhour.scenarios.model import parse_duration
+    from rushhour.studies.knee import analyse_sweep, step_from_summary
+    from rushhour.studies.sweep import SweepError, parse_replicas, parse_scales, plan_sweep, run_plan
 
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
@@ -186,12 +186,12 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
             out_dir: Path, processes: int, precision: float, max_probes: int, repeats: int,
             simulate: bool = False) -> None:
     """``sweep --search``: probe, audit, judge with intervals, bisect; write sweep.json with ``search``."""
-    from rushhour.audit.boundary import Probe, SearchResult, SearchSettings, boundary, next_scale, probe_outcome
-    from rushhour.audit.knee import Step, analyse_sweep, step_from_summary
-    from rushhour.loadgen.sweep import SweepError, new_id, parse_scales, plan_step
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
     from rushhour.scenarios.model import parse_duration
+    from rushhour.studies.boundary import Probe, SearchResult, SearchSettings, boundary, next_scale, probe_outcome
+    from rushhour.studies.knee import Step, analyse_sweep, step_from_summary
+    from rushhour.studies.sweep import SweepError, new_id, parse_scales, plan_step
 
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
@@ -271,11 +271,11 @@ def study(
     import dataclasses
     import time
 
-    from rushhour.audit.knee import analyse_study, study_cell
-    from rushhour.loadgen.sweep import GRIDS, SweepError, existing_study, plan_study, run_plan
     from rushhour.reports.sweep import write_study_reports
     from rushhour.scenarios import ScenarioError, load_scenario
     from rushhour.scenarios.model import parse_duration
+    from rushhour.studies.knee import analyse_study, study_cell
+    from rushhour.studies.sweep import GRIDS, SweepError, existing_study, plan_study, run_plan
 
     name = "quick" if quick else grid
     if name not in GRIDS:
@@ -359,9 +359,9 @@ def compare(
     json_out: Annotated[Path | None, typer.Option("--json", help="write compare.json here")] = None,
 ) -> None:
     """Compare runs side by side per tier with significance tests: exit 0 ok, 1 regression, 2 invalid."""
-    from rushhour.audit.compare import MIN_LATENCY_MS, RegressionRule, compare_runs
     from rushhour.audit.errors import AuditError
     from rushhour.reports.compare import render_compare_html, render_compare_markdown
+    from rushhour.studies.compare import MIN_LATENCY_MS, RegressionRule, compare_runs
 
     if len(runs) < 2:
         raise _fail("compare needs a baseline and at least one candidate run folder")

@@ -467,7 +467,7 @@ def audit(
 
 def _disk_full_note(run_dir: Path) -> str | None:
     """What a run stopped by a full disk is missing (run.json's ``disk_full``), in one line."""
-    from rushhour.loadgen.manifest import read_manifest
+    from rushhour.records.manifest import read_manifest
 
     try:
         manifest = read_manifest(run_dir)
@@ -554,9 +554,9 @@ def history(
              "an invalid or cut-short newest run)")] = False,
 ) -> None:
     """A per-tier trend across audited runs (Parquet + HTML), and the newest run against a trailing window."""
-    from rushhour.audit.compare import MIN_LATENCY_MS, RegressionRule
     from rushhour.history import HISTORY_HTML, HISTORY_PARQUET, build_history, parse_percent
     from rushhour.reports.history import print_history
+    from rushhour.studies.compare import MIN_LATENCY_MS, RegressionRule
 
     missing = [str(p) for p in runs_dirs if not p.exists()]
     if missing:

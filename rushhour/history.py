@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rushhour.audit.between import LEVEL, MIN_RUNS
-from rushhour.audit.compare import RegressionRule
-from rushhour.audit.history import (
+from rushhour.studies.between import LEVEL, MIN_RUNS
+from rushhour.studies.compare import RegressionRule
+from rushhour.studies.history import (
     FoundRun,
     HistoryResult,
     HistoryRun,
@@ -68,8 +68,8 @@ def build_history(paths: list[Path], out_dir: Path, window: int,
                   rule: RegressionRule | None = None) -> tuple[HistoryResult, list[dict[str, Any]]]:
     """Load, order, write history.parquet/.json/.html into ``out_dir``; the result and the trend rows."""
     from rushhour.audit import AuditError, IntegrityError, load_or_audit
-    from rushhour.audit.compare import load_run
     from rushhour.reports.history import render_history_html
+    from rushhour.studies.compare import load_run
 
     runs, skipped, found = [], [], []
     for run_dir in find_runs(paths):

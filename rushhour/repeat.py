@@ -1,7 +1,7 @@
 """``rushhour run SCENARIO --repeat N``: N runs with seeds derived from the scenario's, each audited, then aggregated.
 
 The runs go into one folder, ``<out>/repeat-<id>/``, each in its own run folder as ``rushhour run``
-makes it; ``repeat.json`` (audit/repeat.py ``RepeatSummary``), ``repeat.md`` and ``repeat.html`` (every
+makes it; ``repeat.json`` (studies/repeat.py ``RepeatSummary``), ``repeat.md`` and ``repeat.html`` (every
 run's figures, the mean and its interval; reports/repeat.py) sit beside them.
 A run that is interrupted (Ctrl-C) or cannot start ends the repeat there; the runs done so far are
 aggregated, and the repeat's exit code says it.
@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from rushhour.audit.repeat import GateOn, RepeatRun, RepeatSummary, aggregate, derive_seed
 from rushhour.loadgen.runner import RunOptions, RunResult, apply_overrides, new_run_id, run_scenario
 from rushhour.scenarios import load_scenario
+from rushhour.studies.repeat import GateOn, RepeatRun, RepeatSummary, aggregate, derive_seed
 
 REPEAT_JSON, REPEAT_MD = "repeat.json", "repeat.md"
 EXIT_INTERRUPTED = 130

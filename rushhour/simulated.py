@@ -100,12 +100,12 @@ def plan(
     import time
 
     from rushhour.audit import run_audit
-    from rushhour.audit.knee import Step, analyse_sweep, step_from_summary
-    from rushhour.audit.plan import analyse_plan
-    from rushhour.loadgen.sweep import SweepError, new_id, parse_scales
     from rushhour.reports.plan import write_plan_reports
     from rushhour.scenarios import ScenarioError
     from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario, simulate_scenario
+    from rushhour.studies.knee import Step, analyse_sweep, step_from_summary
+    from rushhour.studies.plan import analyse_plan
+    from rushhour.studies.sweep import SweepError, new_id, parse_scales
 
     if gpus_per_replica < 1:
         raise _fail("--gpus-per-replica must be at least 1")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rushhour import stacks
-from rushhour.loadgen.record import RequestRecord, error_summary, short_text
+from rushhour.records.record import RequestRecord, error_summary, short_text
 from rushhour.sim.loop import Future, Loop
 from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
 from rushhour.testbed.profiles import AnthropicProfile, Profile, Reply

@@ -22,7 +22,7 @@ from rushhour.sim.client import Exchange
 from rushhour.sim.loop import NS, Loop, VirtualClock
 from rushhour.sim.ticks import TickLog
 from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
-from rushhour.testbed.engine import _KEY, Engine, EngineParams, Replica
+from rushhour.testbed.engine import JOB_ORDER_KEY, Engine, EngineParams, Replica
 from rushhour.testbed.job import DONE, RUNNING, Job
 from rushhour.testbed.policies import freeness
 from rushhour.testbed.stack import TICK_S, Stack
@@ -196,7 +196,7 @@ class SimReplica(Replica):
         others = [j for j in running if j not in lazy] if len(running) != len(lazy) else []
         plan: dict[Job, int] = {}
         total = len(lazy)
-        for job in sorted(others, key=_KEY) if len(others) > 1 else others:
+        for job in sorted(others, key=JOB_ORDER_KEY) if len(others) > 1 else others:
             if job.state != RUNNING:
                 continue
             chunk = job.prompt_tokens + job.output - job.computed

@@ -45,7 +45,8 @@ MODULES = (
     "rushhour.testbed.policies", "rushhour.testbed.prefix_cache", "rushhour.testbed.prefix_hash",
     "rushhour.testbed.profiles", "rushhour.testbed.stack", "rushhour.testbed.tokens",
     "rushhour.loadgen.flow.agents", "rushhour.loadgen.flow.chat", "rushhour.loadgen.flow.protocol",
-    "rushhour.loadgen.flow.send", "rushhour.loadgen.prompts", "rushhour.loadgen.record",
+    "rushhour.loadgen.flow.send", "rushhour.loadgen.prompts", "rushhour.records.schema", "rushhour.records.redact",
+    "rushhour.records.writer",
     "rushhour.loadgen.resilience", "rushhour.loadgen.schedule", "rushhour.loadgen.workload",
 )
 

@@ -14,9 +14,9 @@ from rushhour import stacks
 from rushhour.loadgen import control
 from rushhour.loadgen.flow.protocol import Logical
 from rushhour.loadgen.ids import new_id
-from rushhour.loadgen.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
 from rushhour.loadgen.schedule import seeded_rng
 from rushhour.loadgen.tiers import TierWire, map_tier, pins_output
+from rushhour.records.record import EventRecord, Record, RequestRecord, ShardWriter, TaskRecord
 from rushhour.scenarios.model import Scenario
 from rushhour.sim.client import Deadlines, Exchange, error_facts
 from rushhour.sim.cluster import Cluster

@@ -17,7 +17,7 @@ from rushhour.loadgen.breaker import RouteBreaker
 from rushhour.loadgen.budget import BudgetGuard
 from rushhour.loadgen.flow import agents, chat, replay
 from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
-from rushhour.loadgen.record import BreakerRecord, RequestRecord, TaskRecord
+from rushhour.records.record import BreakerRecord, RequestRecord, TaskRecord
 from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
 from rushhour.sim.driver import Env, attempt
 from rushhour.sim.loop import NS, Sleep

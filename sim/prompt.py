@@ -109,7 +109,7 @@ class _Hash:
             self._feed_bytes(part, block)
             return
         assert isinstance(part, Piece)
-        layout = prompts.sized_layout(part.key, len(part)) if prompts._tokenizer is None else None
+        layout = prompts.sized_layout(part.key, len(part)) if prompts.tokenizer() is None else None
         if layout is None:  # exact token counts (or a text longer than the base): from the bytes
             self._feed_bytes(part.data(), block)
         else:
@@ -304,7 +304,7 @@ class Conversation:
         cached = self._hash
         if cached is not None and cached[0] == dialect and cached[2] == len(self.messages):
             return cached[3].size
-        if dialect == "anthropic-messages" or prompts._tokenizer is not None:  # sizes only known from the text
+        if dialect == "anthropic-messages" or prompts.tokenizer() is not None:  # sizes only known from the text
             return len(self.server_prompt(dialect))
         if dialect == "openai-completions":  # the pieces, newline-separated
             n = _nbytes(self.system) if self.system else 0

@@ -17,13 +17,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rushhour.loadgen.manifest import RunManifest, write_manifest
-from rushhour.loadgen.record import RECORDS_DIR, Anchor, ShardWriter
 from rushhour.loadgen.runner import RunOptions, apply_overrides, check_mapping, new_run_id
 from rushhour.loadgen.schedule import phase_bounds
 from rushhour.loadgen.ship import merge_budget_usage
 from rushhour.loadgen.testbed_proc import testbed_config
 from rushhour.loadgen.traces import localise_traces
+from rushhour.records.manifest import RunManifest, write_manifest
+from rushhour.records.record import RECORDS_DIR, Anchor, ShardWriter
 from rushhour.scenarios import load_scenario
 from rushhour.scenarios.loader import resolve_scenario_path, revalidate
 from rushhour.scenarios.model import (

@@ -22,7 +22,7 @@ from rushhour.testbed.policies import (
 )
 from rushhour.testbed.prefix_cache import PrefixCache
 
-_KEY = attrgetter("key")  # Job.key, cached order_key() (set when the job enters a replica)
+JOB_ORDER_KEY = attrgetter("key")  # Job.key, cached order_key() (set when the job enters a replica)
 TIMER_SLACK_S = 0.0005  # uvloop timers are whole milliseconds: a step due within this is fired now
 DRAIN_MAX_S = 0.02  # the token drain yields to the event loop after at most this much work
 MAX_CATCH_UP_S = 0.05  # a step fired later than this does not make the next one fire early
@@ -182,7 +182,7 @@ class Replica:
         kv = self.kv
         preempted = False
         running = self.running
-        for job in sorted(running, key=_KEY) if len(running) > 1 else list(running):
+        for job in sorted(running, key=JOB_ORDER_KEY) if len(running) > 1 else list(running):
             if job.state != RUNNING:
                 continue
             chunk = job.prompt_tokens + job.output - job.computed

@@ -9,7 +9,7 @@ import pytest
 # The repository's package folders; installed they exist only as rushhour.<folder>. A checkout's root is on sys.path
 # (the editable install), so `import audit` would still work there and load a second copy of every module it
 # touches: module state and isinstance checks split. Nothing may do it.
-OLD_NAMES = frozenset({"stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "sim"})
+OLD_NAMES = frozenset({"stacks", "scenarios", "records", "loadgen", "testbed", "audit", "studies", "reports", "sim"})
 
 
 def old_names_loaded(modules: list[str]) -> list[str]:

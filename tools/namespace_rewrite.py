@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "sim")
+PACKAGES = ("stacks", "scenarios", "records", "loadgen", "testbed", "audit", "studies", "reports", "sim")
 P = "(?:" + "|".join(PACKAGES) + ")"
 NAME = rf"{P}(?:\.\w+)*"
 # Text files whose commands or code samples name modules; the script itself and recorded fixtures are left alone.

@@ -17,9 +17,9 @@ from rushhour.loadgen.engine.wire.http import build_request
 from rushhour.loadgen.flow import send as flow_send
 from rushhour.loadgen.flow.protocol import Logical as Logical
 from rushhour.loadgen.prompts import ToolCall
-from rushhour.loadgen.record import REASON_TEMPLATE, RequestRecord
 from rushhour.loadgen.tiers import TierWire, pins_output
 from rushhour.loadgen.tokens import TokenizerError
+from rushhour.records.record import REASON_TEMPLATE, RequestRecord
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:
@@ -174,7 +174,7 @@ def budget_reached(ctx: WorkerContext, tier: str | None) -> None:
         ctx.stop_reason = "budget"
 
 
-def _finish(ctx: WorkerContext, record: RequestRecord) -> None:
+def finish_attempt(ctx: WorkerContext, record: RequestRecord) -> None:
     ctx.write(record)
     ctx.counters.done += 1
     if ctx.on_attempt is not None:

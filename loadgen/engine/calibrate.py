@@ -38,7 +38,6 @@ from rushhour.loadgen import prompts
 from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.wire.client import Cancelled
-from rushhour.loadgen.manifest import scenario_of
 from rushhour.loadgen.probes import (
     CALIBRATION_PERSONA,
     PROBE_GAP_S,
@@ -48,7 +47,8 @@ from rushhour.loadgen.probes import (
     probe_scenario,
     write_progress,
 )
-from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+from rushhour.records.manifest import scenario_of
+from rushhour.records.record import Anchor, RequestRecord, ShardWriter
 from rushhour.scenarios import load_scenario
 from rushhour.scenarios.model import Scenario
 

@@ -12,9 +12,9 @@ from typing import Any
 from rushhour import stacks
 from rushhour.loadgen.engine.wire.client import Timeouts
 from rushhour.loadgen.engine.wire.http import Endpoint
-from rushhour.loadgen.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
 from rushhour.loadgen.schedule import seeded_rng
 from rushhour.loadgen.tiers import TierWire, map_tier
+from rushhour.records.record import Anchor, EventRecord, Record, RequestRecord, ShardWriter
 from rushhour.scenarios.model import Scenario
 
 

@@ -28,7 +28,7 @@ from rushhour.loadgen import prompts
 from rushhour.loadgen.diagnose import FILLER_TIER, PLAN_FILE
 from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
 from rushhour.loadgen.engine.context import RouteWire, WorkerContext, build_routes
-from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+from rushhour.records.record import Anchor, RequestRecord, ShardWriter
 from rushhour.scenarios.model import Scenario
 
 TIER_PROMPT_TOKENS = 64

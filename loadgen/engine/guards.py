@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rushhour.loadgen.engine.context import WorkerContext
-from rushhour.loadgen.record import BreakerRecord
+from rushhour.records.record import BreakerRecord
 
 
 def attach_guards(ctx: WorkerContext, master: Any = None) -> None:

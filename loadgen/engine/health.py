@@ -9,8 +9,8 @@ import gevent
 import psutil
 
 from rushhour.loadgen.engine.context import WorkerContext
-from rushhour.loadgen.record import HealthRecord
 from rushhour.loadgen.schedule import phase_index
+from rushhour.records.record import HealthRecord
 
 TICK_S = 0.1  # a 100 ms timer: how late it fires is the loop's lag
 SAMPLE_S = 1.0

@@ -28,8 +28,9 @@ from rushhour.loadgen.engine import sealed
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards as _attach_guards
 from rushhour.loadgen.engine.worker import Worker
-from rushhour.loadgen.manifest import scenario_of
-from rushhour.loadgen.record import (
+from rushhour.loadgen.traces import trace_refs
+from rushhour.records.manifest import scenario_of
+from rushhour.records.record import (
     START_FAILED_MARK,
     Anchor,
     RequestRecord,
@@ -37,7 +38,6 @@ from rushhour.loadgen.record import (
     is_disk_full,
     short_text,
 )
-from rushhour.loadgen.traces import trace_refs
 from rushhour.scenarios import load_scenario
 from rushhour.scenarios.model import Scenario
 

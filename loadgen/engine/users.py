@@ -38,16 +38,16 @@ from rushhour.loadgen.engine.attempts import Pools
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards, usage_event
 from rushhour.loadgen.engine.health import run_health
-from rushhour.loadgen.engine.personas.agents import _task as agent_task
-from rushhour.loadgen.engine.personas.chat import _session as chat_session
+from rushhour.loadgen.engine.personas.agents import agent_task
+from rushhour.loadgen.engine.personas.chat import chat_session
 from rushhour.loadgen.engine.personas.drive import drive, host_of
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.flow import replay
 from rushhour.loadgen.live import ShardTail
-from rushhour.loadgen.manifest import RunManifest, versions, write_manifest
-from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter, short_text
 from rushhour.loadgen.ship import merge_budget_usage, read_master_account
 from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
+from rushhour.records.manifest import RunManifest, versions, write_manifest
+from rushhour.records.record import Anchor, RequestRecord, ShardWriter, short_text
 from rushhour.scenarios.distributions import resolve_trace_path
 from rushhour.scenarios.model import (
     AgentSwarmPersona,

@@ -9,9 +9,9 @@ from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.flow.arrivals import open_loop
 from rushhour.loadgen.flow.protocol import NS, Flow, Fork, Host, Logical, Spawn, Wait, counted, end_ns, wait_s
 from rushhour.loadgen.flow.send import send_logical
-from rushhour.loadgen.record import RequestRecord, TaskRecord
 from rushhour.loadgen.schedule import agents_scale, mine, phase_index, worker_share, worker_slots
 from rushhour.loadgen.workload import StepPlan, count_call, ideal_s, plan_task
+from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios.model import AgentSwarmPersona
 
 BRANCH_NOTE_TOKENS = 16

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from rushhour.loadgen.ids import new_id
 from rushhour.loadgen.prompts import ToolCall
-from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios.model import Scenario
 
 NS = 1_000_000_000

@@ -16,7 +16,7 @@ from typing import Any, cast
 from rushhour.loadgen import control, resilience
 from rushhour.loadgen.flow.protocol import NS, Flow, Host, Logical, Send, Spawn, Wait, hard_stop_ns
 from rushhour.loadgen.ids import new_id
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 
 
 def send_logical(host: Host, req: Logical, rng_seed: int = 0) -> Flow:

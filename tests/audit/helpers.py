@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rushhour.loadgen.manifest import write_manifest
-from rushhour.loadgen.record import (
+from rushhour.records.manifest import write_manifest
+from rushhour.records.record import (
     Anchor,
     BreakerRecord,
     HealthRecord,

@@ -9,8 +9,8 @@ import pandas as pd
 from rushhour.audit.abandon import abandoned_by_persona
 from rushhour.audit.classify import classify_frame, classify_one
 from rushhour.audit.summary import POLICY_DROP_CLASSES, UNSERVED_CLASSES
-from rushhour.loadgen.record import RequestRecord
 from rushhour.loadgen.resilience import next_step, outcome_key
+from rushhour.records.record import RequestRecord
 from rushhour.scenarios.model import RetryPolicy
 
 

@@ -289,7 +289,7 @@ def test_columns_converted_beside_give_the_frame_converted_alone(monkeypatch: py
 
 
 def test_sidecar_batches_split_in_groups_as_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rushhour.loadgen import columns, record
+    from rushhour.records import columns, record
 
     writer_init, sidecar_init = record.ShardWriter.__init__, columns.SidecarWriter.__init__
 

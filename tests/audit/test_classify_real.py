@@ -39,7 +39,7 @@ NEVER_FOR_A_REJECTION = {"failed", "transport", "unclassified"}
 SCRIPT = r"""
 import json, sys
 from pathlib import Path
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 from rushhour.loadgen.engine.wire.client import _Attempt, _fill
 from rushhour.loadgen.engine.wire.http import ResponseHead
 

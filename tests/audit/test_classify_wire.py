@@ -21,7 +21,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "vendor"
 SCRIPT = r"""
 import json, sys
 from pathlib import Path
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 from rushhour.loadgen.engine.wire.client import _Attempt, _fill
 from rushhour.loadgen.engine.wire.http import ResponseHead
 

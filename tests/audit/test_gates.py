@@ -161,7 +161,7 @@ def test_status_by_class_keeps_the_wire_status(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_died_makes_the_run_invalid(tmp_path: Path) -> None:
-    from rushhour.loadgen.record import EventRecord
+    from rushhour.records.record import EventRecord
 
     b = RunBuilder(tmp_path, tiers=TIERS_ONE, duration_s=20)
     for i in range(20):

@@ -258,7 +258,7 @@ def test_an_unchanged_input_is_not_hashed_again_and_a_touched_one_is(runs: list[
 
 
 def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
-    from rushhour.audit.history import FoundRun, newest_problems
+    from rushhour.studies.history import FoundRun, newest_problems
 
     def found(name: str, start: str | None, problem: str | None = None, run_id: str | None = None) -> FoundRun:
         return FoundRun(Path("/runs") / name, run_id or name, start, problem)

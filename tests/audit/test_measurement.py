@@ -133,7 +133,7 @@ def test_phase_lookup_and_defaults() -> None:
 
 def test_per_second_figures_divide_by_the_measured_time(tmp_path: Path) -> None:
     """40 requests in the 20 s peak: 2/s, not 40 over the 40 s run (a sweep step's offered load too)."""
-    from rushhour.audit.knee import step_from_summary
+    from rushhour.studies.knee import step_from_summary
 
     summary = audit_run(_run(tmp_path, {}))
     assert summary.measurement.measured_s == pytest.approx(20.0)
@@ -147,7 +147,7 @@ def test_compare_reads_the_measured_window_too(tmp_path: Path) -> None:
     """rushhour compare's latency samples come from the same requests as the summary's figures."""
     from rushhour.audit import attempts
     from rushhour.audit.build import write_summary
-    from rushhour.audit.compare import load_run
+    from rushhour.studies.compare import load_run
 
     run = _run(tmp_path, {})
     write_summary(audit_run(run), run)

@@ -8,8 +8,8 @@ from helpers import ANCHOR, MS, RunBuilder
 
 from rushhour.audit import run_audit
 from rushhour.audit.gates import EXIT_INVALID
-from rushhour.loadgen.manifest import read_manifest, write_manifest
-from rushhour.loadgen.record import Anchor, EventRecord, RequestRecord, ShardWriter
+from rushhour.records.manifest import read_manifest, write_manifest
+from rushhour.records.record import Anchor, EventRecord, RequestRecord, ShardWriter
 
 S = 1_000_000_000
 TIERS_ONE = [{"name": "gold", "priority": 10, "slo": {}}]

@@ -17,9 +17,9 @@ from rushhour.audit.summary import OUTCOME_CLASSES, Summary
 def _testbed_run(tmp_path: Path) -> Path:
     """A short real run against the embedded testbed, with calibration probes on and a drain for stragglers."""
     from rushhour.loadgen.runner import RunOptions, run_scenario
-    from rushhour.loadgen.sweep import write_scenario
     from rushhour.scenarios import load_scenario
     from rushhour.scenarios.model import Scenario
+    from rushhour.studies.sweep import write_scenario
 
     data = load_scenario("sweep-tiers").model_dump(mode="json", by_alias=True)
     data["target"]["testbed"].update(replicas=2, speed=1.0)
@@ -40,7 +40,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Summary]:
 
 @pytest.mark.e2e
 def test_compare_and_the_audit_agree_on_served_latencies(audited: tuple[Path, Summary]) -> None:
-    from rushhour.audit.compare import load_run
+    from rushhour.studies.compare import load_run
 
     run_dir, summary = audited
     table = audit.attempts(run_dir)

@@ -12,7 +12,7 @@ from helpers import MS, RunBuilder, S
 from rushhour.audit.build import audit_run
 from rushhour.audit.metrics import _rebase
 from rushhour.audit.summary import Summary, TierSummary
-from rushhour.loadgen.record import Anchor
+from rushhour.records.record import Anchor
 from rushhour.reports import sentences
 
 SAT = "inference error: ResourceExhausted - request rejected pre-queue: queue at capacity"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from rushhour.audit import run_audit
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.record import read_shard, shard_paths
 from rushhour.reports import sentences
 
 pytestmark = pytest.mark.e2e

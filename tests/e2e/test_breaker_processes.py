@@ -17,8 +17,8 @@ import pytest
 
 from rushhour.audit import run_audit
 from rushhour.loadgen.breaker import SHARED
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.record import read_shard, shard_paths
 from tests.e2e.test_resilience_e2e import FALLBACK_SCENARIO
 
 pytestmark = pytest.mark.e2e

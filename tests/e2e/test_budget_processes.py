@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.loadgen.manifest import read_manifest
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.probes import PROBE_TTFT_S
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

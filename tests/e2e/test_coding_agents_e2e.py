@@ -21,7 +21,7 @@ import yaml
 
 from rushhour.audit.summary import Summary
 from rushhour.loadgen.datasets import read_dataset
-from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.records.record import read_shard, shard_paths
 from rushhour.reports import sentences
 from rushhour.scenarios import Scenario, load_scenario
 from rushhour.scenarios.distributions import BUNDLED_DATASETS

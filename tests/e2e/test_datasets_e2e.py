@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from rushhour.loadgen.datasets import read_dataset
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.record import read_shard, shard_paths
 from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
 pytestmark = pytest.mark.e2e

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rushhour.loadgen.manifest import write_manifest
 from rushhour.loadgen.runner import EXIT_DISK_FULL, RunOptions, run_scenario
+from rushhour.records.manifest import write_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loadgen"))
 from wire_fakes import FakeServer

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from rushhour.audit import run_audit
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.manifest import read_manifest
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # the stop-time bar: never beside parallel workers
 REPO = Path(__file__).resolve().parents[2]

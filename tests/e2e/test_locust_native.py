@@ -20,8 +20,8 @@ import pytest
 from rushhour.audit.ledger import compare_with_ledger
 from rushhour.audit.summary import Summary
 from rushhour.loadgen import runkey
-from rushhour.loadgen.manifest import read_manifest
-from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from rushhour.audit.build import audit_run
-from rushhour.loadgen.manifest import read_manifest, write_manifest
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.manifest import read_manifest, write_manifest
 
 pytestmark = pytest.mark.e2e
 

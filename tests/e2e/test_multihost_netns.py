@@ -32,10 +32,10 @@ import pytest
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import compare_with_ledger
 from rushhour.loadgen import runkey, testbed_proc
-from rushhour.loadgen.manifest import read_manifest
-from rushhour.loadgen.record import read_shard
 from rushhour.loadgen.ship import read_anchor
 from rushhour.loadgen.testbed_proc import child_env
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import read_shard
 from rushhour.scenarios import load_scenario
 
 pytestmark = pytest.mark.e2e

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from rushhour.audit import run_audit
-from rushhour.loadgen.manifest import read_manifest
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = pytest.mark.e2e
 

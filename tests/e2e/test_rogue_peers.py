@@ -28,9 +28,9 @@ import pytest
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import compare_with_ledger
 from rushhour.loadgen import runkey, testbed_proc
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.ship import read_anchor
 from rushhour.loadgen.testbed_proc import child_env
+from rushhour.records.manifest import read_manifest
 from rushhour.scenarios import load_scenario
 from tests.e2e.rogue import LOCUST_VERSION, FakeMaster, Peer, forged, hello, plain
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.loadgen.manifest import write_manifest
-from rushhour.loadgen.record import START_FAILED_MARK, Anchor, shard_paths
 from rushhour.loadgen.runner import RunOptions, _start_failure, locust_command, run_scenario
 from rushhour.loadgen.testbed_proc import child_env
+from rushhour.records.manifest import write_manifest
+from rushhour.records.record import START_FAILED_MARK, Anchor, shard_paths
 from rushhour.scenarios import ScenarioError, parse_scenario
 
 SCENARIO = """

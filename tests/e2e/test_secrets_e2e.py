@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rushhour.audit import run_audit
-from rushhour.loadgen.record import ECHO_MIN
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.record import ECHO_MIN
 from rushhour.reports import write_reports
 
 pytestmark = pytest.mark.e2e

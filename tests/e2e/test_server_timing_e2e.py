@@ -14,7 +14,7 @@ import yaml
 
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import LEDGER_FILE
-from rushhour.loadgen.record import RECORDS_DIR
+from rushhour.records.record import RECORDS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "audit" / "scenarios" / "gt-llmd.yaml"

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from rushhour.loadgen.record import read_shard, shard_paths
 from rushhour.loadgen.runner import RunOptions, run_scenario
+from rushhour.records.record import read_shard, shard_paths
 from rushhour.sim.run import SimOptions, simulate
 
 pytestmark = pytest.mark.e2e

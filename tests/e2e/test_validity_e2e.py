@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from rushhour.audit import run_audit
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.runner import RunOptions, RunResult, run_scenario
+from rushhour.records.manifest import read_manifest
 
 # serial: both verdicts rest on the generator's loop lag, which parallel test workers would add to
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]

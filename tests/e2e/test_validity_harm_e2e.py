@@ -27,8 +27,8 @@ from rushhour.audit import run_audit
 from rushhour.audit.ledger import LEDGER_FILE
 from rushhour.audit.load import load_run
 from rushhour.audit.validity import check_validity
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.runner import RunOptions, RunResult, run_scenario
+from rushhour.records.manifest import read_manifest
 
 # serial: the verdicts rest on stops placed within ~0.1 s of the schedule, which parallel workers would blur
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 # one installed namespace: the wheel's only top-level name is rushhour (the checkout's folders are its subpackages)
-SUBPACKAGES = ("stacks", "scenarios", "loadgen", "testbed", "audit", "reports", "sim")
+SUBPACKAGES = ("stacks", "scenarios", "records", "loadgen", "testbed", "audit", "studies", "reports", "sim")
 PACKAGES = (*(f"rushhour.{p}" for p in SUBPACKAGES), "rushhour")
 CACHE = Path(os.environ.get("RUSHHOUR_WHEEL_VENV_CACHE", Path.home() / ".cache" / "rushhour"))
 

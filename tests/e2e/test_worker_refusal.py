@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from rushhour.loadgen import runkey
-from rushhour.loadgen.manifest import read_manifest
-from rushhour.loadgen.record import START_FAILED_MARK
 from rushhour.loadgen.testbed_proc import child_env
+from rushhour.records.manifest import read_manifest
+from rushhour.records.record import START_FAILED_MARK
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

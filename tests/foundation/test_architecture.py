@@ -24,29 +24,29 @@ ROOT = Path(__file__).resolve().parents[2]
 # ----------------------------------------------------------------------------------------- the rules
 # (docs/architecture.md "Packages and who may import whom" repeats these tables; keep both true)
 
-PACKAGES = ("stacks", "scenarios", "loadgen", "audit", "reports", "rushhour", "testbed", "sim")
+# The layer order: a package may import only packages of a lower rank (same rank: not each other), and within
+# that, only what its row of MAY_IMPORT names — one table of the package limits, no per-module exceptions.
+# stacks, testbed ◄ scenarios ◄ records ◄ loadgen ◄ sim ◄ audit ◄ studies ◄ reports ◄ rushhour
+RANK: dict[str, int] = {"stacks": 0, "testbed": 0, "scenarios": 1, "records": 2, "loadgen": 3, "sim": 4, "audit": 5,
+                        "studies": 6, "reports": 7, "rushhour": 8}
+PACKAGES = tuple(RANK)
 # Installed, they are one namespace: each folder of the checkout is the subpackage rushhour.<folder>, and every module
 # is imported under that one name (the rules below speak of layers by folder: rushhour.audit.x is audit.x here).
 SUBPACKAGES = frozenset(PACKAGES) - {"rushhour"}
-
-# Which of rushhour's own packages each package may import (a package may always import itself).
-# stacks ◄─ scenarios ◄─ loadgen ◄─ audit ◄─ reports ◄─ rushhour; testbed stands alone; sim drives the
-# testbed's model with loadgen's pure workload modules in virtual time, and only rushhour imports it.
-ALLOWED_PACKAGES: dict[str, frozenset[str]] = {
-    "stacks": frozenset(),
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "stacks": frozenset(),  # standard library only
+    "testbed": frozenset(),  # runs as its own process: nothing of rushhour's
     "scenarios": frozenset({"stacks"}),
-    "loadgen": frozenset({"stacks", "scenarios"}),
-    "audit": frozenset({"stacks", "scenarios"}),  # + the loadgen modules of ALLOWED_MODULES only
-    "reports": frozenset({"stacks", "scenarios", "audit"}),
-    "rushhour": frozenset({"stacks", "scenarios", "loadgen", "audit", "reports", "testbed", "sim"}),
-    "testbed": frozenset(),
-    "sim": frozenset({"stacks", "scenarios", "loadgen", "testbed"}),
-}
-# Single modules a package may import from a package it may not import as a whole. The audit reads
-# records through their contract (stdlib only) and judges what the doctor's parent side collected;
-# it never imports the loadgen package face, the wire, the runner or anything of the Locust child.
-ALLOWED_MODULES: dict[str, frozenset[str]] = {
-    "audit": frozenset({"loadgen.record", "loadgen.columns", "loadgen.manifest", "loadgen.diagnose"}),
+    "records": frozenset({"stacks", "scenarios"}),  # what a run folder holds before the audit
+    "loadgen": frozenset({"stacks", "scenarios", "records"}),
+    # the testbed's model with loadgen's personas in virtual time; only rushhour imports it
+    "sim": frozenset({"stacks", "scenarios", "records", "loadgen", "testbed"}),
+    # the audit reads records only through records/, never the load generator, the wire or the child
+    "audit": frozenset({"stacks", "scenarios", "records"}),
+    "studies": frozenset({"stacks", "scenarios", "records", "audit"}),  # many runs in: the audit's face
+    # records reach reports only through the audit's attempts table and the studies' results
+    "reports": frozenset({"stacks", "scenarios", "audit", "studies"}),
+    "rushhour": frozenset(PACKAGES) - {"rushhour"},
 }
 
 # The Locust/gevent child: the subpackage loadgen/engine/ holds every module that runs in a load,
@@ -62,11 +62,11 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "locust": CHILD,
     # never stacks, scenarios, loadgen, and of the testbed only its prefix hash (block ids in array passes: the
     # simulator computes the same ids from a prompt's parts, in sim)
-    "numpy": frozenset({"audit", "reports", "rushhour", "sim", "testbed.prefix_hash"}),
-    "pandas": frozenset({"audit", "reports", "rushhour"}),
+    "numpy": frozenset({"audit", "studies", "reports", "rushhour", "sim", "testbed.prefix_hash"}),
+    "pandas": frozenset({"audit", "studies", "reports", "rushhour"}),
     # loadgen.datasets reads a persona's Parquet conversation dataset (imported lazily, only for one);
     # loadgen.columns writes a shard's columnar sidecar (imported lazily by the shard writer that keeps one)
-    "pyarrow": frozenset({"audit", "reports", "rushhour", "loadgen.datasets", "loadgen.columns"}),
+    "pyarrow": frozenset({"audit", "studies", "reports", "rushhour", "loadgen.datasets", "records.columns"}),
     "aiohttp": frozenset({"testbed"}),
     "uvloop": frozenset({"testbed"}),
     "jinja2": frozenset({"reports", "loadgen.tokens", "loadgen.chat_template"}),  # a model's chat template, bounded
@@ -76,13 +76,18 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "cryptography": frozenset({"rushhour.signing"}),  # Ed25519 of a run folder's integrity manifest
 }
 # Modules that import nothing outside the standard library (and their own package, for record.py).
-STDLIB_ONLY = frozenset({"stacks", "loadgen.record", "loadgen.manifest", "loadgen.runkey", "audit.integrity"})
+STDLIB_ONLY = frozenset({"stacks", "records.record", "records.schema", "records.redact", "records.writer",
+                         "records.reader", "records.manifest", "loadgen.runkey", "audit.integrity"})
 # ... except an optional accelerator that writes the same bytes (the module falls back to the stdlib without it)
-ACCELERATORS = {"loadgen.record": frozenset({"orjson"})}
+ACCELERATORS = {"records.schema": frozenset({"orjson"})}
 
-# Violations that exist today and are named, not hidden: each must still exist (so the list only
-# shrinks). Empty since the loadgen layout split (issue 13) moved the probes' pure plan to loadgen.probes.
-KNOWN: frozenset[str] = frozenset()
+# Violations that exist today and are named, not hidden: each must still exist (so the list only shrinks).
+# Three import cycles inside loadgen remain, each holding two layers in one loop (issue 36).
+KNOWN: frozenset[str] = frozenset({
+    "import cycle: loadgen.chat_template ↔ loadgen.prompts ↔ loadgen.tokens",
+    "import cycle: loadgen.datasets ↔ loadgen.traces",
+    "import cycle: loadgen.engine.attempts ↔ loadgen.engine.personas.common ↔ loadgen.engine.personas.drive",
+})
 
 
 # ----------------------------------------------------------------------------------------- the checker
@@ -152,8 +157,10 @@ def imports_of(modules: Mapping[str, tuple[Path, bool]]) -> dict[str, set[str]]:
     return out
 
 
-def violations(imports: Mapping[str, set[str]]) -> list[str]:
-    """Every import that breaks a rule, one sentence each (pure: works on any module map)."""
+def violations(imports: Mapping[str, set[str]], packages: Iterable[str] = ()) -> list[str]:
+    """Every import that breaks a rule, one sentence each (pure: works on any module map; ``packages`` names the
+    modules that are packages, for the own-``__init__`` rule)."""
+    packages = frozenset(packages)
     out: list[str] = []
     for module, targets in sorted(imports.items()):
         package = module.split(".")[0]
@@ -166,8 +173,9 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
             if top == "__future__":
                 continue
             if top in PACKAGES:
-                if top != package and top not in ALLOWED_PACKAGES.get(package, frozenset()) and not _inside(
-                        target, ALLOWED_MODULES.get(package, frozenset())):
+                if module != target and module.startswith(target + ".") and target in packages:
+                    out.append(f"{module} imports {target}: its own package's __init__ (import the module it needs)")
+                if top != package and top not in MAY_IMPORT.get(package, frozenset()):
                     out.append(f"{module} imports {target}: {package} may not import {top}")
                 if _inside(target, CHILD) and not _inside(module, CHILD):
                     out.append(f"{module} imports {target} (a Locust-child module) outside the child")
@@ -184,22 +192,116 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
     return out
 
 
+
+def _private(name: str) -> bool:
+    """``_x`` is private; ``__x__`` is not."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_crossings(modules: Mapping[str, tuple[Path, bool]]) -> list[str]:
+    """Every private name a module takes from another of rushhour's modules: ``from m import _x`` or ``m._x`` on a
+    module it imported (pure on the sources; one sentence each)."""
+    out: set[str] = set()
+    for name, (path, _is_pkg) in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        aliases: dict[str, str] = {}  # a local name bound to one of rushhour's modules → that module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                source = layer_name(node.module)
+                for alias in node.names:
+                    sub = f"{source}.{alias.name}"
+                    if sub in modules:
+                        aliases[alias.asname or alias.name] = sub
+                    elif source in modules and source != name and _private(alias.name):
+                        out.add(f"{name} imports {source}.{alias.name}: a private name of another module")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and layer_name(alias.name) in modules:
+                        aliases[alias.asname] = layer_name(alias.name)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
+                    and aliases.get(node.value.id, name) != name):
+                out.add(f"{name} uses {aliases[node.value.id]}.{node.attr}: a private name of another module")
+    return sorted(out)
+
+
+def import_cycles(imports: Mapping[str, set[str]]) -> list[str]:
+    """Every cycle of imports between rushhour's modules (a strongly connected set, named sorted; pure)."""
+    graph = {m: {layer_name(t) for t in targets if layer_name(t) in imports and layer_name(t) != m}
+             for m, targets in imports.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[str] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                members.append(top)
+                if top == node:
+                    break
+            # a package and the modules it re-exports form a loop by construction: only cycles between modules count
+            if len(members) > 1 and not any(_inside(m, [p]) for p in members for m in members if m != p):
+                found.append("import cycle: " + " ↔ ".join(sorted(members)))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
 # ----------------------------------------------------------------------------------------- the tests
+
+
+def all_findings(root: Path, packages: Iterable[str]) -> list[str]:
+    """Every broken rule of the tree under ``root``: imports, private names, own ``__init__`` imports, cycles."""
+    modules = module_files(root, packages)
+    imports = imports_of(modules)
+    found = violations(imports, [m for m, (_, is_pkg) in modules.items() if is_pkg])
+    return found + private_crossings(modules) + import_cycles(imports)
 
 
 def test_every_module_follows_the_rules() -> None:
     modules = module_files(ROOT, PACKAGES)
-    assert {"loadgen.engine.wire.client", "loadgen.engine.personas.chat", "audit.build", "testbed.server"} <= set(
-        modules)
-    found = violations(imports_of(modules))
+    assert {"loadgen.engine.wire.client", "loadgen.engine.personas.chat", "audit.build", "testbed.server",
+            "records.record", "studies.knee"} <= set(modules)
+    found = all_findings(ROOT, PACKAGES)
     new = [v for v in found if v not in KNOWN]
     assert not new, "\n".join(new)
     gone = sorted(KNOWN - set(found))
     assert not gone, f"fixed: remove from KNOWN: {gone}"
 
 
+def test_the_table_is_a_layer_order() -> None:
+    """Each package may import only packages of a lower rank: the table cannot hide a back-edge."""
+    assert set(MAY_IMPORT) == set(RANK)
+    for package, allowed in MAY_IMPORT.items():
+        assert all(RANK[a] < RANK[package] for a in allowed), package
+
+
+def test_the_audit_fingerprint_covers_exactly_what_the_audit_may_import() -> None:
+    """Editing a study or a report never marks a stored summary stale; editing a record reader does."""
+    from rushhour import audit
+
+    assert set(audit.FINGERPRINTED) == {"audit"} | MAY_IMPORT["audit"]
+
+
 def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
-    """A temporary package with bad imports, lazy ones included: the checker names every one."""
+    """A temporary tree with a back-edge, a private import, an own-__init__ import and a cycle: each is named."""
     pkg = tmp_path / "reports"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -207,23 +309,34 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     (pkg / "ok.py").write_text("from rushhour.audit.summary import Summary\nfrom . import sub\n")
     (pkg / "sub" / "bad.py").write_text(
         "import json\n"
-        "from rushhour.loadgen.record import iter_run\n"  # reports → loadgen: the layering break of issue 13
+        "from rushhour.records.record import iter_run\n"  # reports → records: a back-edge past the audit
+        "from rushhour.reports.ok import _hidden\n"  # a private name of another module
+        "from rushhour.reports import sub\n"  # its own package's __init__... as a module: allowed
         "def later():\n"
         "    import gevent\n"  # a lazy import is an import
         "    from rushhour.loadgen import wire\n"
         "    from ..ok import Summary\n"
+        "    from rushhour.reports.sub import helper\n"  # its own package's __init__
+        "    from rushhour.reports import ok as page\n"
+        "    return page._kit\n"  # a private attribute of another module
     )
+    (pkg / "a.py").write_text("from rushhour.reports import b\n")
+    (pkg / "b.py").write_text("def f():\n    from rushhour.reports import a\n")  # a cycle, lazy or not
     (tmp_path / "loadgen" / "wire").mkdir(parents=True)
-    for path in ("loadgen/__init__.py", "loadgen/wire/__init__.py", "loadgen/record.py"):
+    (tmp_path / "records").mkdir()
+    for path in ("loadgen/__init__.py", "loadgen/wire/__init__.py", "records/__init__.py", "records/record.py"):
         (tmp_path / path).write_text("")
-    modules = module_files(tmp_path, ("reports", "loadgen"))
+    modules = module_files(tmp_path, ("reports", "loadgen", "records"))
     imports = imports_of(modules)
     assert {"rushhour.loadgen.wire", "rushhour.reports.ok"} <= imports["reports.sub.bad"]
-    found = violations(imports)
-    assert found == [
+    assert all_findings(tmp_path, ("reports", "loadgen", "records")) == [
         "reports.sub.bad imports gevent: only " + ", ".join(sorted(CHILD)) + " may",
-        "reports.sub.bad imports loadgen.record: reports may not import loadgen",
         "reports.sub.bad imports loadgen.wire: reports may not import loadgen",
+        "reports.sub.bad imports records.record: reports may not import records",
+        "reports.sub.bad imports reports.sub: its own package's __init__ (import the module it needs)",
+        "reports.sub.bad imports reports.ok._hidden: a private name of another module",
+        "reports.sub.bad uses reports.ok._kit: a private name of another module",
+        "import cycle: reports.a ↔ reports.b",
     ]
 
 
@@ -233,12 +346,16 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
         "audit.x imports loadgen.engine.wire.client (a Locust-child module) outside the child"]),
     ({"loadgen.runner": {"rushhour.loadgen.engine.calibrate"}}, [
         "loadgen.runner imports loadgen.engine.calibrate (a Locust-child module) outside the child"]),
-    ({"audit.x": {"rushhour.loadgen.record", "rushhour.loadgen.diagnose", "rushhour.stacks", "numpy"}}, []),
+    ({"audit.x": {"rushhour.records.record", "rushhour.records.doctor", "rushhour.stacks", "numpy"}}, []),
+    ({"audit.x": {"rushhour.loadgen.diagnose"}}, ["audit.x imports loadgen.diagnose: audit may not import loadgen"]),
+    ({"studies.x": {"rushhour.audit", "rushhour.records.record", "pandas"}}, []),
+    ({"audit.x": {"rushhour.studies.knee"}}, ["audit.x imports studies.knee: audit may not import studies"]),
+    ({"reports.x": {"rushhour.studies.knee", "rushhour.audit"}}, []),
     ({"audit.x": {"rushhour.loadgen"}}, ["audit.x imports loadgen: audit may not import loadgen"]),
-    ({"loadgen.sweep": {"numpy"}}, [
-        "loadgen.sweep imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
+    ({"loadgen.runner": {"numpy"}}, [
+        "loadgen.runner imports numpy: only audit, reports, rushhour, sim, studies, testbed.prefix_hash may"]),
     ({"testbed.engine": {"numpy"}}, [
-        "testbed.engine imports numpy: only audit, reports, rushhour, sim, testbed.prefix_hash may"]),
+        "testbed.engine imports numpy: only audit, reports, rushhour, sim, studies, testbed.prefix_hash may"]),
     ({"testbed.prefix_hash": {"numpy"}}, []),
     ({"stacks.x": {"yaml"}}, ["stacks.x imports yaml: it must stay standard library only"]),
     ({"scenarios.x": {"rushhour.audit.summary"}}, [
@@ -248,8 +365,8 @@ def test_a_planted_bad_import_fails(tmp_path: Path) -> None:
     ({"loadgen.engine.worker": {"gevent", "rushhour.loadgen.engine.attempts"}}, []),
     ({"rushhour.locust": {"rushhour.loadgen.engine.users"}}, []),
     # the old top-level names load a second copy of a module: never, whatever the layer allows
-    ({"audit.x": {"loadgen.record", "stacks"}}, [
-        "audit.x imports loadgen.record: import it as rushhour.loadgen.record (one name per module)",
+    ({"audit.x": {"records.record", "stacks"}}, [
+        "audit.x imports records.record: import it as rushhour.records.record (one name per module)",
         "audit.x imports stacks: import it as rushhour.stacks (one name per module)"]),
     ({"audit.x": {"rushhour.cli"}}, ["audit.x imports rushhour.cli: audit may not import rushhour"]),
     ({"rushhour.cli": {"rushhour.locust"}}, [
@@ -262,7 +379,7 @@ def test_rules_on_synthetic_module_maps(imports: dict[str, set[str]], expected: 
 # ----------------------------------------------------------------------------------------- at runtime
 
 # rushhour's own packages and the third-party ones: ``stacks`` is the bottom layer and imports none
-OWN = {"scenarios", "loadgen", "testbed", "audit", "reports", "rushhour", "sim"}
+OWN = {"scenarios", "records", "loadgen", "testbed", "audit", "studies", "reports", "rushhour", "sim"}
 THIRD_PARTY = {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml", "aiohttp", "prometheus_client",
                "orjson", "httptools", "typer", "rich", "jinja2", "pyarrow", "psutil", "pybreaker"}
 
@@ -275,15 +392,18 @@ FORBIDDEN = {
     "scenarios": {"locust", "gevent", "numpy", "pandas"},
     "testbed": {"locust", "gevent", "numpy", "pandas", "pydantic"},
     "loadgen": {"locust", "gevent", "numpy", "pandas"},
-    "loadgen.record": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
-    "loadgen.manifest": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
+    "records.record": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
+    "records.manifest": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
     "loadgen.runner": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.tiers": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.diagnose": {"locust", "gevent", "numpy", "pandas"},
+    "records": {"locust", "gevent", "numpy", "pandas", "pyarrow"},
+    "records.writer": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
+    "studies": {"locust", "gevent"},
     # pure planning: probe plans, dry runs, sweep/study scaling
     "loadgen.probes": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.dryrun": {"locust", "gevent", "numpy", "pandas"},
-    "loadgen.sweep": {"locust", "gevent", "numpy", "pandas"},
+    "studies.sweep": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.endpoint": {"locust", "gevent", "numpy", "pandas", "pydantic", "httptools"},
     "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
     "rushhour": {"locust", "gevent"},
@@ -319,7 +439,7 @@ def test_pure_planning_runs_without_gevent(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from rushhour.loadgen.runner import RunOptions, run_scenario\n"
         "from rushhour.loadgen.probes import probe_plan, probe_scenario\n"
-        "from rushhour.loadgen.sweep import plan_sweep, scaled_scenario\n"
+        "from rushhour.studies.sweep import plan_sweep, scaled_scenario\n"
         "from rushhour.scenarios import load_scenario\n"
         "sc = load_scenario('demo')\n"
         "assert run_scenario('demo', RunOptions(dry_run=True)).exit_code == 0\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rushhour.loadgen.record import redact, register_secret
 from rushhour.loadgen.tiers import TierError, map_tier
+from rushhour.records.record import redact, register_secret
 from rushhour.scenarios import ScenarioError, parse_scenario
 
 BASE = """\

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rushhour.loadgen.breaker import CLOSED, HALF_OPEN, OPEN, RouteBreaker, is_breaker_failure
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ from rushhour.loadgen.breaker import RouteBreaker
 from rushhour.loadgen.budget import BudgetGuard
 from rushhour.loadgen.flow.protocol import NS, Flow, Fork, Logical, Send, Spawn, Wait
 from rushhour.loadgen.flow.send import send_logical
-from rushhour.loadgen.record import RequestRecord, TaskRecord
 from rushhour.loadgen.schedule import seeded_rng
+from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios import parse_scenario
 from rushhour.scenarios.model import Scenario
 

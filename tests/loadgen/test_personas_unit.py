@@ -16,7 +16,7 @@ from rushhour.loadgen.engine.personas.agents import run_swarm
 from rushhour.loadgen.engine.personas.chat import run_chat
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.prompts import Conversation
-from rushhour.loadgen.record import Anchor, ShardWriter, read_shard
+from rushhour.records.record import Anchor, ShardWriter, read_shard
 from rushhour.scenarios import parse_scenario
 
 SCENARIO = """

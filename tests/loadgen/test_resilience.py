@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from rushhour.loadgen.record import RequestRecord
 from rushhour.loadgen.resilience import (
     Decision,
     backoff_delay,
@@ -22,6 +21,7 @@ from rushhour.loadgen.resilience import (
     parse_retry_after,
     retry_reason,
 )
+from rushhour.records.record import RequestRecord
 from rushhour.scenarios.model import RetryPolicy
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rushhour.loadgen.record import Anchor
 from rushhour.loadgen.runner import RunOptions, locust_command
+from rushhour.records.record import Anchor
 
 
 def _cmd(processes: int) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from rushhour.loadgen import runner
-from rushhour.loadgen.manifest import read_manifest
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
+from rushhour.records.manifest import read_manifest
 
 SCENARIO = """
 name: overrun

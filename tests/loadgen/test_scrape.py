@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from rushhour.loadgen.record import Anchor
 from rushhour.loadgen.scrape import (
     DEFAULT_PREFIXES,
     MetricsScraper,
@@ -25,6 +24,7 @@ from rushhour.loadgen.scrape import (
     metrics_url,
     parse_metrics_text,
 )
+from rushhour.records.record import Anchor
 
 ROOT = Path(__file__).resolve().parents[2]
 

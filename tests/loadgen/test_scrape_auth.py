@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rushhour.loadgen.record import Anchor
 from rushhour.loadgen.scrape import MetricsScraper, ScrapeError, fetch, metrics_url, profile_filter, read_credential
+from rushhour.records.record import Anchor
 
 TOKEN = "sk-metrics-0123456789abcdef"
 

@@ -17,7 +17,7 @@ from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.health import run_health
 from rushhour.loadgen.engine.personas.chat import run_chat
 from rushhour.loadgen.engine.personas.common import BEHIND_LIMIT_S, NOT_SENT_RECORDS_PER_INTERVAL
-from rushhour.loadgen.record import Anchor, ShardWriter, read_shard
+from rushhour.records.record import Anchor, ShardWriter, read_shard
 from rushhour.scenarios import parse_scenario
 
 SCENARIO = """

@@ -14,7 +14,7 @@ from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perfor
 from rushhour.loadgen.engine.wire.dialects import build_body
 from rushhour.loadgen.engine.wire.http import Endpoint, build_request
 from rushhour.loadgen.prompts import Conversation
-from rushhour.loadgen.record import Anchor, RequestRecord
+from rushhour.records.record import Anchor, RequestRecord
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
 from rushhour.loadgen.engine.wire.http import Endpoint, build_request
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"tok"}}]}\n\n'
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

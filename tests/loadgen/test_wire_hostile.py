@@ -21,7 +21,7 @@ from wire_fakes import FakeServer
 
 from rushhour.loadgen.engine.wire.client import Cancelled, ConnectionPool, Timeouts, client_tls_context, perform
 from rushhour.loadgen.engine.wire.http import Endpoint, build_request
-from rushhour.loadgen.record import Anchor, RequestRecord
+from rushhour.records.record import Anchor, RequestRecord
 
 pytestmark = pytest.mark.timeout(120)  # before the fix, these hung until killed
 

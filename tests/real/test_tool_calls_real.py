@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rushhour.loadgen.record import read_shard, shard_paths
+from rushhour.records.record import read_shard, shard_paths
 from rushhour.scenarios.tools import BUILTIN_TOOLS
 
 from .helpers import SCENARIOS, run_rushhour, tiers

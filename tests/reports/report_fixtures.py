@@ -31,7 +31,7 @@ from rushhour.audit.summary import (
     Verdict,
     Window,
 )
-from rushhour.loadgen.manifest import write_manifest
+from rushhour.records.manifest import write_manifest
 
 HOSTILE_ERROR = "<script>alert(1)</script> upstream said </script><img src=x onerror=alert(2)>"
 HOSTILE_REASON = "</script><script>alert(3)</script>"
@@ -580,7 +580,7 @@ def big_summary(requests: int = 1_000_000, buckets: int = 86_400, tenants: int =
 
 def write_records(run_dir: Path, run_id: str = "20250101-120000-demo") -> int:
     """A small run (run.json, one shard): served, rejected, timed-out and hostile attempts; returns the drops."""
-    from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+    from rushhour.records.record import Anchor, RequestRecord, ShardWriter
 
     write_manifest(run_dir, {"run_id": run_id, "seed": 1, "mono_anchor_ns": 0, "wall_anchor_ns": 0,
                              "target": {"url": "testbed", "profile": "llm-d"}})

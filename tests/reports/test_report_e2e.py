@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rushhour.loadgen.manifest import write_manifest
-from rushhour.loadgen.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord
+from rushhour.records.manifest import write_manifest
+from rushhour.records.record import Anchor, BreakerRecord, HealthRecord, RequestRecord, ShardWriter, TaskRecord
 
 pytestmark = pytest.mark.e2e
 

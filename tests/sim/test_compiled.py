@@ -33,12 +33,11 @@ import rushhour.sim.cluster  # noqa: F401 - loads it; used as sim.cluster
 from rushhour import sim
 import rushhour.testbed.engine  # noqa: F401 - loads it; used as testbed.engine
 from rushhour import testbed
-import rushhour.loadgen.record  # noqa: F401 - loads it; used as loadgen.record
-from rushhour import loadgen
+from rushhour.records import schema
 from rushhour.sim import compiled
 lines, sha = test_pinned.digest(sys.argv[1], Path(sys.argv[2]))
 print(json.dumps({"lines": lines, "sha": sha, "status": compiled.status(),
-                  "files": [sim.cluster.__file__, testbed.engine.__file__, loadgen.record.__file__]}))
+                  "files": [sim.cluster.__file__, testbed.engine.__file__, schema.__file__]}))
 """
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sim_helpers import cli
 
-from rushhour.audit.knee import Step, TierStep
-from rushhour.audit.plan import scale_answer, tier_plan
 from rushhour.sim.run import replica_ladder
+from rushhour.studies.knee import Step, TierStep
+from rushhour.studies.plan import scale_answer, tier_plan
 
 # One chat tier whose TTFT SLO needs replicas as the load grows (tiny replicas, 20-ms steps).
 PLANNED = """
@@ -151,8 +151,8 @@ def test_study_and_sweep_run_in_virtual_time(tmp_path: Path) -> None:
 
 
 def test_a_non_monotone_answer_is_named() -> None:
-    from rushhour.audit.knee import SweepResult
-    from rushhour.audit.plan import analyse_plan
+    from rushhour.studies.knee import SweepResult
+    from rushhour.studies.plan import analyse_plan
 
     steps = [_step(1, 1.0, "fail"), _step(2, 1.0, "pass"), _step(1, 2.0, "pass"), _step(2, 2.0, "pass")]
     sweep = SweepResult(sweep_id="p", scenario="s", mode="simulated", created_at="t", scales=[1.0, 2.0],
@@ -173,9 +173,9 @@ def test_the_rate_is_the_answering_cells_and_its_dependence_on_replicas_is_said(
 
     Before, the sentence quoted the smallest replica count's rate ("≈ 3.1 req/s") beside the answer 8.
     """
-    from rushhour.audit.knee import SweepResult
-    from rushhour.audit.plan import analyse_plan
     from rushhour.reports.plan import render_plan_html, render_plan_markdown
+    from rushhour.studies.knee import SweepResult
+    from rushhour.studies.plan import analyse_plan
 
     steps = [_rated(1, "fail", 3.1), _rated(2, "fail", 4.2), _rated(8, "pass", 5.4)]
     answer = scale_answer(steps, 1.0, [1, 2, 8])

@@ -33,7 +33,7 @@ def test_cli_simulates_audits_and_marks_the_mode(tmp_path: Path) -> None:
 
 def test_a_real_run_is_not_marked(tmp_path: Path) -> None:
     """The mode defaults to real: run.json of a real run has no mode key, the summary says real."""
-    from rushhour.loadgen.manifest import RunManifest
+    from rushhour.records.manifest import RunManifest
 
     assert "mode" not in RunManifest(run_id="x").to_json()
     assert RunManifest.from_json({"run_id": "x"}).mode == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rushhour.loadgen.engine.wire.stream import StreamInterpreter, interpret_body
-from rushhour.loadgen.record import RequestRecord
+from rushhour.records.record import RequestRecord
 from rushhour.stacks import timing
 from rushhour.testbed.profiles import GATEWAY_QUEUE_HEADER
 

@@ -9,8 +9,8 @@ import pytest
 
 from rushhour.audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
 from rushhour.audit.gates import abort_verdicts
-from rushhour.loadgen.manifest import RunManifest, read_manifest
 from rushhour.loadgen.runner import RunOptions, apply_overrides, run_scenario
+from rushhour.records.manifest import RunManifest, read_manifest
 from rushhour.scenarios import ScenarioError, parse_scenario
 from rushhour.scenarios.model import SLO, LatencySLO
 
@@ -254,7 +254,7 @@ def test_sweep_steps_run_to_their_end(tmp_path: Path, monkeypatch: pytest.Monkey
     """A sweep over a scenario with `abort:` is not refused and no step aborts: the knee needs every step."""
     from rushhour import capacity
     from rushhour.loadgen.runner import RunResult
-    from rushhour.loadgen.sweep import PlannedStep
+    from rushhour.studies.sweep import PlannedStep
 
     seen: list[RunOptions] = []
 

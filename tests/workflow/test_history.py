@@ -12,9 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rushhour.audit.between import FIGURES
-from rushhour.audit.compare import RegressionRule, TierSamples
-from rushhour.audit.history import (
+from rushhour.audit.stats import percentiles
+from rushhour.audit.summary import Percentiles, Summary
+from rushhour.studies.between import FIGURES
+from rushhour.studies.compare import RegressionRule, TierSamples
+from rushhour.studies.history import (
     FigureJudgement,
     HistoryRun,
     Verdict,
@@ -24,10 +26,8 @@ from rushhour.audit.history import (
     trend_rows,
     trend_table,
 )
-from rushhour.audit.stats import percentiles
-from rushhour.audit.summary import Percentiles, Summary
 
-from ..capacity.helpers import summary, tier, verdicts_for
+from ..studies.helpers import summary, tier, verdicts_for
 from .wf_helpers import CLI, REPO, rushhour, scenario
 
 
@@ -303,7 +303,7 @@ def test_min_change_is_read_as_a_percentage() -> None:
 
 @pytest.mark.parametrize("verb", ["history", "compare"])
 def test_the_latency_floor_is_an_option_whose_help_states_the_default(verb: str) -> None:
-    from rushhour.audit.compare import MIN_LATENCY_MS
+    from rushhour.studies.compare import MIN_LATENCY_MS
 
     shown = rushhour(verb, "--help", env={"COLUMNS": "300"})
     assert shown.returncode == 0 and "--min-latency-ms" in shown.stdout
@@ -313,8 +313,8 @@ def test_the_latency_floor_is_an_option_whose_help_states_the_default(verb: str)
 
 
 def test_the_rule_in_words_names_the_latency_floor() -> None:
-    from rushhour.audit.history import HistoryResult
     from rushhour.reports.history import method_text
+    from rushhour.studies.history import HistoryResult
 
     rule = {"level": 0.95, "alpha": 0.05, "min_change": 0.10, "min_latency_ms": 25.0, "min_drop_change": 0.01,
             "min_runs": 3}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.audit.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
-from rushhour.loadgen.manifest import read_manifest
+from rushhour.records.manifest import read_manifest
 from rushhour.reports.repeat import render_junit
+from rushhour.studies.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
 
-from ..capacity.helpers import summary, tier, verdicts_for
+from ..studies.helpers import summary, tier, verdicts_for
 from .wf_helpers import machine_invalid, rushhour, scenario
 
 

@@ -19,7 +19,7 @@ def run_swarm(ctx: WorkerContext, persona: AgentSwarmPersona, group: Group) -> N
     drive(host_of(ctx), None, agents.run_swarm(host_of(ctx), persona))  # type: ignore[arg-type]
 
 
-def _task(ctx: WorkerContext, persona: AgentSwarmPersona, pools: Pools, tenant: str, task_id: str,
+def agent_task(ctx: WorkerContext, persona: AgentSwarmPersona, pools: Pools, tenant: str, task_id: str,
           rng: random.Random, intended_ns: int) -> str:
     """One task on the caller's pools (a Locust ``AgentUser``'s task); returns its outcome."""
     host = host_of(ctx)

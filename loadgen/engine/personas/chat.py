@@ -16,7 +16,7 @@ def run_chat(ctx: WorkerContext, persona: ChatPersona, group: Group) -> None:
     drive(host_of(ctx), None, chat.run_chat(host_of(ctx), persona))  # type: ignore[arg-type]
 
 
-def _session(ctx: WorkerContext, persona: ChatPersona, instance: int, tenant: str, system: str,
+def chat_session(ctx: WorkerContext, persona: ChatPersona, instance: int, tenant: str, system: str,
              intended_ns: int) -> None:
     """One session (a Locust ``ChatUser``'s task)."""
     host = host_of(ctx)

@@ -8,7 +8,7 @@ import gevent
 
 from rushhour.loadgen.engine.attempts import Logical, new_attempt_record
 from rushhour.loadgen.engine.context import WorkerContext
-from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.records.record import RequestRecord, TaskRecord
 
 
 def sleep_until(ctx: WorkerContext, t_s: float) -> None:

@@ -19,7 +19,7 @@ from rushhour.loadgen.engine.context import RouteWire, WorkerContext
 from rushhour.loadgen.engine.personas import common
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
-from rushhour.loadgen.record import RequestRecord, TaskRecord
+from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios.model import Scenario
 
 FORK_CANCEL_GRACE_S = 5.0
@@ -71,7 +71,7 @@ class EngineHost:
         return attempts.new_attempt_record(self.ctx, req, self.routes[route], **facts)
 
     def finish(self, record: RequestRecord) -> None:
-        attempts._finish(self.ctx, record)
+        attempts.finish_attempt(self.ctx, record)
 
     def budget_reached(self, tier: str | None) -> None:
         attempts.budget_reached(self.ctx, tier)

@@ -31,7 +31,7 @@ from rushhour.loadgen.engine.wire.reactor import Stream, reactor, stamp_receives
 from rushhour.loadgen.engine.wire.stream import StreamInterpreter, error_summary, interpret_body
 from rushhour.loadgen.engine.wire.toolcalls import ToolCallCollector
 from rushhour.loadgen.prompts import ToolCall
-from rushhour.loadgen.record import FIRST_TOKEN_RECV, RequestRecord, short_text
+from rushhour.records.record import FIRST_TOKEN_RECV, RequestRecord, short_text
 from rushhour.stacks import header_reason
 from rushhour.stacks.timing import from_headers
 

@@ -28,7 +28,7 @@ from gevent.event import Event
 from gevent.hub import get_hub
 from gevent.monkey import get_original
 
-from rushhour.loadgen.record import FIRST_TOKEN_KERNEL, FIRST_TOKEN_RECV
+from rushhour.records.record import FIRST_TOKEN_KERNEL, FIRST_TOKEN_RECV
 
 # the real epoll: Locust monkey-patches ``select`` (gevent's has none), and this loop must not block in it
 _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])

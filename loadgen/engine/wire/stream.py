@@ -10,7 +10,7 @@ import orjson
 from rushhour.loadgen.engine.wire.http import ResponseTooLarge
 from rushhour.loadgen.engine.wire.sse import EVENT_TOO_LARGE, MAX_EVENT_BYTES, RESCAN_BYTES, SSESplitter
 from rushhour.loadgen.engine.wire.toolcalls import OPENAI_CUT, ToolCallCollector, body_calls
-from rushhour.loadgen.record import error_summary, short_text
+from rushhour.records.record import error_summary, short_text
 from rushhour.stacks.timing import from_metrics
 
 OPENAI_CHAT = "openai-chat"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rushhour.audit.between import MIN_RUNS, above, change, finite, practical, prediction_interval
+from rushhour.studies.between import MIN_RUNS, above, change, finite, practical, prediction_interval
 
 
 def test_linear_interval_is_mean_plus_minus_t_s_sqrt_one_plus_one_over_k() -> None:

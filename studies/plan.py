@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from rushhour.audit import text
-from rushhour.audit.knee import Step, SweepResult
+from rushhour.studies.knee import Step, SweepResult
 
 PLAN_SCHEMA = "rushhour.plan/1"
 

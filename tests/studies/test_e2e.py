@@ -40,8 +40,8 @@ def test_sweep_knee_order_under_strict_priority(tmp_path: Path) -> None:
 
 
 def _scenario(tmp_path: Path, name: str, speed: float) -> str:
-    from rushhour.loadgen.sweep import write_scenario
     from rushhour.scenarios import load_scenario
+    from rushhour.studies.sweep import write_scenario
 
     base = load_scenario("sweep-tiers").model_dump(mode="json", by_alias=True)
     base["target"]["testbed"].update(replicas=2, speed=speed)

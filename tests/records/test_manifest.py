@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.loadgen.manifest import RUN_MANIFEST, RunManifest, read_manifest, scenario_of, write_manifest
+from rushhour.records.manifest import RUN_MANIFEST, RunManifest, read_manifest, scenario_of, write_manifest
 
 
 def _full() -> RunManifest:

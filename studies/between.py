@@ -12,7 +12,7 @@ only when three things hold:
    on the log scale (run-to-run noise stretches times by a factor; the interval then reads as ratios
    and never reaches below zero) and the centre is the geometric mean; the not-served rate (often
    exactly 0) stays on its own scale, clipped to [0, 1];
-2. **within the run**: compare's own test of that figure is significant (``audit/compare.py``);
+2. **within the run**: compare's own test of that figure is significant (``studies/compare.py``);
 3. **practically**: the change against the window's centre exceeds a minimum the user sets
    (``--min-change``, +10 %, and ``--min-latency-ms``, +25 ms, for latencies: a few ms at p99 is a busy
    host's jitter however large in percent; ``--min-drop-change``, +1 point for not served).
@@ -34,7 +34,7 @@ from functools import lru_cache
 from typing import Literal
 
 from rushhour.audit import text
-from rushhour.audit.repeat import t_quantile
+from rushhour.studies.repeat import t_quantile
 
 MIN_RUNS = 3  # fewer window runs with a value: no between-run spread, the within-run test alone decides
 LEVEL = 0.95  # two-sided level of the prediction interval; a regression is above its upper end

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rushhour.audit.compare import RegressionRule, TierSamples, compare_pair, result_of, served_samples
+from rushhour.studies.compare import RegressionRule, TierSamples, compare_pair, result_of, served_samples
 
 from .helpers import summary, tier
 

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 from rushhour.audit.load import PARSE_SCHEMA, RunData, load_run, read_shard
-from rushhour.loadgen import columns
-from rushhour.loadgen.manifest import write_manifest
-from rushhour.loadgen.record import (
+from rushhour.records import columns
+from rushhour.records.manifest import write_manifest
+from rushhour.records.record import (
     RECORDS_DIR,
     Anchor,
     BreakerRecord,
@@ -295,7 +295,7 @@ def test_kind_tables_equal_chunk_by_chunk(tmp_path: Path) -> None:
 WRITER = """
 import sys, time
 from pathlib import Path
-from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+from rushhour.records.record import Anchor, RequestRecord, ShardWriter
 w = ShardWriter(Path(sys.argv[1]), run_id="r", anchor=Anchor(1, 2), flush_lines=7, flush_interval_s=0.001)
 w.columns.batch_rows = 50
 i = 0

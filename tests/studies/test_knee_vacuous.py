@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rushhour.audit.gates import vacuous
 from rushhour.audit.judged import not_judged_verdict
-from rushhour.audit.knee import step_from_summary
 from rushhour.scenarios.model import SLO
+from rushhour.studies.knee import step_from_summary
 
 from .helpers import summary, tier, verdicts_for
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from rushhour.audit.boundary import SearchResult, SearchSettings, boundary, probe_outcome
-from rushhour.audit.knee import analyse_sweep
 from rushhour.reports.charts import nice_ticks, tick_label
 from rushhour.reports.sweep import knee_words, line_chart, render_sweep_html, render_sweep_markdown, step_words
-from tests.capacity.test_boundary import step, tier_step
+from rushhour.studies.boundary import SearchResult, SearchSettings, boundary, probe_outcome
+from rushhour.studies.knee import analyse_sweep
+from tests.studies.test_boundary import step, tier_step
 
 
 def test_nice_ticks_are_round_and_cover_the_top() -> None:

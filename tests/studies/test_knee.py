@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rushhour.audit.knee import KneePoint, analyse_sweep, capacity_answer, find_knee, step_from_summary, tier_knee
 from rushhour.audit.summary import Verdict
+from rushhour.studies.knee import KneePoint, analyse_sweep, capacity_answer, find_knee, step_from_summary, tier_knee
 
 from .helpers import summary, tier, verdicts_for
 
@@ -104,7 +104,7 @@ def test_replicas_capacity_answer() -> None:
 
 def test_study_claims_are_not_judged_where_the_policy_had_no_effect() -> None:
     """A grid where nothing queued (speedups ~1) says nothing about the speedup or cost claims."""
-    from rushhour.audit.knee import StudyRow, check_claims
+    from rushhour.studies.knee import StudyRow, check_claims
 
     rows = [StudyRow(k=k, mix="uniform", load="moderate", policy="headroom", top_e2e_p99_ms=100.0,
                      fifo_top_e2e_p99_ms=99.0, top_speedup=0.99, cpl_gain=-0.02, drop_rate=0.0) for k in (1, 2, 4)]
@@ -116,7 +116,7 @@ def test_study_claims_are_not_judged_where_the_policy_had_no_effect() -> None:
 
 def test_never_dropped_only_when_every_step_served_everything() -> None:
     """Issue 12: a sweep said 'low is never dropped' while 52 of 95 requests were cut unfinished."""
-    from rushhour.audit.knee import knee_sentence
+    from rushhour.studies.knee import knee_sentence
 
     steps = [_step(0, 0.5, 800, 0), _step(1, 1.0, 1500, 0)]
     row = steps[1].tiers[1].model_copy(update={"drop_rate": 0.005, "unfinished": 3})
@@ -145,7 +145,7 @@ def test_answers_from_invalid_steps_say_so_in_the_same_sentence() -> None:
 
 
 def test_an_inconclusive_check_is_named_not_called_a_miss() -> None:
-    from rushhour.audit.knee import _fmt_check, judge_check
+    from rushhour.studies.knee import _fmt_check, judge_check
 
     t = tier("interactive", 100, 20, 0, 900.0)
     v = Verdict(tier="interactive", check="ttft_ms.p99", threshold=3000.0, observed=900.0, bound=None,
@@ -156,7 +156,7 @@ def test_an_inconclusive_check_is_named_not_called_a_miss() -> None:
 
 
 def test_a_check_failed_on_its_bound_names_the_bound_and_floors_read_below() -> None:
-    from rushhour.audit.knee import _fmt_check, judge_check
+    from rushhour.studies.knee import _fmt_check, judge_check
 
     t = tier("interactive", 100, 200, 0, 1960.0)
     # judged on the bound: the observed 1.96 s alone passes 2 s, so the line must not read "1.96 s > 2.00 s"

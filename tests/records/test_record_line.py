@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
-from rushhour.loadgen import record as rec_mod
-from rushhour.loadgen.record import (
+from rushhour.records import schema
+from rushhour.records.record import (
     EventRecord,
     HealthRecord,
     Record,
@@ -31,9 +31,9 @@ from rushhour.loadgen.record import (
 
 
 def reference_line(record: Record) -> bytes:
-    """The line as it was written before orjson (loadgen/record.py at 0d52645)."""
+    """The line as it was written before orjson (records/record.py at 0d52645)."""
     data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    for name in rec_mod._TEXT_FIELDS:
+    for name in schema._TEXT_FIELDS:
         value = data.get(name)
         if isinstance(value, str):
             data[name] = short_text(value)
@@ -56,16 +56,16 @@ def test_the_floats_let_through_are_written_alike() -> None:
     checked = 0
     for _ in range(200_000):
         x = math.ldexp(rng.random() + 0.5, rng.randint(-40, 60)) * rng.choice((1, -1))
-        if rec_mod._same_as_json([x]):
+        if schema._same_as_json([x]):
             assert orjson.dumps(x) == json.dumps(x).encode(), x
             checked += 1
         else:
             assert not (1e-4 <= abs(x) < 1e16)
     for x in (0.0, -0.0, 1e-4, 0.1, 1.0, 2.5, 60.0, 9999999999999998.0, 0.30000000000000004):
-        assert rec_mod._same_as_json([x]) and orjson.dumps(x) == json.dumps(x).encode()
+        assert schema._same_as_json([x]) and orjson.dumps(x) == json.dumps(x).encode()
     assert checked > 100_000
     for x in (math.nan, math.inf, -math.inf, 1e-5, 9.999e-05, 1e16):
-        assert not rec_mod._same_as_json([x])
+        assert not schema._same_as_json([x])
 
 
 def _request(**facts: Any) -> RequestRecord:

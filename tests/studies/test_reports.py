@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rushhour.audit.knee import analyse_study, study_cell
 from rushhour.reports.sweep import render_study_markdown, write_study_reports, write_sweep_reports
+from rushhour.studies.knee import analyse_study, study_cell
 
 from .helpers import summary, tier
 from .test_knee import _step
 
 
 def test_sweep_reports(tmp_path: Path) -> None:
-    from rushhour.audit.knee import analyse_sweep
+    from rushhour.studies.knee import analyse_sweep
 
     steps = [_step(0, 0.5, 800, 0), _step(1, 1.0, 1500, 2), _step(2, 2.0, 4200, 60)]
     result = analyse_sweep(steps, sweep_id="sweep-t", scenario="<demo>", mode="steady", created_at="now")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.audit.compare import compare_pair, load_run
+from rushhour.studies.compare import compare_pair, load_run
 
 pytestmark = pytest.mark.e2e
 

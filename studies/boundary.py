@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rushhour.audit import text
-from rushhour.audit.knee import Check, Step, SweepResult
+from rushhour.studies.knee import Check, Step, SweepResult
 
 Outcome = Literal["pass", "fail"]
 BoundaryStatus = Literal["within", "above_range", "below_range", "no_slo"]

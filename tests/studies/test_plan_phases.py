@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rushhour.loadgen.sweep import scaled_scenario, study_scenario
 from rushhour.scenarios import load_scenario
 from rushhour.scenarios.model import SLO, Scenario
+from rushhour.studies.sweep import scaled_scenario, study_scenario
 
 
 def _with_phase_slos() -> Scenario:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rushhour.audit.compare import (
+from rushhour.studies.compare import (
     bootstrap_quantile_diff,
     holm,
     is_regression,
@@ -60,10 +60,9 @@ def test_wilson_textbook() -> None:
 
 def test_newcombe_interval_uses_the_one_wilson_interval() -> None:
     """compare's difference interval is built on audit.stats.wilson (one Wilson, exact at k = 0 and k = n)."""
-    import rushhour.audit.compare  # noqa: F401 - loads it; used as audit.compare
-    from rushhour import audit
+    from rushhour.studies import compare
 
-    assert not hasattr(audit.compare, "wilson_interval")
+    assert not hasattr(compare, "wilson_interval")
     tp = two_proportion_z(0, 50, 50, 50, "greater")
     # Newcombe: diff ± sqrt((p2 − l2)² + (u1 − p1)²): with k=0 and k=n the exact ends are 0 and 1
     from rushhour.audit.stats import wilson

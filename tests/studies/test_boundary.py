@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from rushhour.audit.boundary import (
+from rushhour.studies.boundary import (
     Boundary,
     Probe,
     SearchSettings,
@@ -18,7 +18,7 @@ from rushhour.audit.boundary import (
     next_scale,
     probe_outcome,
 )
-from rushhour.audit.knee import Check, Step, TierStep
+from rushhour.studies.knee import Check, Step, TierStep
 
 
 def tier_step(name: str, status: str, confident: bool, drop: float = 0.0, ttft: float = 100.0) -> TierStep:

@@ -41,7 +41,7 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rushhour.loadgen.record import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK
+from rushhour.records.schema import KIND_BREAKER, KIND_EVENT, KIND_HEALTH, KIND_REQUEST, KIND_SHARD, KIND_TASK
 from rushhour.stacks.timing import FIELDS as TIMING_FIELDS
 
 SUFFIX = ".arrows"  # the IPC stream format's usual extension; never matched by the shards' *.jsonl

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.loadgen.sweep import (
+from rushhour.scenarios import load_scenario
+from rushhour.scenarios.model import ChatPersona
+from rushhour.studies.sweep import (
     DEFAULT_GRID,
     QUICK_GRID,
     SweepError,
@@ -18,8 +20,6 @@ from rushhour.loadgen.sweep import (
     study_scenario,
     tier_mix,
 )
-from rushhour.scenarios import load_scenario
-from rushhour.scenarios.model import ChatPersona
 
 
 def test_parse() -> None:

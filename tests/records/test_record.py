@@ -11,8 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from rushhour.loadgen.manifest import read_manifest, write_manifest
-from rushhour.loadgen.record import (
+from rushhour.records.manifest import read_manifest, write_manifest
+from rushhour.records.record import (
     Anchor,
     HealthRecord,
     RequestRecord,
@@ -92,7 +92,7 @@ _WRITER_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rushhour.loadgen.record import Anchor, RequestRecord, ShardWriter
+    from rushhour.records.record import Anchor, RequestRecord, ShardWriter
     writer = ShardWriter(Path(sys.argv[1]), run_id="r", anchor=Anchor.now(), flush_interval_s=0.05)
     i = 0
     while True:

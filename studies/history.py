@@ -6,9 +6,9 @@ tier's verdict), stored as Parquet so pandas and DuckDB read it directly.
 
 The newest run is judged against the trailing window — the last ``window`` valid, complete runs of
 the same scenario before it — per tier and figure (not served, TTFT p50, TTFT p99, E2E p99) by three
-tests that must all say "worse" (``audit/between.py``): the figure is above the window runs' 95 %
+tests that must all say "worse" (``studies/between.py``): the figure is above the window runs' 95 %
 prediction interval (run-to-run variance), compare's within-run test of it is significant, and the
-change exceeds a practical minimum. The within-run test is ``rushhour compare``'s (``audit/compare.py``
+change exceeds a practical minimum. The within-run test is ``rushhour compare``'s (``studies/compare.py``
 ``compare_pair``: moving-block bootstrap of p99 TTFT and E2E, two-proportion test of not served,
 Holm-corrected) against the window pooled: latencies concatenated (each run's in send order, oldest
 run first), not-served counts summed. With fewer than three runs in the window there is no spread to
@@ -30,7 +30,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from rushhour.audit import text
-from rushhour.audit.between import (
+from rushhour.audit.stats import wilson
+from rushhour.audit.summary import Summary
+from rushhour.studies.between import (
     FIGURES,
     LEVEL,
     MIN_RUNS,
@@ -42,9 +44,7 @@ from rushhour.audit.between import (
     prediction_interval,
     value_text,
 )
-from rushhour.audit.compare import Comparison, RegressionRule, Test, TierSamples, compare_pair, describe_test
-from rushhour.audit.stats import wilson
-from rushhour.audit.summary import Summary
+from rushhour.studies.compare import Comparison, RegressionRule, Test, TierSamples, compare_pair, describe_test
 
 HISTORY_SCHEMA = "rushhour.history/2"
 TREND_COLUMNS = [

@@ -1,0 +1,1 @@
+"""rushhour studies: many runs in, results out (knee, plan, boundary, compare, repeat, history, sweep grids)."""
