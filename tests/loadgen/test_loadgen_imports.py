@@ -9,10 +9,10 @@ import sys
 import pytest
 
 PURE = ["rushhour.loadgen." + name for name in (
-    "runner", "tiers", "prompts", "schedule", "traces", "live", "testbed_proc", "record", "manifest", "probes",
-    "endpoint", "dryrun", "sweep",
+    "runner", "tiers", "prompts", "schedule", "traces", "live", "testbed_proc", "probes", "endpoint", "dryrun",
     # the child's gevent-free parts (the wire's parsers), importable on their own
-    "engine.wire.http", "engine.wire.sse", "engine.wire.stream", "engine.wire.dialects")]
+    "engine.wire.http", "engine.wire.sse", "engine.wire.stream", "engine.wire.dialects")] + [
+    "rushhour.records.record", "rushhour.records.manifest", "rushhour.studies.sweep"]
 
 
 @pytest.mark.parametrize("module", PURE)
