@@ -40,7 +40,6 @@ REASON_TEMPLATE = "template"  # a request not sent: the chat template went over 
 START_FAILED_MARK = "rushhour: a load process cannot start:"
 
 
-
 @dataclass(slots=True)
 class RequestRecord:
     """One request attempt. Every retry and every fallback switch is its own record."""

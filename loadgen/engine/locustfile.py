@@ -25,6 +25,7 @@ from locust.exception import StopUser
 
 from rushhour.loadgen import prompts, runkey, ship, tokens
 from rushhour.loadgen.engine import sealed
+from rushhour.loadgen.engine.bridge import request_event
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards as _attach_guards
 from rushhour.loadgen.engine.worker import Worker
@@ -33,7 +34,6 @@ from rushhour.records.manifest import scenario_of
 from rushhour.records.record import (
     START_FAILED_MARK,
     Anchor,
-    RequestRecord,
     ShardWriter,
     is_disk_full,
     short_text,
@@ -237,7 +237,7 @@ class RushhourDriver(User):
         _CONTEXTS.append(ctx)
         self.worker = Worker(ctx)
         _WORKERS.append(self.worker)
-        ctx.on_attempt = _request_event(env)
+        ctx.on_attempt = request_event(env, lambda: ctx.stop_reason is not None)
         if remote is not None:
             _SHIPPERS.append(ship.Shipper(remote, ctx.writer.path).start())
         try:
@@ -368,34 +368,6 @@ def _remote_anchor(opts: Any, anchor: Anchor, offset: ship.ClockOffset | None) -
     now = Anchor.now()
     wall = int(opts.rh_wall_anchor_ns or 0)
     return Anchor(now.mono_ns - (now.wall_ns + offset.offset_ns - wall), wall), clock
-
-
-def _request_event(env: Environment) -> Any:
-    fire = env.events.request.fire
-
-    def on_attempt(record: RequestRecord) -> None:
-        if record.not_sent:
-            return
-        ok = 200 <= record.status < 300 and record.complete and not record.in_band_error
-        elapsed = ((record.done_ns or 0) - (record.sent_ns or 0)) / 1e6
-        exc = (
-            None
-            if ok
-            # locust.log and the UI show this text: redact and cut it like a record's
-            else RuntimeError(
-                short_text(f"{record.status} {record.reason or record.in_band_error or record.error or ''}", 120)
-            )
-        )
-        fire(
-            request_type=record.dialect or "POST",
-            name=record.tier,
-            response_time=elapsed,
-            response_length=record.tokens,
-            exception=exc,
-            context={"tenant": record.tenant},
-        )
-
-    return on_attempt
 
 
 def _write_stop(ctx: WorkerContext) -> None:

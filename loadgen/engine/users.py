@@ -35,6 +35,7 @@ from rushhour.loadgen import prompts, runkey
 from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.engine import sealed
 from rushhour.loadgen.engine.attempts import Pools
+from rushhour.loadgen.engine.bridge import request_event
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards, usage_event
 from rushhour.loadgen.engine.health import run_health
@@ -47,7 +48,7 @@ from rushhour.loadgen.live import ShardTail
 from rushhour.loadgen.ship import merge_budget_usage, read_master_account
 from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
 from rushhour.records.manifest import RunManifest, versions, write_manifest
-from rushhour.records.record import Anchor, RequestRecord, ShardWriter, short_text
+from rushhour.records.record import Anchor, ShardWriter
 from rushhour.scenarios.distributions import resolve_trace_path
 from rushhour.scenarios.model import (
     AgentSwarmPersona,
@@ -573,7 +574,7 @@ def process_run(environment: Environment) -> LocustRun:
     routes = build_routes(scenario, scenario.target.url)
     writer = ShardWriter.for_process(Path(opts.rh_run_dir), run_id=opts.rh_run_id, anchor=anchor)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
-    ctx.on_attempt = _request_event(environment)
+    ctx.on_attempt = request_event(environment, lambda: bool(_STOPPING_NS))
     # the budget (leased from the master under master + workers) and a breaker per route (shared likewise)
     attach_guards(ctx, Rebound(runner) if is_worker else None)
     run = LocustRun(ctx)
@@ -605,37 +606,6 @@ def _anchor(opts: Any) -> Anchor:
     """This process's anchor, from the options the runner (or master) set."""
     return Anchor.of_run(int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0),
                          opts.rh_anchor_host or "", socket.gethostname())
-
-
-def _request_event(env: Environment) -> Any:
-    fire = env.events.request.fire
-
-    def on_attempt(record: RequestRecord) -> None:
-        if record.not_sent or (record.cancelled and _STOPPING_NS):
-            # cancelled by the test's own stop (-t reached, Ctrl-C): the stop's doing, not the target's failure,
-            # so a fine `locust -t` run exits 0; its shard still records the attempt `cancelled` for the audit
-            return
-        ok = 200 <= record.status < 300 and record.complete and not record.in_band_error
-        end = record.first_token_ns if ok and record.first_token_ns else record.done_ns
-        fire(
-            request_type=record.dialect or "POST",
-            name=f"{record.tier} TTFT" if ok and record.first_token_ns else record.tier,
-            response_time=((end or 0) - (record.sent_ns or 0)) / 1e6,
-            response_length=record.tokens,
-            exception=None if ok else RuntimeError(_failure(record)),
-            context={"tenant": record.tenant},
-        )
-
-    return on_attempt
-
-
-def _failure(record: RequestRecord) -> str:
-    """The one-line text Locust shows for an attempt that was not served (redacted and cut like a record's)."""
-    if record.cancelled:
-        return "cancelled (its user was stopped)"
-    if record.client_timeout:
-        return "client timeout"
-    return short_text(f"{record.status} {record.reason or record.in_band_error or record.error or ''}", 120) or ""
 
 
 # --------------------------------------------------------------------------- Locust hooks
