@@ -18,7 +18,8 @@ from rushhour.audit.errors import AuditError
 from rushhour.audit.summary import Summary
 from rushhour.records.columns import file_print
 
-__all__ = ["AuditError", "IntegrityError", "Summary", "attempts", "current_summary", "load_or_audit", "run_audit"]
+__all__ = ["AuditError", "IntegrityError", "Summary", "attempts", "current_summary", "load_or_audit", "report_table",
+           "run_audit"]
 
 IntegrityError = integrity.IntegrityError
 _BINDING = ("summary_sha256", "inputs_sha256")  # what the table's metadata adds to the inputs' fingerprint
@@ -134,6 +135,14 @@ def load_or_audit(run_dir: Path) -> Summary:
         except ValueError:
             pass  # an older or damaged summary: audit again
     return run_audit(run_dir)
+
+
+def report_table(run_dir: Path) -> pd.DataFrame | None:
+    """The classified attempts a run's reports list (its drops), or None for a folder without records (a summary
+    brought alone): what the CLI hands the renderers, which never read a run folder themselves."""
+    if not any((Path(run_dir) / "records").glob("*.jsonl")):
+        return None
+    return attempts(run_dir)
 
 
 def attempts(run_dir: Path, columns: list[str] | None = None) -> pd.DataFrame:

@@ -6,13 +6,11 @@ import base64
 import csv
 import io
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from rushhour import audit
 from rushhour.audit.summary import UNSERVED_CLASSES, Summary
 
 COLUMNS = (
@@ -79,12 +77,9 @@ def rows_from_evidence(summary: Summary) -> Iterator[dict[str, Any]]:
         }
 
 
-def drop_rows(summary: Summary, run_dir: Path | None) -> list[dict[str, Any]]:
-    """All drops, from the attempts table when the run has records, else from the summary's evidence, by time."""
-    if run_dir is not None and any((Path(run_dir) / "records").glob("*.jsonl")):
-        rows = list(rows_from_table(audit.attempts(run_dir)))
-    else:
-        rows = list(rows_from_evidence(summary))
+def drop_rows(summary: Summary, table: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """All drops, from the audit's attempts table when there is one, else from the summary's evidence, by time."""
+    rows = list(rows_from_table(table)) if table is not None else list(rows_from_evidence(summary))
     rows.sort(key=lambda r: (r["t_s"] is None, r["t_s"] or 0.0, str(r["request_id"])))
     return rows
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pandas as pd
 from markupsafe import Markup
 
 from rushhour.audit.judged import tier_state
@@ -140,10 +141,10 @@ def _percentile_rows(tier: TierSummary) -> list[tuple[str, Any]]:
     return rows
 
 
-def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None) -> dict[str, Any]:
-    """Everything the template needs, computed from the summary (pure apart from reading drops)."""
+def context(summary: Summary, table: pd.DataFrame | None = None, csv_text: str | None = None) -> dict[str, Any]:
+    """Everything the template needs, from the summary and the audit's attempts table (pure)."""
     if csv_text is None:
-        csv_text = drops.render_csv(drops.drop_rows(summary, run_dir))
+        csv_text = drops.render_csv(drops.drop_rows(summary, table))
     drop_count = max(0, csv_text.count("\n") - 1)
     colours = fmt.tier_colours(summary)
     fairness_findings = [f for f in summary.findings if f.kind in FAIRNESS_KINDS]
@@ -215,9 +216,9 @@ def context(summary: Summary, run_dir: Path | None, csv_text: str | None = None)
     }
 
 
-def render_html(summary: Summary, run_dir: Path | None = None, csv_text: str | None = None) -> str:
+def render_html(summary: Summary, table: pd.DataFrame | None = None, csv_text: str | None = None) -> str:
     """The whole report as one offline HTML document."""
-    ctx = context(summary, run_dir, csv_text)
+    ctx = context(summary, table, csv_text)
     # Assets are inlined verbatim (checked above); everything else is autoescaped by jinja2.
     for key in ("data_json", "uplot_js", "uplot_css", "charts_js", "css"):
         ctx[key] = Markup(ctx[key])

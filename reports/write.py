@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pandas as pd
+
 from rushhour.audit.integrity import record_outputs
 from rushhour.audit.summary import Summary
 from rushhour.reports import drops
@@ -21,14 +23,15 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def write_reports(summary: Summary, run_dir: Path) -> dict[str, Path]:
-    """Write report.html, report.md, junit.xml and drops.csv into ``run_dir``."""
+def write_reports(summary: Summary, run_dir: Path, table: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write report.html, report.md, junit.xml and drops.csv into ``run_dir``, from the summary and the audit's
+    attempts table (``audit.report_table``; None: the drops from the summary's evidence)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    csv_text = drops.render_csv(drops.drop_rows(summary, run_dir))
+    csv_text = drops.render_csv(drops.drop_rows(summary, table))
     paths = {
         "drops_csv": _write(run_dir / "drops.csv", csv_text),
-        "html": _write(run_dir / "report.html", render_html(summary, run_dir, csv_text)),
+        "html": _write(run_dir / "report.html", render_html(summary, table, csv_text)),
         "markdown": _write(run_dir / "report.md", render_markdown(summary)),
         "junit": _write(run_dir / "junit.xml", render_junit(summary)),
     }

@@ -374,16 +374,17 @@ def k8s(
 def _audit_and_report(run_dir: Path, *, render: bool = True, gate_run: bool = False, junit: Path | None = None,
                       markdown: Path | None = None) -> int:
     """Audit the run, render its reports (``render``); the exit code: 0, or the gate's with ``gate_run``."""
-    from rushhour.audit import AuditError, run_audit
+    from rushhour.audit import AuditError, report_table, run_audit
     from rushhour.reports import print_terminal, print_verdicts, render_junit, render_markdown, write_reports
 
     try:
         summary = run_audit(run_dir)
+        table = report_table(run_dir) if render else None
     except AuditError as exc:
         console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_USAGE
     if render:
-        paths = write_reports(summary, run_dir)
+        paths = write_reports(summary, run_dir, table)
         print_terminal(summary, out)
         out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
     elif gate_run:
@@ -489,12 +490,12 @@ def report(
     open_browser: Annotated[bool, typer.Option("--open", help="open the HTML report")] = False,
 ) -> None:
     """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed)."""
-    from rushhour.audit import AuditError, load_or_audit
+    from rushhour.audit import AuditError, load_or_audit, report_table
     from rushhour.reports import write_reports
 
     try:
         summary = load_or_audit(run_dir)
-        paths = write_reports(summary, run_dir)
+        paths = write_reports(summary, run_dir, report_table(run_dir))
     except AuditError as exc:
         raise _fail(str(exc)) from None
     for kind, path in paths.items():

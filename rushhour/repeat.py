@@ -41,7 +41,7 @@ def _write(path: Path, text: str) -> None:
 def run_repeated(name: str, options: RunOptions, repeat: int, gate_on: GateOn, console: Any, out: Any,
                  report: bool = True) -> tuple[Path, RepeatSummary | None, int]:
     """Run ``repeat`` times; returns (the repeat's folder, its summary, the exit code)."""
-    from rushhour.audit import AuditError, run_audit
+    from rushhour.audit import AuditError, report_table, run_audit
     from rushhour.reports import write_reports
     from rushhour.reports.repeat import REPEAT_HTML, print_repeat, render_markdown, render_repeat_html
 
@@ -62,7 +62,7 @@ def run_repeated(name: str, options: RunOptions, repeat: int, gate_on: GateOn, c
                 break
             summary = run_audit(result.run_dir)
             if report:
-                write_reports(summary, result.run_dir)
+                write_reports(summary, result.run_dir, report_table(result.run_dir))
         except AuditError as exc:
             if result.exit_code == EXIT_INTERRUPTED:  # Ctrl-C before the run recorded anything (its start-up)
                 console.print(f"run {index} was interrupted before it recorded anything: not counted",

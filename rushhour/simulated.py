@@ -65,14 +65,14 @@ def simulate(
     out.print(f"run folder: {result.run_dir}", highlight=False)
     if not report:
         raise typer.Exit(result.exit_code)
-    from rushhour.audit import AuditError, run_audit
+    from rushhour.audit import AuditError, report_table, run_audit
     from rushhour.reports import print_terminal, write_reports
 
     try:
         summary = run_audit(result.run_dir)
+        paths = write_reports(summary, result.run_dir, report_table(result.run_dir))
     except AuditError as exc:
         raise _fail(str(exc)) from None
-    paths = write_reports(summary, result.run_dir)
     print_terminal(summary, out)
     out.print(f"HTML report: {paths['html'].resolve()}", highlight=False)
     raise typer.Exit(EXIT_OK)

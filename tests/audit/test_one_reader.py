@@ -66,7 +66,7 @@ def test_drops_csv_speaks_the_audits_classes(audited: tuple[Path, Summary]) -> N
     from rushhour.reports import drops
 
     run_dir, summary = audited
-    rows = list(csv.DictReader(io.StringIO(drops.render_csv(drops.drop_rows(summary, run_dir)))))
+    rows = list(csv.DictReader(io.StringIO(drops.render_csv(drops.drop_rows(summary, audit.report_table(run_dir))))))
     assert {r["outcome"] for r in rows} <= set(OUTCOME_CLASSES) - {"served"}
     assert len(rows) == sum(t.attempts - t.attempts_by_class.get("served", 0) for t in summary.tiers)
 

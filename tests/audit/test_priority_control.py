@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from helpers import MS, RunBuilder, S
 
-from rushhour.audit import run_audit
+from rushhour.audit import report_table, run_audit
 from rushhour.audit.control import drop_effect, pair, paired_effect, priority_effect
 from rushhour.audit.stats import binomial_two_sided, mcnemar_exact, sign_test
 
@@ -156,7 +156,7 @@ def test_reports_show_the_control(tmp_path: Path) -> None:
     md = render_markdown(summary)
     assert "### Did priority do anything? (equal-priority control)" in md
     assert "| interactive | 30 | 100 ms vs 400 ms (-75 %, p &lt; 0.001)" in md  # escaped: renders as <
-    html = render_html(summary, run_dir)
+    html = render_html(summary, report_table(run_dir))
     assert 'id="priority-control"' in html and "<strong>-75 %</strong>" in html
     out = io.StringIO()
     print_terminal(summary, Console(file=out, width=200))

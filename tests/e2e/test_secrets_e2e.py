@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rushhour.audit import run_audit
+from rushhour.audit import report_table, run_audit
 from rushhour.loadgen.runner import RunOptions, run_scenario
 from rushhour.records.record import ECHO_MIN
 from rushhour.reports import write_reports
@@ -104,7 +104,7 @@ def test_no_file_of_the_run_holds_a_key(tmp_path: Path, monkeypatch: pytest.Monk
         server.server_close()
     assert result.run_dir is not None and result.exit_code == 0, result
     assert _Echo.count >= 10  # the server answered (and echoed) many requests
-    write_reports(run_audit(result.run_dir), result.run_dir)
+    write_reports(run_audit(result.run_dir), result.run_dir, report_table(result.run_dir))
     texts = " ".join(p.read_text(errors="replace") for p in (result.run_dir / "records").glob("*.jsonl"))
     assert "[redacted]" in texts  # the echoes were there, and were cut
     assert _leaks(result.run_dir) == []

@@ -141,9 +141,10 @@ def synthetic_run(root: Path, run_id: str = "e2e-run") -> Path:
 
 
 def _check_reports(summary: Any, run_dir: Path) -> None:
+    from rushhour.audit import report_table
     from rushhour.reports import render_markdown, write_reports
 
-    paths = write_reports(summary, run_dir)
+    paths = write_reports(summary, run_dir, report_table(run_dir))
     html = paths["html"].read_text()
     assert "<script>alert(1)" not in html
     for tier in summary.tiers:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from report_fixtures import HOSTILE_ERROR, HOSTILE_REASON, write_records
 
+from rushhour.audit import report_table
 from rushhour.audit.summary import Summary
 from rushhour.reports import drops, render_html, write_reports
 from rushhour.reports.charts import MAX_POINTS, timeline_data
@@ -95,7 +96,7 @@ def test_edge_case_renders(edge: Summary) -> None:
 
 def test_drops_csv_from_records(summary: Summary, run_dir: Path) -> None:
     expected = write_records(run_dir)
-    paths = write_reports(summary, run_dir)
+    paths = write_reports(summary, run_dir, report_table(run_dir))
     rows = list(csv.DictReader(io.StringIO(paths["drops_csv"].read_text())))
     assert len(rows) == expected
     assert {r["outcome"] for r in rows} == {"queue_full", "timeout"}  # the audit's classes, never raw labels
@@ -199,3 +200,20 @@ def test_no_server_reason_says_none_instead_of_an_empty_table(summary: Summary) 
     quiet = summary.model_copy(update={"tiers": [t.model_copy(update={"by_reason": {}}) for t in summary.tiers]})
     html = render_html(quiet, None)
     assert 'id="reasons"' not in html and 'id="reasons-none"' in html
+
+
+def test_rendering_never_reads_the_run_folder(summary: Summary, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports take results: with the table handed in, rendering neither audits nor reads the attempts table."""
+    from rushhour import audit
+
+    write_records(run_dir)
+    table = report_table(run_dir)
+    assert table is not None and len(table)
+
+    def no_audit(*_: object, **__: object) -> None:
+        raise AssertionError("a renderer reached into the run folder")
+
+    monkeypatch.setattr(audit, "attempts", no_audit)
+    monkeypatch.setattr(audit, "run_audit", no_audit)
+    paths = write_reports(summary, run_dir, table)
+    assert len(paths["drops_csv"].read_text().splitlines()) - 1 == len(drops.drop_rows(summary, table))
