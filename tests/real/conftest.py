@@ -41,19 +41,27 @@ SKIP = os.environ.get("RUSHHOUR_SKIP_REAL") == "1"
 SERVES_ON = 1
 
 
-def _gateway(logs: Path) -> tuple[object, object]:
-    """vLLM with one sequence at a time (so order shows), and LiteLLM routing to it with ample slots."""
+def gateway_proxy(engine: object, logs: Path) -> object:
+    """The gateway's LiteLLM proxy, routing to ``engine`` with ample slots per tier."""
+    return serve.start_litellm(
+        deployment=serve.LitellmDeployment(max_parallel_requests=200, upstream=engine.url),  # type: ignore[attr-defined]
+        tiers={t: {"max_parallel_requests": 200, "rpm_limit": None} for t in ("interactive", "batch")},
+        log_dir=logs)
+
+
+def _gateway(logs: Path) -> list[object]:
+    """vLLM with one sequence at a time (so order shows), and LiteLLM routing to it with ample slots.
+
+    A list, [engine, proxy]: a test may put a fresh proxy in place of one that crashed (LiteLLM's own SIGSEGV),
+    and the pool stops whichever runs at the end."""
     limits = serve.VllmLimits(max_num_seqs=1, max_num_queued_reqs=6, max_num_queued_tokens=3000)
     engine = serve.start_vllm(limits=limits, log_dir=logs / "gw-vllm", cpu=SERVES_ON, pin_when_ready=True)
     try:
-        proxy = serve.start_litellm(
-            deployment=serve.LitellmDeployment(max_parallel_requests=200, upstream=engine.url),
-            tiers={t: {"max_parallel_requests": 200, "rpm_limit": None} for t in ("interactive", "batch")},
-            log_dir=logs / "gw-litellm")
+        proxy = gateway_proxy(engine, logs / "gw-litellm")
     except BaseException:
         engine.stop()
         raise
-    return engine, proxy
+    return [engine, proxy]
 
 
 ENGINES: dict[str, tuple[str, Callable[[Path], object]]] = {
@@ -96,7 +104,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _servers(value: object) -> list[object]:
-    return list(value) if isinstance(value, tuple) else [value]
+    return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
 class EnginePool:

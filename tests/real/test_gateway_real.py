@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from rushhour.loadgen.tiers import map_tier
 from rushhour.scenarios.model import Tier
 
-from .conftest import serve
+from .conftest import gateway_proxy, serve
 from .helpers import NEVER_FOR_A_REJECTION, SCENARIOS, attempts, run_rushhour, scrape, settle, tiers, total
 
 KEYS = {"RH_LITELLM_KEY_INTERACTIVE": "sk-tier-interactive-gw", "RH_LITELLM_KEY_BATCH": "sk-tier-batch-gw"}
@@ -90,6 +91,14 @@ def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gatewa
     engine_before = settle(lambda: scrape(engine.url + "/metrics", server=engine), idle_engine)
     proxy_before = settle(proxy_samples, lambda s: True)
     summary = run_rushhour(SCENARIOS / "gateway-vllm.yaml", proxy.url, tmp_path / "runs", env=KEYS)
+    if proxy.proc.returncode == -signal.SIGSEGV and engine.alive():  # type: ignore[attr-defined]
+        # LiteLLM's own crash (seen once in ~10 CI passes; rushhour marked that run INVALID and the rerun passed):
+        # a fresh proxy in its place for this and later tests, and the run once more; a second crash fails below
+        print(f"LiteLLM proxy died of SIGSEGV mid-run (log {proxy.log_path}); one fresh proxy, one more run")  # type: ignore[attr-defined]
+        proxy = gateway[1] = gateway_proxy(engine, tmp_path / "litellm-restarted")
+        engine_before = settle(lambda: scrape(engine.url + "/metrics", server=engine), idle_engine)
+        proxy_before = settle(proxy_samples, lambda s: True)
+        summary = run_rushhour(SCENARIOS / "gateway-vllm.yaml", proxy.url, tmp_path / "runs-again", env=KEYS)
     assert proxy.alive() and engine.alive(), (  # type: ignore[attr-defined]
         f"a server died during the run (proxy {proxy.proc.returncode}, engine {engine.proc.returncode}); "  # type: ignore[attr-defined]
         f"rushhour said:\n{str(summary['_stdout'])[-3000:]}")
