@@ -18,6 +18,7 @@ from rushhour import stacks
 from rushhour.audit import calibration, control, fairness, memory, phases, tasks, text, timeline
 from rushhour.audit.abandon import abandoned_by_persona
 from rushhour.audit.agents import agent_figures
+from rushhour.audit.bypass import bypass_check
 from rushhour.audit.classify import classify_frame, named_cause, normalise_profile
 from rushhour.audit.crosscheck import crosscheck, twin_priorities
 from rushhour.audit.errors import AuditError
@@ -957,10 +958,12 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         marker = not_judged_verdict(info.name, verdicts, info.slo, judge_of(info.slo, judge))
         verdicts += [marker] if marker else []
     verdicts += abort_verdicts(data.manifest)
+    bypass_findings, bypass_verdicts = bypass_check(tier_summaries, metrics)  # after the twins' effects
+    verdicts += bypass_verdicts
     passed, code = exit_code(validity, verdicts)
     findings = (_unclassified_findings(attempts, sc) + _named_findings(attempts, sc)
                 + fairness.inversion_findings(inversions)
-                + _findings(tier_summaries) + cross_findings)
+                + _findings(tier_summaries) + cross_findings + bypass_findings)
     if validity.truncated_shards or validity.skipped_lines:
         findings.append(Finding(
             kind="unreadable_lines", severity="warning", tier=None,

@@ -107,7 +107,7 @@ class ToolCallConfig:
 
 @dataclass
 class FaultSpec:
-    """One scheduled fault: kind in replica_down, slow_replica, stream_cut, error."""
+    """One scheduled fault: kind in replica_down, slow_replica, stream_cut, error, fail_open."""
 
     kind: str
     at_s: float = 0.0
@@ -121,7 +121,9 @@ class FaultSpec:
     name: str | None = None  # recorded in the ledger's `fault`; default = kind
 
 
-FAULT_KINDS = ("replica_down", "slow_replica", "stream_cut", "error")
+# fail_open: llm-d's FailOpen recipe with an unreachable scheduler: the gateway skips flow control, so the
+# request reaches a model server untouched (no band, no queue, the default priority) and the EPP counts nothing
+FAULT_KINDS = ("replica_down", "slow_replica", "stream_cut", "error", "fail_open")
 
 
 @dataclass

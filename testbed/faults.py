@@ -54,6 +54,13 @@ class FaultSchedule:
                 return f
         return None
 
+    def fail_open_for_arrival(self, now: int) -> ActiveFault | None:
+        """A `fail_open` fault that lets this arrival past flow control (by its rate)."""
+        for f in self._active("fail_open", now):
+            if self.rng.random() < f.spec.rate:
+                return f
+        return None
+
     def cut_for_arrival(self, now: int) -> ActiveFault | None:
         """A `stream_cut` fault that applies to this arrival (by its rate)."""
         for f in self._active("stream_cut", now):

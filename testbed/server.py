@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import uuid
@@ -434,6 +435,11 @@ class Server:
                 ex.cut_after, rec.fault = cut.spec.after_tokens, cut.name
         if now < self.stack.ready_ns:
             return await self._send(request, ex, self.stack.not_ready(rid), cl)
+        bypass = self.stack.faults.fail_open_for_arrival(now) if self.stack.flow is not None else None
+        if bypass is not None:  # past the EPP: the model server sees the request without its objective
+            rec.fault = bypass.name
+            default = prof.classify({}, body)
+            cl = dataclasses.replace(cl, priority=default.priority, rank=default.rank)
         # ---- admission
         job = Job(rid=rid, arrival_ns=rec.arrival_ns, prompt_tokens=rec.prompt_tokens, max_tokens=rec.max_tokens,
                   blocks=block_hashes(prompt, self.stack.engine.params.block_tokens), body_bytes=len(raw),
@@ -448,7 +454,7 @@ class Server:
         if call is not None:
             rec.tool_call = call.id
         ex.wire = Wire(endpoint, rid, model, incl, cl.service_tier, openai_style, call)
-        reply = self.stack.admit(job)
+        reply = self.stack.admit(job, bypass_flow=bypass is not None)
         if reply is not None:
             return await self._send(request, ex, reply, cl)
         ex.admitted = True

@@ -99,11 +99,12 @@ class Stack:
         return self.profile.not_ready(rid)
 
     # ---- admission ----------------------------------------------------------------------------
-    def admit(self, job: Job) -> Reply | None:
-        """Admit a job (queue or place it) or return the rejection to send now."""
+    def admit(self, job: Job, bypass_flow: bool = False) -> Reply | None:
+        """Admit a job (queue or place it) or return the rejection to send now; ``bypass_flow``: a gateway that
+        failed open sends it past flow control, straight to a replica."""
         now = self.clock.now_ns()
         prof = self.profile
-        if self.flow is not None:
+        if self.flow is not None and not bypass_flow:
             kind = self.flow.enqueue(job, now, self.endpoints())
             if kind is not None:
                 return prof.drop(kind, job.rid, False)

@@ -118,3 +118,51 @@ def test_twins_are_counted_where_the_server_files_them(other: int, tmp_path: Pat
     assert admitted[0].client >= twins + own * 0.8 and admitted[0].matches, admitted[0]
     assert all(c.matches for c in summary.crosscheck), summary.crosscheck
     assert [f.message for f in summary.findings if f.kind == "crosscheck"] == []
+
+
+FAIL_OPEN = """
+name: e2e-fail-open
+seed: 4
+target:
+  url: testbed
+  profile: llm-d
+  model: testbed-model
+  testbed: {{preset: tiny, replicas: 1, speed: 0.25{faults}}}
+calibration: {{probes: 0}}
+control: {{share: 0.5}}
+tiers:
+  - {{name: interactive, priority: 10}}
+  - {{name: batch, priority: 0}}
+personas:
+  - {{kind: chat, name: chat, tier: interactive, turns: 1, arrival: {{process: poisson, rate: 8}},
+     prompt_tokens: 64, output_tokens: 24}}
+  - {{kind: chat, name: bulk, tier: batch, turns: 1, arrival: {{process: poisson, rate: 8}},
+     prompt_tokens: 64, output_tokens: 24}}
+phases:
+  - {{name: peak, duration: 8s}}
+drain_s: 8
+"""
+
+
+@pytest.mark.parametrize("bypassed", [True, False])
+def test_a_router_that_failed_open_never_gates_green(bypassed: bool, tmp_path: Path) -> None:
+    """llm-d's FailOpen: the gateway skips an unreachable scheduler, so flow control counts nothing and priority
+    does nothing. The run fails on `flow_control_enforced`, named as a bypass; the same load through a working
+    router gets no such finding or check."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(FAIL_OPEN.format(faults=", faults: [{kind: fail_open}]" if bypassed else ""))
+    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    kinds = {f["kind"] for f in summary["findings"]}
+    checks = [v for v in summary["verdicts"] if v["check"] == "flow_control_enforced"]
+    effects = {t["name"]: t["priority_effect"]["effect"] for t in summary["tiers"] if t["priority_effect"]}
+    print(done.returncode, kinds, effects, [f["message"] for f in summary["findings"] if f["kind"] == "timing_mismatch"])
+    if bypassed:
+        assert "flow_control_bypassed" in kinds and not any(effects.values()), (kinds, effects)
+        assert checks and not checks[0]["passed"] and not summary["passed"] and summary["exit_code"] == 1
+        ledger = [json.loads(line) for line in (run_dir / "testbed-ledger.jsonl").read_text().splitlines()]
+        assert ledger and all(r.get("fault") == "fail_open" for r in ledger if r.get("outcome") == "served")
+    else:
+        assert not kinds & {"flow_control_bypassed", "flow_control_idle"} and not checks, kinds
