@@ -1,6 +1,6 @@
 """``run.json``: the run manifest as one typed record, read and written only through ``RunManifest``.
 
-Standard library only (like ``loadgen.record``), so the audit, the runner and the load processes
+Standard library only (like ``records.record``), so the audit, the runner and the load processes
 share it. ``from_json`` accepts every older ``run.json``: a key it does not know, or a known key
 whose value has an unexpected type, is kept in ``extra`` and written back unchanged, and a missing
 key takes its default. ``write_manifest`` is the one writer: atomic, so a reader (or a kill) never

@@ -47,7 +47,7 @@ def _eta(plan: Plan, simulate: bool) -> str:
 
 def _runner(processes: int, quiet: bool = True, base: str | None = None, total: int = 0,
             simulate: bool = False) -> Any:
-    """A ``run_step`` for ``loadgen.sweep.run_plan``: run the step's scenario, audit it, keep its report.
+    """A ``run_step`` for ``studies.sweep.run_plan``: run the step's scenario, audit it, keep its report.
 
     A line every few seconds inside the step (``rushhour.progress``): elapsed time, requests done.
     ``simulate``: each step runs in virtual time against the testbed's model (``sim/``) instead.

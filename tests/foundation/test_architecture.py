@@ -52,7 +52,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # The Locust/gevent child: the subpackage loadgen/engine/ holds every module that runs in a load,
 # calibration or doctor process. Only it may import gevent or locust, and no module outside it may
 # import it (importing locust monkey-patches the whole process for gevent); it may import the pure
-# parent-side modules (loadgen.record, schedule, tiers, prompts, probes, endpoint, …). ``rushhour.locust``
+# parent-side modules and records (records.record, loadgen.schedule, tiers, prompts, probes, …). ``rushhour.locust``
 # is the public face of the Locust users (loadgen.engine.users) for a user's own locustfile: it runs in
 # Locust's process only, so it is part of the child and the CLI never imports it.
 CHILD = frozenset({"loadgen.engine", "rushhour.locust"})

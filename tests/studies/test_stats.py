@@ -1,4 +1,4 @@
-"""Pure statistics of ``audit.compare`` against textbook values."""
+"""Pure statistics of ``studies.compare`` against textbook values."""
 
 from __future__ import annotations
 
