@@ -33,4 +33,7 @@ def timing_check(profile: str, served: list[Mapping[str, Any]]
     detail = "the stack reports " + " and ".join(parts) + ": reports say where each tier waited"
     if not seen & set(_ENGINE) and hint:
         detail += f" (for the engine's queue: {hint})"
+        if profile == "litellm" and any(rec.get("stream", True) for rec in served):
+            detail += ("; LiteLLM passes vLLM's metrics on whole answers only (it re-chunks a stream without them): "
+                       "a persona with `stream: false` gets the engine's part")
     return "pass", detail

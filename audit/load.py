@@ -43,7 +43,7 @@ REQUEST_USED = (
     "route", "intended_ns", "sent_ns", "headers_ns", "first_token_ns", "last_token_ns", "done_ns", "tokens",
     "itl_max_ns", "status", "reason", "error", "in_band_error", "complete", "cancelled", "not_sent",
     "client_timeout", "transport_error", "retry_after_s", "prompt_tokens", "output_tokens", "prompt_bytes",
-    "service_tier", "reconnected",
+    "service_tier", "reconnected", "stream",
     "prompt_tokens_intended", "prompt_tokens_exact", "max_tokens", "output_pinned", "abandoned",
     "twin_of", "control", "tools_offered", "tool_call", "parent_id",
     "first_token_clock", "first_token_read_ns", "first_token_batch", "itl_mean_ns",

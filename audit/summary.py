@@ -444,7 +444,7 @@ class RouteSummary(_Model):
 class WaitPart(_Model):
     """One part of a tier's wait (intended send → first token), over its served attempts that reported it."""
 
-    part: str = Field(description="client | gateway | engine_queue | prefill | rest")
+    part: str = Field(description="client | gateway | engine_queue | prefill | decode (whole answers) | rest")
     reported: int = Field(description="served attempts with this part reported")
     not_reported: int = Field(description="served attempts without it (never counted as zero)")
     p50_ms: float | None = None

@@ -6,6 +6,8 @@ Parts, as far as the stack reported them (stacks/timing.py; a part not reported 
 * ``gateway``: the gateway's queue (the testbed's llm-d flow control) or, behind LiteLLM, the proxy's own time;
 * ``engine_queue``: vLLM's ``queue_time_ms`` (queued → scheduled);
 * ``prefill``: vLLM's ``time_to_first_token_ms`` (scheduled → first token: the queue is not in it);
+* ``decode``: vLLM's ``generation_time_ms`` (first token → last), on whole (non-streamed) answers only: their
+  first byte comes after the last token, so the client's "first token" holds the decode too;
 * ``rest``: what the reported parts leave unexplained (network, a server's own handling, and any part the stack
   did not report), only where a server part was reported.
 
@@ -21,7 +23,7 @@ import pandas as pd
 from rushhour.audit import text
 from rushhour.audit.summary import TierWaits, WaitPart
 
-PARTS = ("client", "gateway", "engine_queue", "prefill", "rest")
+PARTS = ("client", "gateway", "engine_queue", "prefill", "decode", "rest")
 QUANTILES = (50, 90, 99)
 NS_PER_MS = 1e6
 
@@ -39,11 +41,14 @@ def part_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     gateway = col("gateway_queue_ms")
     gateway = np.where(np.isnan(gateway), col("litellm_overhead_duration_ms"), gateway)
     engine_queue, prefill = col("metrics_queue_time_ms"), col("metrics_time_to_first_token_ms")
-    engine = np.nan_to_num(engine_queue) + np.nan_to_num(prefill)
+    whole = (~frame["stream"].astype("boolean").fillna(True).to_numpy(dtype=bool) if "stream" in frame.columns
+             else np.zeros(len(frame), dtype=bool))
+    decode = np.where(whole, col("metrics_generation_time_ms"), np.nan)
+    engine = np.nan_to_num(engine_queue) + np.nan_to_num(prefill) + np.nan_to_num(decode)
     reported = ~np.isnan(engine_queue) | ~np.isnan(prefill) | ~np.isnan(gateway)
     rest = np.where(reported, total - client - np.nan_to_num(gateway) - engine, np.nan)
     return {"total": total, "client": client, "gateway": gateway, "engine_queue": engine_queue,
-            "prefill": prefill, "rest": rest}
+            "prefill": prefill, "decode": decode, "rest": rest}
 
 
 def tier_waits(tier: str, frame: pd.DataFrame) -> TierWaits:
@@ -86,7 +91,7 @@ def sentence(waits: TierWaits) -> str:
     if waits.total_p50_ms is None:
         return f"{waits.tier}: no served request"
     words = {"client": "in the client", "gateway": "in the gateway's queue", "engine_queue": "in the engine's queue",
-             "prefill": "in prefill", "rest": "on the wire or unexplained"}
+             "prefill": "in prefill", "decode": "in decode (whole answers)", "rest": "on the wire or unexplained"}
     parts = {p.part: p for p in waits.parts}
     main = max((p for p in waits.parts if p.share is not None and p.part != "rest"),
                key=lambda p: p.share or 0.0, default=None)

@@ -6,7 +6,7 @@ from rushhour.audit.summary import Summary
 from rushhour.audit.waits import sentence
 from rushhour.reports import fmt
 
-HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "rest"]
+HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "decode", "rest"]
 CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"
 
 
@@ -26,7 +26,7 @@ def rows(summary: Summary) -> list[list[str]]:
 
 
 COLOURS = {"client": "#999999", "gateway": "#E69F00", "engine_queue": "#D62728", "prefill": "#0072B2",
-           "rest": "#CCCCCC"}
+           "decode": "#56B4E9", "rest": "#CCCCCC"}
 
 
 def bars(summary: Summary) -> list[dict[str, object]]:

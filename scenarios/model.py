@@ -440,6 +440,8 @@ class ChatPersona(Strict):
     kind: Literal["chat"]
     name: str
     tier: str
+    stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
+                                "`stream` (a batch persona may take whole answers while chat streams)")
     arrival: Arrival
     max_concurrent_sessions: int = Field(
         default=200, ge=1, le=MAX_SLOTS, description="slots; overflow is recorded not_sent"
@@ -489,6 +491,8 @@ class AgentSwarmPersona(Strict):
     kind: Literal["agent_swarm"]
     name: str
     tier: str
+    stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
+                                "`stream` (a batch persona may take whole answers while chat streams)")
     agents: int = Field(default=10, ge=1, le=MAX_AGENTS, description="concurrent agents in the swarm")
     start: Literal["population", "arrivals", "stampede"] = "population"
     task_rate: float | None = Field(default=None, gt=0, le=MAX_RATE, description="tasks/s when start = arrivals")
@@ -573,6 +577,8 @@ class TraceReplayPersona(Strict):
     kind: Literal["trace_replay"]
     name: str
     tier: str
+    stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
+                                "`stream` (a batch persona may take whole answers while chat streams)")
     trace: str
     format: Literal["azure", "mooncake", "auto"] = "auto"
     time_scale: float = Field(default=1.0, gt=0, description="2 = replay twice as fast")
@@ -706,6 +712,11 @@ class Scenario(Strict):
             if tier.name == name:
                 return tier
         raise KeyError(name)
+
+    def stream_for(self, persona: str) -> bool:
+        """Does this persona's request stream? Its own ``stream``, else the target's (probes: the target's)."""
+        own = next((p.stream for p in self.personas if p.name == persona), None)
+        return self.target.stream if own is None else own
 
     def control_for(self, tier: str) -> Control | None:
         """The priority control that applies to ``tier``: its own, else the scenario's, else none."""

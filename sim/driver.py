@@ -98,7 +98,6 @@ class Env:
         target = scenario.target
         self.routes: list[SimRoute] = [
             sim_route(scenario, "primary", target.url, target.profile, target.model, target.dialect, None, cluster)]
-        self.stream = target.stream
         self.live: set[Exchange] = set()
         self.tasks: dict[int, TaskRecord] = {}
         self.stopping = False
@@ -134,7 +133,8 @@ class Env:
             tier=req.tier, tenant=req.tenant, persona=req.persona, session_id=req.session_id, task_id=req.task_id,
             step=req.step, fanout_index=req.fanout_index, parent_id=req.parent_id, twin_of=req.twin_of,
             control=bool(req.twin_of), route=r.name, endpoint=r.url, model=r.model, dialect=r.dialect,
-            stream=self.stream, key_fingerprint=r.wires[(req.tier, req.tenant)].key_fingerprint,
+            stream=self.scenario.stream_for(req.persona),
+            key_fingerprint=r.wires[(req.tier, req.tenant)].key_fingerprint,
             intended_ns=req.intended_ns, **facts)
 
     # ---- tasks -----------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
         rec.headers_ns = rec.done_ns = now
         yield Sleep(now)
         return rec
-    ex = Exchange(env.loop, rec, prof, env.stream, cluster.cancel)
+    ex = Exchange(env.loop, rec, prof, rec.stream, cluster.cancel)
     env.live.add(ex)
     # the client's deadlines: the user's patience shortens the first-token one, as in loadgen.engine.attempts
     t = scenario.resilience.timeouts
@@ -256,7 +256,7 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
     elif now < stack.ready_ns:
         ex.reply(stack.not_ready(rec.request_id))
     else:
-        if env.stream:
+        if rec.stream:
             cut = stack.faults.cut_for_arrival(now)
             if cut is not None:
                 ex.cut_after = max(1, cut.spec.after_tokens)

@@ -40,7 +40,7 @@ def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **fac
         endpoint=route.url,
         model=route.model,
         dialect=route.dialect,
-        stream=ctx.scenario.target.stream,
+        stream=ctx.scenario.stream_for(req.persona),
         key_fingerprint=route.tiers[(req.tier, req.tenant)].key_fingerprint,
         intended_ns=req.intended_ns,
         **facts,
@@ -102,7 +102,7 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
     wire = _control_wire(ctx, req, route) if req.twin_of else route.tiers[(req.tier, req.tenant)]
     pinned = pins_output(route.pin_output, req.tools)
     path, body = build_body(
-        route.dialect, route.model, req.prompt, req.max_tokens, ctx.scenario.target.stream, wire.body,
+        route.dialect, route.model, req.prompt, req.max_tokens, record.stream, wire.body,
         pin_output=pinned, tools=req.tools,
     )
     try:
@@ -130,7 +130,7 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
             record,
             anchor_ns=ctx.anchor.mono_ns,
             dialect=route.dialect,
-            stream=ctx.scenario.target.stream,
+            stream=record.stream,
             timeouts=timeouts,
             record_token_times=ctx.scenario.record_token_times,
             tool_calls=calls,

@@ -45,6 +45,18 @@ def test_gateway_part_and_tiers() -> None:
     assert "in the gateway's queue" in sentence(waits["batch"])
 
 
+def test_a_whole_answer_splits_its_decode_too() -> None:
+    """Not streamed, the client's first byte comes after the last token: vLLM's generation time is a part of the
+    wait there (LiteLLM passes vLLM's metrics only on whole answers); a stream's decode is after its first token."""
+    whole = {**_row("batch", 3000, 5, 1000, 200, gateway=30), "stream": False, "metrics_generation_time_ms": 1700}
+    streamed = {**_row("batch", 1300, 5, 1000, 200), "stream": True, "metrics_generation_time_ms": 1700}
+    parts = {p.part: p for p in tier_waits("batch", pd.DataFrame([whole])).parts}
+    assert parts["decode"].p50_ms == pytest.approx(1700) and parts["rest"].p50_ms == pytest.approx(65)
+    assert sum(p.share for p in parts.values() if p.share is not None) == pytest.approx(1.0)
+    parts = {p.part: p for p in tier_waits("batch", pd.DataFrame([streamed])).parts}
+    assert parts["decode"].reported == 0 and parts["rest"].p50_ms == pytest.approx(95)
+
+
 def test_no_server_timing_means_no_split() -> None:
     frame = pd.DataFrame([_row("a", 100, 1, None, None)])
     assert wait_splits(frame, ["a"]) == []
