@@ -81,6 +81,18 @@ def test_timing_check_allows_the_requests_that_were_cut_but_not_more() -> None:
     assert findings
 
 
+def test_timing_check_allows_requests_revoked_while_running() -> None:
+    """llm-d's revocation answers a running request 429 evicted (class preempted): vLLM timed its queue, the
+    answer carried no timing; a 429 of another class was never scheduled."""
+    frame = pd.DataFrame({"metrics_queue_time_ms": [1000.0, 500.0, None], "status": [200, 200, 429],
+                          "cls": ["served", "served", "preempted"]})
+    checks, findings = check_timing(frame, _metrics(2.5, 3))
+    assert checks[0].matches and checks[0].unreported == 1 and not findings
+    frame["cls"] = ["served", "served", "queue_full"]
+    _, findings = check_timing(frame, _metrics(2.5, 3))
+    assert findings
+
+
 def test_a_gateway_alone_leaves_the_rest_unexplained_not_zero() -> None:
     waits = tier_waits("a", pd.DataFrame([_row("a", 1000, 10, None, None, gateway=300)]))
     parts = {p.part: p for p in waits.parts}
