@@ -377,6 +377,7 @@ def _tier_summary(
         sessions=tasks.task_stats(session_lines, logical),
         preempted_after_first_token=int((eq(attempts["cls"], "preempted")
                                          & attempts["first_token_ns"].notna().to_numpy()).sum()),
+        preempted_in_progress=int(eq(attempts["cls"], "preempted").sum()),
         personas=[PersonaSummary(persona=r.key, requests=r.requests, served=r.served, unserved=r.unserved,
                                  drop_rate=r.drop_rate, goodput_per_s=r.goodput_per_s, ttft_p99_ms=r.ttft_p99_ms,
                                  abandoned=abandoned.get(r.key, 0),
@@ -712,7 +713,13 @@ def _findings(tiers: list[TierSummary]) -> list[Finding]:
             out.append(Finding(kind="preempted_in_progress", severity="warning", tier=tier.name,
                                message=f"{tier.preempted_after_first_token} {tier.name} stream(s) were killed after "
                                        "their first token (the user saw a partial answer)",
-                               data={"count": tier.preempted_after_first_token}))
+                               data={"count": tier.preempted_after_first_token,
+                                     "in_progress": tier.preempted_in_progress}))
+        elif tier.preempted_in_progress:  # killed while running, before any byte (llm-d's 429 evicted)
+            out.append(Finding(kind="preempted_in_progress", severity="warning", tier=tier.name,
+                               message=f"{tier.preempted_in_progress} {tier.name} request(s) were killed after "
+                                       "admission, before their first token (llm-d revocation/eviction: 429 evicted)",
+                               data={"count": 0, "in_progress": tier.preempted_in_progress}))
         gap = tier.starvation_max_gap_s
         if gap is not None and gap >= STARVATION_FINDING_S:
             out.append(Finding(kind="starvation", severity="warning", tier=tier.name,

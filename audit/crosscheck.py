@@ -2,7 +2,7 @@
 
 Each ``CounterCheck`` names a server counter, the labels to keep, and what the client counts for it
 (``served``, ``admitted``, an outcome class, ``status:429``, ``match:<regex>`` on the error texts,
-``no_endpoints``; ``a+b`` sums). The server's value is
+``no_endpoints``, ``cut``: 2xx streams cut before their end; ``a+b`` sums). The server's value is
 the counter's increase from the first scrape (the baseline) to the last, against the client's attempts
 that ended after the baseline; with a single scrape, the counter's value against every attempt (a
 fresh server). Attempts still open at the last scrape, or that ended just after the baseline, are the
@@ -41,6 +41,9 @@ def client_count(part: pd.DataFrame, kind: str) -> int:
         admitted = (((status >= 200) & (status < 300)) | eq(part["cls"], "preempted")
                     | part["first_token_ns"].notna().to_numpy())
         return int(admitted.sum())
+    if kind == "cut":  # a 2xx stream cut before its end marker (a server's kill or the network: unknown)
+        status = part["status"].to_numpy(dtype=np.float64)
+        return int((eq(part["cls"], "failed") & (status >= 200) & (status < 300)).sum())
     if kind == "no_endpoints":
         return int(eq(part["reason"], "rejected-no-endpoints").sum())
     if kind.startswith("match:"):  # the server's text (error or in-band error) says which limit it was
@@ -212,6 +215,8 @@ def crosscheck(
             if server == 0 and client == 0:
                 continue
             pending += unknown
+            if check.unsure:  # attempts the server may have counted here or not (a cut stream: its kill or not)
+                pending += client_count(part, check.unsure)
             ok = abs(client - server) <= pending
             selector = ",".join(f"{k}={'|'.join(v)}" for k, v in check.select.items())
             metric = f"{name}{{{selector}}}" if selector else name

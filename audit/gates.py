@@ -191,7 +191,23 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
             out.append(_verdict(name, "floor_share", slo.floor_share, share, low, judge, upper=False))
     if slo.max_deadline_miss_rate is not None:
         out += _deadlines(tier, slo.max_deadline_miss_rate, judge)
+    if slo.max_preempted_in_progress is not None:
+        out.append(_preempted(tier, slo.max_preempted_in_progress, judge))
     return out
+
+
+def _preempted(tier: TierSummary, limit: int, judge: Judge) -> Verdict:
+    """``max_preempted_in_progress``: a count ceiling on attempts killed after admission (every ``preempted``: an
+    llm-d revocation's 429 evicted, a stream the router says it evicted, an SGLang abort). A revoked stream cut
+    after its 200 is ``failed`` at the client (nothing tells it from a network cut) and is not counted here."""
+    n = tier.preempted_in_progress
+    ok = n <= limit
+    after = tier.preempted_after_first_token
+    streamed = f" ({after} after their first token)" if after else ""
+    return Verdict(tier=tier.name, check="max_preempted_in_progress", threshold=float(limit), observed=float(n),
+                   bound=float(n), judge=judge, passed=ok,
+                   message=f"{tier.name} max_preempted_in_progress: {n} request(s) killed in progress{streamed} "
+                           + ("≤" if ok else "not ≤") + f" {limit}")
 
 
 def abort_verdicts(manifest: RunManifest) -> list[Verdict]:

@@ -309,6 +309,9 @@ class TierSummary(_Model):
     tasks: TaskStats | None
     sessions: TaskStats | None
     preempted_after_first_token: int
+    preempted_in_progress: int = Field(
+        default=0, description="attempts killed after admission (class preempted: llm-d's revocation or "
+        "eviction, SGLang's abort by a higher priority), streamed or not; judged by slo.max_preempted_in_progress")
     personas: list[PersonaSummary] = Field(default_factory=list, description="the tier's requests per persona")
     route_detail: list[TierRoute] = Field(default_factory=list, description="the tier per route (fallbacks)")
     priority_effect: PriorityEffect | None = Field(

@@ -30,10 +30,13 @@ def _delta(metrics: ServerMetrics, name: str) -> float | None:
 
 def _unreported(attempts: pd.DataFrame, values: np.ndarray) -> int:
     """Attempts the server may have timed that brought no timing back: sent, no value, and either a 200 that did
-    not end with one (cut, cancelled, unfinished) or no answer at all."""
+    not end with one (cut, cancelled, unfinished), no answer at all, or a kill after admission (``preempted``:
+    llm-d's revocation answers a running request 429 evicted, and vLLM times every scheduled request it ends)."""
     status = pd.to_numeric(attempts.get("status", pd.Series(0, index=attempts.index)), errors="coerce").fillna(0)
     not_sent = attempts["not_sent"].fillna(False).to_numpy(dtype=bool) if "not_sent" in attempts.columns else False
-    maybe = np.isnan(values) & np.isin(status.to_numpy(), (0, 200)) & ~not_sent
+    killed = (attempts["cls"].astype(object) == "preempted").to_numpy(dtype=bool) if "cls" in attempts.columns \
+        else np.zeros(len(attempts), dtype=bool)
+    maybe = np.isnan(values) & (np.isin(status.to_numpy(), (0, 200)) | killed) & ~not_sent
     return int(maybe.sum())
 
 

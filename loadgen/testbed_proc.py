@@ -35,6 +35,8 @@ _FLOW_KEYS = {
     "kv_cache_util_threshold",
     "saturation_ceiling",
     "enable_eviction",
+    "revocation",
+    "revocation_timeout_s",
 }
 _ALIASES = {"queue_ttl_s": ("flow_control", "ttl_s")}
 

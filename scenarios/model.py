@@ -227,6 +227,9 @@ class SLO(Strict):
         default=None, ge=0, le=1, description="minimum share of goodput during saturation"
     )
     max_deadline_miss_rate: float | None = Field(default=None, ge=0, le=1)
+    max_preempted_in_progress: int | None = Field(
+        default=None, ge=0, le=1_000_000_000, description="most attempts of the tier killed after admission "
+        "(class preempted: llm-d revocation or eviction, SGLang abort); 0 = no preemption of requests in progress")
     min_served: int | None = Field(
         default=None, ge=1, le=1_000_000_000, description="fewest requests of the tier that must be served when it "
         "sent any; unset: 1, checked (and shown) only when it fails (a tier that sent requests and had none served "

@@ -523,8 +523,9 @@ class Cluster:
         self.engine.waker = self._wake
         self.replicas = cast(list[SimReplica], self.engine.replicas)
         # decode jumps only where nothing between steps can differ: no faults (slow factors, cuts, replicas
-        # down), no SGLang priority preemption, no llm-d eviction (a gated dispatch cycle still evicts)
-        evicts = self.stack.flow is not None and cfg.flow_control.enable_eviction
+        # down), no SGLang priority preemption, no llm-d eviction or revocation (a gated dispatch cycle
+        # still evicts)
+        evicts = self.stack.flow is not None and (cfg.flow_control.enable_eviction or cfg.flow_control.revocation)
         self.jumps = jumps and not evicts and not self.stack.faults.faults and all(
             r.priority_preemption is None for r in self.replicas)
         self.jumping: set[int] = set()
@@ -555,6 +556,7 @@ class Cluster:
 
     def _tick(self) -> None:
         st = self.stack
+        st.settle_revocations()
         if st.faults.faults:
             st.apply_faults()
         st.sweep_waiting_timeout()

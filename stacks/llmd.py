@@ -16,7 +16,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cancelled", r"rejected-context-cancelled", note="client disconnected while queued (503)"),
     Rule("overloaded", r"rejected-shutting-down", note="flow controller shutting down: no capacity"),
     Rule("preempted", r"\bevicted\b(?!\s+from queue)|request evicted by flow control",
-         note="in-flight eviction (enableEviction)"),
+         note="in-flight eviction (enableEviction) or revocation (PR #2249): TerminationCause evicted"),
     Rule("shed", r"system saturated, sheddable request dropped", note="legacy admission, priority < 0"),
     Rule("queue_full", r"queue at capacity", note="GAIE v1 body (no header): queue full"),
     Rule("queue_timeout", r"timed out in queue|request ttl expired", note="GAIE v1: 503 TTL expiry"),
@@ -41,9 +41,17 @@ def outcome_checks(metric: str, alternative: str) -> tuple[CounterCheck, ...]:
                  for client, outcome in OUTCOMES)
 
 
+# llm-d demand-driven revocation (PR #2249, llm-d-router docs/metrics.md): each running priority<0 request the
+# router revoked for a blocked higher band, by the victim's priority. Its client sees a 429 with the dropped
+# reason ``evicted`` before any byte (class preempted), or, once a stream's 200 is out, a stream cut with nothing
+# to tell it from a network cut (class failed): the check matches on the 429 path, cut streams are tolerance.
+REVOCATIONS = "llm_d_epp_flow_control_revocations_issued_total"
+REVOCATION_CHECK = CounterCheck("preempted", REVOCATIONS, by="priority", unsure="cut",
+                                note="revocations per victim priority: the 429 evicted path (cut streams: tolerance)")
+
 METRICS = Metrics(
     prefixes=("llm_d_epp_", "inference_extension_", "vllm:", "testbed_"),
-    checks=outcome_checks(FLOW_OUTCOMES, GAIE_OUTCOMES),
+    checks=(*outcome_checks(FLOW_OUTCOMES, GAIE_OUTCOMES), REVOCATION_CHECK),
 )
 
 PROFILE = StackProfile(

@@ -67,6 +67,8 @@ def _interval(tier: TierSummary, check: str) -> tuple[float | None, float | None
     elif head in ("tasks", "sessions") and tail == "max_deadline_miss_rate":
         stats = tier.tasks if head == "tasks" else tier.sessions
         rate = stats.deadline_miss_rate if stats is not None else None
+    elif head == "max_preempted_in_progress":  # a count, exact: its interval is the point
+        return float(tier.preempted_in_progress), float(tier.preempted_in_progress), True
     elif tail and hasattr(tier.latency, head):
         pct: Percentiles = getattr(tier.latency, head)
         ci = pct.ci.get(tail)

@@ -45,6 +45,10 @@ class FlowControlConfig:
     kv_cache_util_threshold: float = 0.8  # utilization-detector default
     saturation_ceiling: float = 1.0  # static-usage-limit-policy default
     enable_eviction: bool = False  # evict in-flight priority<0 requests for blocked higher bands
+    # llm-d demand-driven revocation (PR #2249): a request of priority >= 0 blocked by a saturated pool revokes
+    # running priority<0 requests, as many as the blocked demand not already covered by pending revocations
+    revocation: bool = False
+    revocation_timeout_s: float = 5.0  # a revocation not confirmed by its replica's next step within this: timed_out
     enabled: bool = True  # the flowControl feature gate; false = legacy admission (no EPP queue)
 
 
@@ -173,6 +177,11 @@ class TestbedConfig:
             raise ConfigError("models: needs at least one model name")
         if self.flow_control.fairness not in ("global-strict", "round-robin"):
             raise ConfigError("flow_control.fairness: must be 'global-strict' or 'round-robin'")
+        if self.flow_control.revocation and self.flow_control.enable_eviction:
+            raise ConfigError("flow_control.revocation: choose revocation or enable_eviction, not both "
+                              "(both kill priority<0 requests for a blocked band)")
+        if self.flow_control.revocation_timeout_s <= 0:
+            raise ConfigError("flow_control.revocation_timeout_s: must be > 0")
         if not 0.0 <= self.tool_calls.probability <= 1.0:
             raise ConfigError("tool_calls.probability: must be between 0 and 1")
         for i, f in enumerate(self.faults):

@@ -18,6 +18,12 @@ EVICTED_NO_ENDPOINTS = "EvictedNoEndpoints"
 EVICTED_CANCELLED = "EvictedContextCancelled"
 EVICTED_OTHER = "EvictedOther"
 
+# llm_d_epp_flow_control_revocations_total outcome label values (llm-d PR #2249)
+REVOKE_CONFIRMED = "confirmed"
+REVOKE_TIMED_OUT = "timed_out"
+# llm_d_epp_flow_control_revocation_confirmation_seconds buckets (seconds of the testbed's clock; assumed)
+CONFIRMATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
 
 @dataclass
 class Band:
@@ -100,6 +106,10 @@ class FlowController:
             mb = (bc.max_bytes if bc else 0) or self.cfg.band_max_bytes
             b = self.bands[priority] = Band(priority, mr, mb)
         return b
+
+    def blocked(self) -> int:
+        """Requests of priority >= 0 queued in a band (the demand that may revoke sheddable work)."""
+        return sum(b.count for p, b in self.bands.items() if p >= 0)
 
     def queue_sizes(self) -> dict[int, int]:
         """Queued requests per priority."""
@@ -184,3 +194,62 @@ class FlowController:
                 dispatch(job)
                 n += 1
         return n
+
+
+@dataclass
+class PendingRevocation:
+    """A revocation issued and not yet confirmed: its victim's replica has not stepped since."""
+
+    job: Job
+    issued_ns: int
+    replica: int
+    step: int  # the replica's steps_total when the revocation was issued
+
+
+class Revocations:
+    """llm-d's demand-driven revocation bookkeeping: what was issued (per victim priority), what its replica
+    confirmed or let time out, the reclaim target (blocked demand) and the pending reclaim."""
+
+    def __init__(self, timeout_ns: int) -> None:
+        self.timeout_ns = timeout_ns
+        self.issued: Counter[int] = Counter()  # victim priority -> revocations issued
+        self.outcomes: Counter[str] = Counter({REVOKE_CONFIRMED: 0, REVOKE_TIMED_OUT: 0})
+        self.reclaim_target = 0  # requests of priority >= 0 blocked by a saturated pool, at the last cycle
+        self.pending: list[PendingRevocation] = []
+        self.buckets = [0] * len(CONFIRMATION_BUCKETS)  # per bucket (not cumulative)
+        self.confirm_sum_s = 0.0
+        self.confirm_count = 0
+
+    def demand(self, blocked: int) -> int:
+        """Set the reclaim target; how many new revocations it asks for (pending ones already count)."""
+        self.reclaim_target = blocked
+        return max(0, blocked - len(self.pending))
+
+    def issue(self, job: Job, now: int, replica: int, step: int) -> None:
+        """Count one revocation of a running ``job``."""
+        self.issued[job.priority] += 1
+        self.pending.append(PendingRevocation(job, now, replica, step))
+
+    def settle(self, now: int, steps: Callable[[int], int | None]) -> None:
+        """Confirm the revocations whose replica stepped since (``steps(i)``: its steps_total, None when down);
+        time out those older than the timeout."""
+        keep: list[PendingRevocation] = []
+        for p in self.pending:
+            s = steps(p.replica)
+            if s is not None and s > p.step:
+                self.outcomes[REVOKE_CONFIRMED] += 1
+                self.observe((now - p.issued_ns) / 1e9)
+            elif now - p.issued_ns >= self.timeout_ns:
+                self.outcomes[REVOKE_TIMED_OUT] += 1
+            else:
+                keep.append(p)
+        self.pending = keep
+
+    def observe(self, seconds: float) -> None:
+        """One confirmation time into the histogram."""
+        self.confirm_sum_s += seconds
+        self.confirm_count += 1
+        for i, le in enumerate(CONFIRMATION_BUCKETS):
+            if seconds <= le:
+                self.buckets[i] += 1
+                break

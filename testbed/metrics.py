@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rushhour.testbed.flow import CONFIRMATION_BUCKETS
 from rushhour.testbed.stack import Stack
 
 
@@ -54,6 +55,27 @@ def render(stack: Stack) -> str:
                [({"inference_pool": pool, "priority": p}, float(n)) for p, n in sorted(flow.queue_sizes().items())])
         family("llm_d_epp_flow_control_queue_bytes", "gauge", "Bytes queued in flow control.",
                [({"inference_pool": pool, "priority": p}, float(b.bytes)) for p, b in sorted(flow.bands.items())])
+    rv = stack.revocations
+    if rv is not None:  # llm-d demand-driven revocation (llm-d-router docs/metrics.md); priority: the victim's
+        family("llm_d_epp_flow_control_revocations_issued_total", "counter",
+               "Revocations of running sheddable requests issued, by the victim's priority.",
+               [({"inference_pool": pool, "priority": p}, float(n)) for p, n in sorted(rv.issued.items())])
+        family("llm_d_epp_flow_control_revocations_total", "counter", "Revocations by outcome.",
+               [({"inference_pool": pool, "outcome": o}, float(n)) for o, n in sorted(rv.outcomes.items())])
+        family("llm_d_epp_flow_control_reclaim_target", "gauge",
+               "Blocked requests of priority >= 0 the revocations make room for.",
+               [({"inference_pool": pool}, float(rv.reclaim_target))])
+        family("llm_d_epp_flow_control_pending_reclaim", "gauge", "Revocations issued and not yet confirmed.",
+               [({"inference_pool": pool}, float(len(rv.pending)))])
+        name = "llm_d_epp_flow_control_revocation_confirmation_seconds"
+        family(name, "histogram", "Time from a revocation to its confirmation.", [])
+        cumulative = 0
+        for le, n in zip(CONFIRMATION_BUCKETS, rv.buckets, strict=True):
+            cumulative += n
+            out.append(f'{name}_bucket{{inference_pool="{pool}",le="{le}"}} {float(cumulative)}')
+        out.append(f'{name}_bucket{{inference_pool="{pool}",le="+Inf"}} {float(rv.confirm_count)}')
+        out.append(f'{name}_sum{{inference_pool="{pool}"}} {rv.confirm_sum_s!r}')
+        out.append(f'{name}_count{{inference_pool="{pool}"}} {float(rv.confirm_count)}')
     family("llm_d_epp_flow_control_pool_saturation", "gauge", "Pool saturation (utilization detector).",
            [({"inference_pool": pool}, eng.saturation())])
     lags = sorted(eng.lag_s)

@@ -13,8 +13,8 @@ from rushhour.testbed.clock import Clock
 from rushhour.testbed.config import TestbedConfig
 from rushhour.testbed.engine import Engine, EngineParams, Replica
 from rushhour.testbed.faults import FaultSchedule
-from rushhour.testbed.flow import EVICTED_OTHER, FlowController
-from rushhour.testbed.job import DISPLACED, EVICTED, QUEUE_FULL, WAITING, WAITING_TIMEOUT, Job
+from rushhour.testbed.flow import EVICTED_OTHER, FlowController, Revocations
+from rushhour.testbed.job import DISPLACED, EVICTED, QUEUE_FULL, RUNNING, WAITING, WAITING_TIMEOUT, Job
 from rushhour.testbed.presets import get_preset
 from rushhour.testbed.profiles import AnthropicProfile, EppProfile, OpenAIProfile, Reply, make_profile
 
@@ -56,6 +56,7 @@ class Stack:
             priority_preemption=self._sglang_preemption(cfg), replica_cls=replica_cls,
         )
         self.flow: FlowController | None = None
+        self.revocations: Revocations | None = None  # llm-d demand-driven revocation (flow_control.revocation)
         # llm-d / GAIE with the flowControl feature gate off: legacy admission, no EPP queue
         self.legacy = self.profile.gateway and not fc.enabled
         if self.profile.gateway and fc.enabled:
@@ -64,6 +65,9 @@ class Stack:
             if fc.no_endpoint_ttl_s:
                 self.flow.no_endpoint_ttl_ns = int(fc.no_endpoint_ttl_s / cfg.speed * 1e9)
             self.engine.on_step = self.dispatch
+            if fc.revocation:
+                self.revocations = Revocations(int(fc.revocation_timeout_s / cfg.speed * 1e9))
+                self.engine.on_step = self._on_step
         self.start_ns = clock.now_ns()
         self.ready_ns = self.start_ns + int(cfg.warmup_s / cfg.speed * 1e9)
         self.faults = FaultSchedule(cfg.speed, cfg.seed)
@@ -212,6 +216,8 @@ class Stack:
     def dispatch(self) -> None:
         """Run one EPP dispatch cycle."""
         if self.flow is None or not self.flow.count:
+            if self.revocations is not None:
+                self.revocations.reclaim_target = 0  # nothing blocked
             return
         eng = self.engine
 
@@ -223,6 +229,52 @@ class Stack:
         self.flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
         if self.cfg.flow_control.enable_eviction and self.flow.count:
             self._evict(send)
+        if self.revocations is not None:
+            self._revoke(send)
+
+    def _on_step(self) -> None:
+        """After replica steps (revocation on): confirm revocations whose replica stepped, then dispatch."""
+        self.settle_revocations()
+        self.dispatch()
+
+    def settle_revocations(self) -> None:
+        """Confirm or time out pending revocations (a replica's step after the revocation confirms it)."""
+        rv = self.revocations
+        if rv is None or not rv.pending:
+            return
+        reps = self.engine.replicas
+        rv.settle(self.clock.now_ns(), lambda i: reps[i].steps_total if reps[i].up else None)
+
+    def _revoke(self, send: Callable[[Job], None]) -> None:
+        """llm-d demand-driven revocation (PR #2249): requests of priority >= 0 wait in a band because the pool
+        is saturated → revoke RUNNING requests of priority < 0, lowest priority first, then the youngest, one per
+        blocked request not already covered by a pending (unconfirmed) revocation, while the pool stays
+        saturated. The victim's client gets 429 ``evicted`` before any byte, or its stream is cut."""
+        flow, eng, rv = self.flow, self.engine, self.revocations
+        assert flow is not None and rv is not None
+        ceiling = self.cfg.flow_control.saturation_ceiling
+        blocked = flow.blocked()
+        if not blocked or self.endpoints() == 0 or not eng.saturated(ceiling):
+            rv.reclaim_target = 0
+            return
+        need = rv.demand(blocked)
+        if need <= 0:
+            return
+        victims = sorted((j for r in eng.replicas if r.up for j in r.running
+                          if j.state == RUNNING and j.priority < 0),
+                         key=lambda j: (j.priority, -j.arrival_ns, -j.seq))
+        now = self.clock.now_ns()
+        revoked = 0
+        for victim in victims:
+            if revoked >= need or not eng.saturated(ceiling):
+                break
+            assert victim.replica is not None
+            rv.issue(victim, now, victim.replica, eng.replicas[victim.replica].steps_total)
+            eng.remove(victim)
+            victim.sink.on_drop(victim, EVICTED)
+            revoked += 1
+        if revoked:
+            flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
 
     def _evict(self, send: Callable[[Job], None]) -> None:
         """llm-d enableEviction: while a band is gated (saturation >= ceiling) with work queued, kill
@@ -289,6 +341,7 @@ class Stack:
                 self._every(self.cfg.flow_control.sweep_interval_s, self.sweep_ttl)))
 
     def _tick(self) -> None:
+        self.settle_revocations()  # a replica that stopped stepping (down) lets its revocations time out
         self.apply_faults()
         self.sweep_waiting_timeout()
         if self.flow is not None:

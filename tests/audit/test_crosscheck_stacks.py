@@ -7,6 +7,7 @@ LiteLLM ``integrations/prometheus.py``) and go through the real scraper parser a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def _write_scrapes(run_dir: Path, profile: str, pages: list[tuple[int, str]]) ->
             out.write(json.dumps({"ts_ns": ts_ns, "clock": "anchor", "samples": samples}) + "\n")
 
 
-def _attempts(rows: list[tuple[str, int, str, bool]], texts: list[str | None] | None = None) -> pd.DataFrame:
+def _attempts(rows: list[tuple[str, int, str, bool]], texts: Sequence[str | None] | None = None) -> pd.DataFrame:
     """(tier, status, class, in flight at the end) per attempt, sent one second apart from t=1 s; ``texts``:
     the server's error text per attempt (in-band when the status is 200)."""
     n = len(rows)
@@ -270,3 +271,38 @@ phases:
     foreign = parse_scenario(scenario("{share: 0.5, objective: premium}"))
     assert twin_priorities(foreign, "llm-d") == {"interactive": None, "batch": None}
     assert twin_priorities(None, "llm-d") == {}
+
+
+def _revocations_page(by_priority: dict[int, float]) -> str:
+    lines = ["# TYPE llm_d_epp_flow_control_revocations_issued_total counter"]
+    lines += [f'llm_d_epp_flow_control_revocations_issued_total{{inference_pool="p",priority="{p}"}} {n}'
+              for p, n in by_priority.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_llmd_revocations_per_priority_match_the_429_path(tmp_path: Path) -> None:
+    """llm-d's revocations per victim priority against the client's preempted (429 evicted) per tier."""
+    _write_scrapes(tmp_path, "llm-d", [(0, _revocations_page({})), (60 * S, _revocations_page({-1: 3.0, -5: 1.0}))])
+    rows = [("batch", 429, "preempted", False)] * 3 + [("bulk", 429, "preempted", False)]
+    rows += [("interactive", 200, "served", False)] * 4
+    checks, findings = crosscheck(_attempts(rows), {"interactive": 100, "batch": -1, "bulk": -5},
+                                  load_metrics(tmp_path, None), profile="llm-d")
+    got = {(c.tier, c.priority): (c.client, c.server, c.matches) for c in checks
+           if c.metric == "llm_d_epp_flow_control_revocations_issued_total"}
+    assert got == {("batch", -1): (3, 3.0, True), ("bulk", -5): (1, 1.0, True)}
+    assert findings == []
+
+
+def test_llmd_revoked_streams_are_tolerance_not_counted(tmp_path: Path) -> None:
+    """A revoked stream is cut after its 200 (class failed, like a network cut): it may be one of the server's
+    revocations or not, so it widens the tolerance; without it the mismatch is a finding."""
+    _write_scrapes(tmp_path, "llm-d", [(0, _revocations_page({})), (60 * S, _revocations_page({-1: 3.0}))])
+    rows = [("batch", 429, "preempted", False)] * 2 + [("batch", 200, "failed", False)]
+    checks, findings = crosscheck(_attempts(rows), {"batch": -1}, load_metrics(tmp_path, None), profile="llm-d")
+    (check,) = [c for c in checks if c.metric == "llm_d_epp_flow_control_revocations_issued_total"]
+    assert (check.client, check.server, check.matches) == (2, 3.0, True) and findings == []
+    rows = [("batch", 429, "preempted", False)] * 2 + [("batch", 200, "served", False)]
+    checks, findings = crosscheck(_attempts(rows), {"batch": -1}, load_metrics(tmp_path, None), profile="llm-d")
+    (check,) = [c for c in checks if c.metric == "llm_d_epp_flow_control_revocations_issued_total"]
+    assert (check.client, check.server, check.matches) == (2, 3.0, False)
+    assert len(findings) == 1 and "preempted" in findings[0].message

@@ -249,3 +249,30 @@ def test_censored_percentile_below_the_limit_is_inconclusive(tmp_path: Path) -> 
     s = run_audit(_censored(tmp_path, 1.0))
     (v,) = s.verdicts
     assert v.inconclusive and not v.passed and s.exit_code == EXIT_INVALID
+
+
+def test_no_preemption_of_requests_in_progress(tmp_path: Path) -> None:
+    """slo.max_preempted_in_progress: 0 is the promise "no preemption of requests in progress": an llm-d
+    revocation's 429 evicted (before any byte) counts against it, as a stream evicted after its first token."""
+    tiers: list[dict[str, Any]] = [
+        {"name": "gold", "priority": 10, "slo": {"max_drop_rate": 0.5}},
+        {"name": "bulk", "priority": -1, "slo": {"max_preempted_in_progress": 0}},
+    ]
+    b = RunBuilder(tmp_path, tiers=tiers, duration_s=100)
+    for i in range(40):
+        b.request(tier="gold", tenant="g", persona="chat-gold", sent_ns=i * S, first_token_ns=i * S + 100 * MS)
+        b.request(tier="bulk", tenant="b", persona="chat-bulk", sent_ns=i * S, first_token_ns=i * S + 100 * MS)
+    for i in range(3):  # revoked while running, before any byte
+        b.dropped(status=429, reason="evicted", tier="bulk", tenant="b", persona="chat-bulk", sent_ns=(50 + i) * S,
+                  error="request evicted by flow control")
+    for t in range(100):
+        b.health(t * S, MS, 10.0, in_flight=3)
+    s = run_audit(b.close())
+    bulk = s.tier("bulk")
+    assert bulk.preempted_in_progress == 3 and bulk.preempted_after_first_token == 0
+    (v,) = [v for v in s.verdicts if v.check == "max_preempted_in_progress"]
+    assert (v.tier, v.observed, v.threshold, v.passed) == ("bulk", 3.0, 0.0, False)
+    assert v.message == "bulk max_preempted_in_progress: 3 request(s) killed in progress not ≤ 0"
+    assert not s.passed and s.exit_code == EXIT_FAIL
+    (f,) = [f for f in s.findings if f.kind == "preempted_in_progress"]
+    assert f.tier == "bulk" and f.data == {"count": 0, "in_progress": 3}
