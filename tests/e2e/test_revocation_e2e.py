@@ -75,7 +75,7 @@ def test_revocations_agree_between_client_ledger_and_counter(tmp_path: Path) -> 
     tiers = {t.name: t for t in summary.tiers}
     preempted = {name: t.attempts_by_class.get("preempted", 0) for name, t in tiers.items()}
     assert preempted["batch"] >= 3, (preempted, done.stdout[-2000:])  # the premium tier's demand revoked batch work
-    assert preempted["premium"] == 0  # priority >= 0 is never revoked
+    assert preempted["premium"] == 0, preempted  # priority >= 0 is never revoked
 
     # the testbed's ledger: every revocation is a preempted/evicted line of priority -1
     ledger = [json.loads(line) for line in (run_dir / "testbed-ledger.jsonl").read_text().splitlines() if line]
@@ -84,7 +84,8 @@ def test_revocations_agree_between_client_ledger_and_counter(tmp_path: Path) -> 
     assert all(r["reason"] == "evicted" and r["status"] == 429 for r in ledger if r["outcome"] == "preempted")
 
     # the router's counter per victim priority, at the last scrape
-    assert _last_counter(run_dir, REVOCATIONS) == {"-1": float(preempted["batch"])}
+    counter = _last_counter(run_dir, REVOCATIONS)
+    assert counter == {"-1": float(preempted["batch"])}, (counter, preempted, done.stdout[-2000:])
 
     # the audit's cross-check compared the same numbers and they match
     (check,) = [c for c in summary.crosscheck if c.metric == REVOCATIONS]
