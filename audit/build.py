@@ -22,6 +22,7 @@ from rushhour.audit.bypass import bypass_check
 from rushhour.audit.classify import classify_frame, named_cause, normalise_profile
 from rushhour.audit.crosscheck import crosscheck, twin_priorities
 from rushhour.audit.errors import AuditError
+from rushhour.audit.fairness_cap import fairness_cap_finding
 from rushhour.audit.fold import CALIBRATION_PERSONA, NS_PER_MS, NS_PER_S, eq, fold_logical, judged, prepare_attempts
 from rushhour.audit.gates import abort_verdicts, exit_code, judge_of, tier_verdicts
 from rushhour.audit.judged import not_judged_verdict, starved_verdict
@@ -967,6 +968,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     verdicts += abort_verdicts(data.manifest)
     bypass_findings, bypass_verdicts = bypass_check(tier_summaries, metrics)  # after the twins' effects
     verdicts += bypass_verdicts
+    capped = _fairness_capped(attempts, sc, metrics)
+    bypass_findings += [capped] if capped else []
     passed, code = exit_code(validity, verdicts)
     findings = (_unclassified_findings(attempts, sc) + _named_findings(attempts, sc)
                 + fairness.inversion_findings(inversions)
@@ -1050,6 +1053,20 @@ def _split_twins(attempts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | N
     if not mask.any():
         return attempts, None
     return attempts[~mask].reset_index(drop=True), attempts[mask].reset_index(drop=True)
+
+
+def _fairness_capped(attempts: pd.DataFrame, sc: RunScenario, metrics: ServerMetrics) -> Finding | None:
+    """The router's per-tenant metrics past their label cap (audit/fairness_cap.py); twins are tenants' too."""
+    try:
+        stack_metrics = stacks.get(sc.profile).metrics
+    except KeyError:
+        return None
+    if stack_metrics.fairness_cap is None or "tenant" not in attempts.columns:
+        return None
+    sent = attempts[~attempts["not_sent"].fillna(False).to_numpy(dtype=bool)] if "not_sent" in attempts.columns \
+        else attempts
+    tenants = {str(t) for t in pd.unique(sent["tenant"].astype(object)) if t is not None and t == t}
+    return fairness_cap_finding(tenants, stack_metrics, metrics)
 
 
 def _priority_effects(tiers: list[TierSummary], logical: pd.DataFrame, twins: pd.DataFrame, sc: RunScenario) -> None:

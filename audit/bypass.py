@@ -21,10 +21,9 @@ from rushhour.audit import text
 from rushhour.audit.crosscheck import counter_increase, counter_series
 from rushhour.audit.metrics import ServerMetrics
 from rushhour.audit.summary import Finding, PriorityEffect, TierSummary, Verdict
-from rushhour.stacks.llmd import FLOW_OUTCOMES, GAIE_OUTCOMES
+from rushhour.stacks.llmd import FLOW_OUTCOMES, GAIE_OUTCOMES, ROUTER_PREFIXES
 from rushhour.stacks.profile import CounterCheck
 
-ROUTER_PREFIXES = ("llm_d_epp_", "inference_extension_")  # the router's own families: it was scraped
 CHECK = "flow_control_enforced"
 FAMILY_ALPHA = 0.05
 MATERIAL_CHANGE = 0.10  # a median paired latency change this large is a scheduler's doing, not the wire's

@@ -26,7 +26,10 @@ PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
 CHECKED = tuple(sorted({name for p in stacks.STACKS for c in p.metrics.checks for name in c.names}))
 # the histograms the per-request server timing is checked against (stacks/timing.py), as _sum and _count
 TIMED = tuple(f"{name}_{part}" for name, _ in HISTOGRAMS for part in ("sum", "count"))
+# the per-tenant series whose label a router caps (stacks/<name>.py ``Metrics.fairness_families``)
+FAIRNESS = tuple(sorted({name for p in stacks.STACKS for name in p.metrics.fairness_families}))
 WANTED = frozenset(QUEUE_SIZE + POOL_SATURATION + WAITING + RUNNING + KV_USAGE + PREEMPTIONS + CHECKED + TIMED)
+MAX_TENANT_LABEL_SETS = 100_000  # llm-d's cap (1,001 fairness ids) times its priorities and outcomes fits
 SUSTAINED_SCRAPES = 2  # waiting > 0 in this many consecutive scrapes = sustained queueing
 
 
@@ -39,6 +42,9 @@ class ServerMetrics:
     scrapes: int = 0
     errors: int = 0
     scrape_ts_ns: np.ndarray = field(default_factory=lambda: np.array([]))
+    # the label sets (sorted JSON) seen on the per-tenant families, kept as a set, not as rows: a router with a
+    # thousand tenants would otherwise add a thousand rows per family and scrape
+    tenant_label_sets: frozenset[str] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -113,6 +119,7 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
     scrape_ts: list[float] = []
     scrape_clock: list[str] = []
     scrapes = errors = 0
+    tenant_sets: set[str] = set()
     # Scrapes are few (one per second or so): a plain loop, keeping only the families the audit reads.
     for line in path.read_bytes().splitlines():
         try:
@@ -132,7 +139,13 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
         scrape_ts.append(ts)
         scrape_clock.append(clock)
         for sample in obj["samples"]:
-            if not isinstance(sample, dict) or sample.get("name") not in WANTED:
+            if not isinstance(sample, dict):
+                continue
+            if sample.get("name") in FAIRNESS and isinstance(sample.get("labels"), dict):
+                if len(tenant_sets) < MAX_TENANT_LABEL_SETS:  # a hostile server's million labels stop here
+                        tenant_sets.add(json.dumps(sample["labels"], sort_keys=True, separators=(",", ":")))
+                continue
+            if sample.get("name") not in WANTED:
                 continue
             labels = sample.get("labels") or {}
             try:
@@ -153,7 +166,7 @@ def load_metrics(run_dir: Path, mono_anchor_ns: int | None, wall_anchor_ns: int 
         row_marks = np.asarray(row_clock, dtype=object)
         frame["ts_ns"] = _rebase(frame["ts_ns"].to_numpy(dtype=np.float64), mono_anchor_ns, wall_anchor_ns,
                                  clocks=np.where(row_marks == "", guess, row_marks))
-    return ServerMetrics(frame, scrapes, errors, np.sort(stamps))
+    return ServerMetrics(frame, scrapes, errors, np.sort(stamps), frozenset(tenant_sets))
 
 
 def _family(samples: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:

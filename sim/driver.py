@@ -228,7 +228,7 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
         # replica up, no injected error or cut drawn) the path below would build a job, have flow.enqueue
         # refuse and count it, end the exchange with the profile's 429 before any deadline and resume at
         # this instant: the same facts, count and resume, without the job and the exchange.
-        flow.outcomes[cl.priority, REJECTED_CAPACITY] += 1
+        flow.left(cl.priority, REJECTED_CAPACITY, cl.tenant, 0)
         rec.status, rec.reason, rec.error, rec.retry_after_s = route.full_band_facts(rec.request_id)
         rec.headers_ns = rec.done_ns = now
         yield Sleep(now)

@@ -49,9 +49,19 @@ REVOCATIONS = "llm_d_epp_flow_control_revocations_issued_total"
 REVOCATION_CHECK = CounterCheck("preempted", REVOCATIONS, by="priority", unsure="cut",
                                 note="revocations per victim priority: the 429 evicted path (cut streams: tolerance)")
 
+# the router's own families (the rest of the profile's prefixes are its model servers' and the testbed's)
+ROUTER_PREFIXES = ("llm_d_epp_", "inference_extension_")
+# llm-d-router docs/metrics.md: the fairness_id label holds at most 1,000 values; later tenants count as "other"
+FAIRNESS_ID_CAP = 1000
+
 METRICS = Metrics(
-    prefixes=("llm_d_epp_", "inference_extension_", "vllm:", "testbed_"),
+    prefixes=(*ROUTER_PREFIXES, "vllm:", "testbed_"),
     checks=(*outcome_checks(FLOW_OUTCOMES, GAIE_OUTCOMES), REVOCATION_CHECK),
+    fairness_label="fairness_id",
+    fairness_cap=FAIRNESS_ID_CAP,
+    # stacks.md §1.6: labelled fairness_id, priority (and outcome); the queue duration counts every request
+    fairness_families=("llm_d_epp_flow_control_request_queue_duration_seconds_count", "llm_d_epp_inflight_requests",
+                       "llm_d_epp_request_ttft_seconds_count"),
 )
 
 PROFILE = StackProfile(

@@ -110,6 +110,11 @@ class Metrics:
     names: tuple[str, ...] = ()  # single families kept by exact name (with or without ``_total``)
     checks: tuple[CounterCheck, ...] = ()
     path: str = "/metrics"  # the default path under the target URL
+    # the label that names a tenant in the stack's per-tenant series, and how many values it keeps before it
+    # lumps later tenants together (llm-d: fairness_id, 1,000, then "other"); None: no such cap known
+    fairness_label: str | None = None
+    fairness_cap: int | None = None
+    fairness_families: tuple[str, ...] = ()  # the per-tenant series the audit reads the label from
 
     def keeps(self, name: str) -> bool:
         """Whether the scraper keeps a sample of this name (never a ``_created`` timestamp)."""

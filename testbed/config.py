@@ -49,6 +49,9 @@ class FlowControlConfig:
     # running priority<0 requests, as many as the blocked demand not already covered by pending revocations
     revocation: bool = False
     revocation_timeout_s: float = 5.0  # a revocation not confirmed by its replica's next step within this: timed_out
+    # llm-d's metrics keep at most this many fairness_id label values; later tenants count under "other"
+    # (llm-d-router docs/metrics.md: 1,000)
+    fairness_id_cap: int = 1000
     enabled: bool = True  # the flowControl feature gate; false = legacy admission (no EPP queue)
 
 

@@ -18,6 +18,9 @@ EVICTED_NO_ENDPOINTS = "EvictedNoEndpoints"
 EVICTED_CANCELLED = "EvictedContextCancelled"
 EVICTED_OTHER = "EvictedOther"
 
+# the fairness_id label past llm-d's cap (llm-d-router docs/metrics.md): every later tenant's series
+FAIRNESS_OTHER = "other"
+
 # llm_d_epp_flow_control_revocations_total outcome label values (llm-d PR #2249)
 REVOKE_CONFIRMED = "confirmed"
 REVOKE_TIMED_OUT = "timed_out"
@@ -95,6 +98,26 @@ class FlowController:
         self.count = 0
         self.bytes = 0
         self.outcomes: Counter[tuple[int, str]] = Counter()  # (priority, outcome) -> requests
+        # the queue-duration histogram's count and sum per (fairness_id label, priority, outcome); the label
+        # set stops at cfg.fairness_id_cap tenants, the rest share FAIRNESS_OTHER, as llm-d's metrics do
+        self.left_count: Counter[tuple[str, int, str]] = Counter()
+        self.left_wait_ns: Counter[tuple[str, int, str]] = Counter()
+        self.fairness_labels: dict[str, str] = {}
+
+    def fairness_label(self, tenant: str) -> str:
+        """The fairness_id label this tenant's series carry: its own while the cap allows, else "other"."""
+        label = self.fairness_labels.get(tenant)
+        if label is None:
+            label = tenant if len(self.fairness_labels) < self.cfg.fairness_id_cap else FAIRNESS_OTHER
+            self.fairness_labels[tenant] = label
+        return label
+
+    def left(self, priority: int, outcome: str, tenant: str, waited_ns: int) -> None:
+        """A request left flow control with ``outcome`` after ``waited_ns`` in its band (0: turned away)."""
+        self.outcomes[priority, outcome] += 1
+        key = (self.fairness_label(tenant), priority, outcome)
+        self.left_count[key] += 1
+        self.left_wait_ns[key] += max(0, waited_ns)
 
     def band(self, priority: int) -> Band:
         """The band for a priority, provisioned on first use from the defaults."""
@@ -132,7 +155,7 @@ class FlowController:
         size = job.body_bytes
         if self.full(job.priority, size):
             kind = NO_ENDPOINTS if endpoints == 0 else QUEUE_FULL
-            self.outcomes[job.priority, REJECTED_NO_ENDPOINTS if endpoints == 0 else REJECTED_CAPACITY] += 1
+            self.left(job.priority, REJECTED_NO_ENDPOINTS if endpoints == 0 else REJECTED_CAPACITY, job.tenant, 0)
             return kind
         job.state = QUEUED
         job.enqueue_ns = now
@@ -141,7 +164,7 @@ class FlowController:
         self.bytes += size
         return None
 
-    def cancel(self, job: Job) -> bool:
+    def cancel(self, job: Job, now: int) -> bool:
         """Remove a queued job whose client went away."""
         if job.state != QUEUED:  # only a queued job is in a band (its state changes as it leaves one)
             return False
@@ -151,7 +174,7 @@ class FlowController:
         self.count -= 1
         self.bytes -= job.body_bytes
         job.state = DONE
-        self.outcomes[job.priority, EVICTED_CANCELLED] += 1
+        self.left(job.priority, EVICTED_CANCELLED, job.tenant, now - job.enqueue_ns)
         return True
 
     def expire(self, now: int, endpoints: int) -> list[tuple[Job, str]]:
@@ -171,12 +194,12 @@ class FlowController:
                     self.count -= 1
                     self.bytes -= job.body_bytes
                     job.state = DONE
-                    self.outcomes[job.priority, label] += 1
+                    self.left(job.priority, label, job.tenant, now - job.enqueue_ns)
                     out.append((job, kind))
         return out
 
     def dispatch_cycle(self, saturated: Callable[[float], bool], endpoints: int,
-                       dispatch: Callable[[Job], None]) -> int:
+                       dispatch: Callable[[Job], None], now: int) -> int:
         """Dispatch highest band first while saturation < ceiling (``saturated(ceiling)`` is False); the first gated
         band stops the cycle."""
         n = 0
@@ -190,7 +213,7 @@ class FlowController:
                 job = b.pop(self.cfg.fairness)
                 self.count -= 1
                 self.bytes -= job.body_bytes
-                self.outcomes[prio, DISPATCHED] += 1
+                self.left(prio, DISPATCHED, job.tenant, now - job.enqueue_ns)
                 dispatch(job)
                 n += 1
         return n

@@ -51,6 +51,13 @@ def render(stack: Stack) -> str:
         family("llm_d_epp_flow_control_requests_total", "counter", "Flow-control requests by outcome.",
                [({"inference_pool": pool, "priority": p, "outcome": o}, float(n))
                 for (p, o), n in sorted(flow.outcomes.items())])
+        name = "llm_d_epp_flow_control_request_queue_duration_seconds"  # per tenant, capped as llm-d caps it
+        family(name, "histogram", "Time in flow control until a request left it, by fairness_id, priority and "
+               "outcome (at most fairness_id_cap fairness_id values; later tenants under \"other\").", [])
+        for (fid, p, o), n in sorted(flow.left_count.items()):
+            labels = f'inference_pool="{pool}",fairness_id="{_q(fid)}",priority="{p}",outcome="{_q(o)}"'
+            out.append(f"{name}_sum{{{labels}}} {flow.left_wait_ns[fid, p, o] / 1e9!r}")
+            out.append(f"{name}_count{{{labels}}} {float(n)}")
         family("llm_d_epp_flow_control_queue_size", "gauge", "Requests queued in flow control.",
                [({"inference_pool": pool, "priority": p}, float(n)) for p, n in sorted(flow.queue_sizes().items())])
         family("llm_d_epp_flow_control_queue_bytes", "gauge", "Bytes queued in flow control.",

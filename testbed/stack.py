@@ -206,7 +206,7 @@ class Stack:
 
     def cancel(self, job: Job) -> bool:
         """The client went away: take the job out. True if it was still queued at the gateway."""
-        if self.flow is not None and self.flow.cancel(job):
+        if self.flow is not None and self.flow.cancel(job, self.clock.now_ns()):
             return True
         self.engine.remove(job)
         self.dispatch()
@@ -226,7 +226,7 @@ class Stack:
             assert r is not None
             eng.submit(job, r)
 
-        self.flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
+        self.flow.dispatch_cycle(eng.saturated, self.endpoints(), send, self.clock.now_ns())
         if self.cfg.flow_control.enable_eviction and self.flow.count:
             self._evict(send)
         if self.revocations is not None:
@@ -274,7 +274,7 @@ class Stack:
             victim.sink.on_drop(victim, EVICTED)
             revoked += 1
         if revoked:
-            flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
+            flow.dispatch_cycle(eng.saturated, self.endpoints(), send, self.clock.now_ns())
 
     def _evict(self, send: Callable[[Job], None]) -> None:
         """llm-d enableEviction: while a band is gated (saturation >= ceiling) with work queued, kill
@@ -298,7 +298,7 @@ class Stack:
             eng.remove(victim)
             flow.outcomes[victim.priority, EVICTED_OTHER] += 1
             victim.sink.on_drop(victim, EVICTED)
-        flow.dispatch_cycle(eng.saturated, self.endpoints(), send)
+        flow.dispatch_cycle(eng.saturated, self.endpoints(), send, self.clock.now_ns())
 
     def sweep_ttl(self) -> None:
         """Expire queued requests past their TTL."""

@@ -73,13 +73,13 @@ def test_strict_priority_and_gate_stops_lower_bands() -> None:
         order.append(j.rid)
         budget[0] -= 1
 
-    f.dispatch_cycle(sat, 1, send)
+    f.dispatch_cycle(sat, 1, send, 0)
     assert order == ["i0", "i1", "i2", "s0"]
     assert f.outcomes[100, DISPATCHED] == 3
     # no endpoints: nothing moves
-    assert f.dispatch_cycle(lambda c: c <= 0.0, 0, send) == 0
+    assert f.dispatch_cycle(lambda c: c <= 0.0, 0, send, 0) == 0
     budget[0] = 100
-    f.dispatch_cycle(sat, 1, send)
+    f.dispatch_cycle(sat, 1, send, 0)
     assert order[4:] == ["s1", "s2", "b0", "b1", "b2"]
 
 
@@ -88,7 +88,7 @@ def test_global_strict_is_fcfs_across_tenants() -> None:
     for i, t in enumerate(["a", "a", "a", "b"]):
         f.enqueue(job(f"{t}{i}", tenant=t), i, 1)
     order: list[str] = []
-    f.dispatch_cycle(lambda c: c <= 0.0, 1, lambda j: order.append(j.rid))
+    f.dispatch_cycle(lambda c: c <= 0.0, 1, lambda j: order.append(j.rid), 0)
     assert order == ["a0", "a1", "a2", "b3"]
 
 
@@ -97,7 +97,7 @@ def test_round_robin_cycles_tenants() -> None:
     for i, t in enumerate(["a", "a", "a", "b", "b", "c"]):
         f.enqueue(job(f"{t}{i}", tenant=t), i, 1)
     order: list[str] = []
-    f.dispatch_cycle(lambda c: c <= 0.0, 1, lambda j: order.append(j.rid))
+    f.dispatch_cycle(lambda c: c <= 0.0, 1, lambda j: order.append(j.rid), 0)
     assert order == ["a0", "b3", "c5", "a1", "b4", "a2"]
 
 
@@ -105,8 +105,8 @@ def test_cancel_removes_queued_job() -> None:
     f = fc()
     j = job("x")
     f.enqueue(j, 0, 1)
-    assert f.cancel(j)
-    assert not f.cancel(j)
+    assert f.cancel(j, 0)
+    assert not f.cancel(j, 0)
     assert f.count == 0 and f.bytes == 0
 
 
@@ -129,7 +129,7 @@ def test_cancel_answers_as_the_bands_scan_would() -> None:
             jobs.append(j)
         elif op < 0.6:
             out: list[Job] = []
-            f.dispatch_cycle(lambda c: rng.choice([0.0, 0.0, 1.0]) >= c, 1, out.append)  # gated now and then
+            f.dispatch_cycle(lambda c: rng.choice([0.0, 0.0, 1.0]) >= c, 1, out.append, 0)  # gated now and then
             for j in out:  # the engine's states after dispatch: waiting, then running, then done
                 j.state = rng.choice([WAITING, RUNNING, "done"])
         elif op < 0.65:
@@ -139,7 +139,7 @@ def test_cancel_answers_as_the_bands_scan_would() -> None:
             j = rng.choice(jobs[-80:])
             queued = any(j in q for b in f.bands.values() for q in b.flows.values())
             found += queued
-            assert f.cancel(j) == queued, step
+            assert f.cancel(j, 0) == queued, step
             assert not any(j in q for b in f.bands.values() for q in b.flows.values())
         assert f.count == sum(len(q) for b in f.bands.values() for q in b.flows.values())
     assert found > 100
