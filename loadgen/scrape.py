@@ -102,9 +102,10 @@ def profile_filter(profile: str | None, testbed: bool = False) -> Callable[[str]
     keeps = stacks.get(profile).metrics.keeps
     if not testbed:
         return keeps
-    # the testbed imitates another stack for some profiles (litellm → vllm): keep what it exports too
+    # the testbed imitates another stack for some profiles (smg → llm-d): keep what it exports too, and its
+    # engine's vLLM families, which every testbed profile exports (behind LiteLLM too: its vLLM's histograms)
     imitated = stacks.get(stacks.testbed_profile(stacks.canonical(profile) if profile else stacks.DEFAULT))
-    return lambda name: keeps(name) or imitated.metrics.keeps(name) or name.startswith("testbed_")
+    return lambda name: keeps(name) or imitated.metrics.keeps(name) or name.startswith(("testbed_", "vllm:"))
 
 
 class ScrapeError(Exception):

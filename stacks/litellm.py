@@ -119,5 +119,5 @@ PROFILE = StackProfile(
     reason_headers=("rate_limit_type",),
     read_reason=read_reason,
     metrics=METRICS,
-    testbed="vllm",
+    testbed="litellm",  # the testbed's LiteLLM: vLLM behind a proxy's extra_body priority and timing headers
 )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROFILES = ("llm-d", "gaie-v1", "vllm", "sglang", "openai", "anthropic", "fifo", "headroom")
+PROFILES = ("llm-d", "gaie-v1", "vllm", "litellm", "sglang", "openai", "anthropic", "fifo", "headroom")
 
 
 class ConfigError(ValueError):

@@ -25,6 +25,9 @@ DROPPED_REASON = "x-llm-d-request-dropped-reason"
 # the gateway queue of one request (arrival → dispatch), in ms: the testbed's own header (real llm-d reports it
 # only as a histogram per band); rushhour reads it as stacks.timing.GATEWAY_QUEUE_HEADER
 GATEWAY_QUEUE_HEADER = "x-testbed-gateway-queue-ms"
+# LiteLLM's own timing headers (proxy/common_request_processing.py), as stacks.timing.HEADERS reads them
+LITELLM_OVERHEAD = "x-litellm-overhead-duration-ms"
+LITELLM_DURATION = "x-litellm-response-duration-ms"
 
 # ledger outcome of each drop kind
 DROP_OUTCOME = {
@@ -108,6 +111,8 @@ class Profile:
     gateway = False  # True: requests queue in the EPP flow controller before a replica
     prefix_aware = False  # llm-d's scorers prefer replicas holding the prompt prefix
     engine_metrics = True  # its model servers are vLLM: per-request ``metrics`` when cfg.vllm.per_request_metrics
+    engine_metrics_in_streams = True  # False: a proxy in front re-chunks a stream without them (LiteLLM)
+    proxy_timing = False  # True: LiteLLM's x-litellm-*-duration-ms headers on every served answer
 
     def __init__(self, cfg: TestbedConfig) -> None:
         self.cfg = cfg
@@ -182,6 +187,22 @@ class VllmProfile(Profile):
     def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
         """Body field `priority` (int, default 0)."""
         p = _int_field(body, "priority")
+        return Classified(priority=p, rank=float(p))
+
+
+class LitellmProfile(VllmProfile):
+    """LiteLLM 1.106.12 in front of vLLM: ``extra_body.priority`` reaches the engine (the top-level ``priority`` is
+    its router's), its timing headers come on every served answer, and vLLM's ``metrics`` only on whole answers
+    (it rebuilds a stream's chunks without them; both measured against the real pair, tests/real)."""
+
+    name = "litellm"
+    engine_metrics_in_streams = False
+    proxy_timing = True
+
+    def classify(self, headers: Mapping[str, str], body: Mapping[str, Any]) -> Classified:
+        """``extra_body.priority`` (int, default 0), as LiteLLM passes it into the upstream's body."""
+        extra = body.get("extra_body")
+        p = _int_field(extra, "priority") if isinstance(extra, Mapping) else 0
         return Classified(priority=p, rank=float(p))
 
 
@@ -423,7 +444,8 @@ def _api_key(headers: Mapping[str, str]) -> str:
 def make_profile(cfg: TestbedConfig) -> Profile:
     """The profile object for cfg.profile."""
     classes: dict[str, type[Profile]] = {
-        "llm-d": EppProfile, "gaie-v1": GaieV1Profile, "vllm": VllmProfile, "sglang": SglangProfile,
+        "llm-d": EppProfile, "gaie-v1": GaieV1Profile, "vllm": VllmProfile, "litellm": LitellmProfile,
+        "sglang": SglangProfile,
         "openai": OpenAIProfile, "anthropic": AnthropicProfile, "fifo": FifoProfile,
         "headroom": HeadroomProfile,
     }

@@ -18,7 +18,16 @@ from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
 from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
 from rushhour.testbed.ledger import Ledger, Record
 from rushhour.testbed.metrics import render
-from rushhour.testbed.profiles import GATEWAY_QUEUE_HEADER, AnthropicProfile, Classified, OpenAIProfile, Profile, Reply
+from rushhour.testbed.profiles import (
+    GATEWAY_QUEUE_HEADER,
+    LITELLM_DURATION,
+    LITELLM_OVERHEAD,
+    AnthropicProfile,
+    Classified,
+    OpenAIProfile,
+    Profile,
+    Reply,
+)
 from rushhour.testbed.stack import Stack
 from rushhour.testbed.tokens import block_hashes, count_tokens
 from rushhour.testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
@@ -208,11 +217,20 @@ class Server:
 
     # ---- server timing (the same fields as the stack imitated reports, from the ledger's times) -----------
     def _timing_headers(self, ex: Exchange) -> dict[str, str]:
-        """The gateway's queue for a dispatched request (llm-d: flow control, arrival → dispatch)."""
+        """The gateway's own timing of a dispatched request, from the ledger's times: llm-d's flow-control queue
+        (arrival → dispatch); LiteLLM's overhead (arrival → the engine has it) and whole call (→ the answer's
+        end; a stream's headers go out as the engine takes it, so there the whole call is the overhead)."""
         job = ex.job
-        if not self.profile.gateway or job is None or job.dispatch_ns is None:
+        if job is None or job.dispatch_ns is None:
             return {}
-        return {GATEWAY_QUEUE_HEADER: repr((job.dispatch_ns - ex.rec.arrival_ns) / 1e6)}
+        before_engine = repr((job.dispatch_ns - ex.rec.arrival_ns) / 1e6)
+        if self.profile.gateway:
+            return {GATEWAY_QUEUE_HEADER: before_engine}
+        if self.profile.proxy_timing:
+            done = job.end_ns
+            whole = before_engine if ex.rec.stream or done is None else repr((done - ex.rec.arrival_ns) / 1e6)
+            return {LITELLM_OVERHEAD: before_engine, LITELLM_DURATION: whole}
+        return {}
 
     def _engine_metrics(self, ex: Exchange, output: int) -> dict[str, float] | None:
         """vLLM 0.32's per-request ``metrics`` (build_per_request_timing_metrics), from the job's times."""
@@ -491,7 +509,7 @@ class Server:
         ex.start(transport, chunked)
         kind = await ex.done
         if kind is None:
-            metrics = self._engine_metrics(ex, ex.sent)
+            metrics = self._engine_metrics(ex, ex.sent) if self.profile.engine_metrics_in_streams else None
             if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens, metrics)):
                 rec.outcome = "cancelled"
                 return resp

@@ -39,7 +39,7 @@ def test_names_aliases_and_testbed_imitations() -> None:
     assert stacks.testbed_profile("fifo") == "fifo"
     assert stacks.testbed_profile("headroom") == "headroom"
     assert stacks.testbed_profile("smg") == "llm-d"
-    assert stacks.testbed_profile("litellm") == "vllm"
+    assert stacks.testbed_profile("litellm") == "litellm"
     with pytest.raises(KeyError, match="unknown stack profile 'nope'"):
         stacks.get("nope")
     with pytest.raises(KeyError):
