@@ -302,35 +302,11 @@ def check_routes(scenario: Scenario, where: str) -> None:
 FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, gevent's hub
 
 
-def _ceiling(dist: Any) -> float:
-    """The largest value a distribution can draw (its ``max``, a constant, a uniform's top, a mixture's)."""
-    from rushhour.scenarios.distributions import Constant, Mixture, Uniform
-
-    inner = float("inf")
-    if isinstance(dist, Constant):
-        inner = dist.value
-    elif isinstance(dist, Uniform):
-        inner = dist.high
-    elif isinstance(dist, Mixture):
-        inner = max(_ceiling(part.dist) for part in dist.parts)
-    return min(inner, dist.max if dist.max is not None else float("inf"))
-
-
 def peak_connections(scenario: Scenario, processes: int) -> int:
-    """Sockets one load process may hold at once: chat sessions, agents × their widest fan-out, replays."""
-    from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona
-
+    """Sockets one load process may hold at once: each persona's peak (its own ``peak_sockets``) over the processes."""
     scale = max((p.agents_scale if p.agents_scale is not None else p.rate_scale for p in scenario.phases),
                 default=1.0)
-    total = 0.0
-    for persona in scenario.personas:
-        if isinstance(persona, ChatPersona):
-            total += persona.max_concurrent_sessions
-        elif isinstance(persona, AgentSwarmPersona):
-            agents = persona.agents if persona.start == "arrivals" else persona.agents * max(1.0, scale)
-            total += agents * max(1.0, _ceiling(persona.fanout))
-        else:
-            total += persona.max_in_flight
+    total = sum(persona.peak_sockets(scale) for persona in scenario.personas)
     return int(total / max(1, processes)) + FD_OVERHEAD
 
 

@@ -34,6 +34,14 @@ class _Dist(BaseModel):
     def _raw(self, rng: random.Random) -> float:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _top(self) -> float:
+        """The largest value the distribution itself draws, before the clip (inf: unbounded)."""
+        return math.inf
+
+    def ceiling(self) -> float:
+        """The largest value a draw can take: its ``max``, else the distribution's own top (inf: unbounded)."""
+        return min(self._top(), self.max if self.max is not None else math.inf)
+
     def _raw_fn(self) -> Callable[[random.Random], float]:
         """``_raw`` with the parameters bound (a closure: no model attribute reads per draw)."""
         return self._raw
@@ -117,6 +125,9 @@ class Constant(_Dist):
     def mean_estimate(self) -> float:
         return self.value
 
+    def _top(self) -> float:
+        return self.value
+
 
 class Uniform(_Dist):
     dist: Literal["uniform"]
@@ -131,6 +142,9 @@ class Uniform(_Dist):
 
     def _raw(self, rng: random.Random) -> float:
         return rng.uniform(self.low, self.high)
+
+    def _top(self) -> float:
+        return self.high
 
     def _raw_fn(self) -> Callable[[random.Random], float]:
         low, high = self.low, self.high
@@ -293,6 +307,9 @@ class Empirical(_Dist):
 class Mixture(_Dist):
     dist: Literal["mixture"]
     parts: list[MixturePart] = Field(min_length=1)
+
+    def _top(self) -> float:
+        return max(part.dist.ceiling() for part in self.parts)
 
     def _raw(self, rng: random.Random) -> float:
         total = sum(p.weight for p in self.parts)

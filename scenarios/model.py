@@ -474,6 +474,16 @@ class ChatPersona(Strict):
     abandon_retries: int = Field(default=1, ge=0, le=100, description="re-asks per turn when on_abandon = retry")
     dataset: Dataset | None = Field(default=None, description="each session replays a sampled conversation's turns")
 
+    def scaled(self, factor: float) -> ChatPersona:
+        """The same persona carrying ``factor`` times its load: the arrival rate and the session slots."""
+        return self.model_copy(update={
+            "arrival": self.arrival.model_copy(update={"rate": self.arrival.rate * factor}),
+            "max_concurrent_sessions": max(1, round(self.max_concurrent_sessions * factor))})
+
+    def peak_sockets(self, scale: float) -> float:
+        """Sockets it may hold at once over all processes: one per session slot."""
+        return float(self.max_concurrent_sessions)
+
 
 class Subagents(Strict):
     """A call that spawns its own small swarm: sub-agents sharing a brief, the parent waiting for them all."""
@@ -573,6 +583,19 @@ class AgentSwarmPersona(Strict):
             return BUILTIN_TOOLS
         return self.tools or None
 
+    def scaled(self, factor: float) -> AgentSwarmPersona:
+        """The same swarm carrying ``factor`` times its load: the agents, and the task rate where it has one."""
+        update: dict[str, Any] = {"agents": max(1, round(self.agents * factor))}
+        if self.task_rate is not None:
+            update["task_rate"] = self.task_rate * factor
+        return self.model_copy(update=update)
+
+    def peak_sockets(self, scale: float) -> float:
+        """Sockets it may hold at once over all processes: its agents (at the largest phase ``scale`` unless they
+        arrive) times their widest fan-out."""
+        agents = self.agents if self.start == "arrivals" else self.agents * max(1.0, scale)
+        return agents * max(1.0, self.fanout.ceiling())
+
 
 class TraceReplayPersona(Strict):
     """Replays a real trace: timestamps become intended send times, token counts become prompts."""
@@ -590,6 +613,15 @@ class TraceReplayPersona(Strict):
     max_in_flight: int = Field(default=500, ge=1, le=MAX_SLOTS)
     max_prompt_tokens: int = Field(default=32000, gt=0, le=MAX_TOKENS)
     max_output_tokens: int = Field(default=2000, gt=0, le=MAX_TOKENS)
+
+    def scaled(self, factor: float) -> TraceReplayPersona:
+        """The same replay carrying ``factor`` times its load: faster, with as many more requests in flight."""
+        return self.model_copy(update={"time_scale": self.time_scale * factor,
+                                       "max_in_flight": max(1, round(self.max_in_flight * factor))})
+
+    def peak_sockets(self, scale: float) -> float:
+        """Sockets it may hold at once over all processes: its in-flight cap."""
+        return float(self.max_in_flight)
 
 
 Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona, Field(discriminator="kind")]

@@ -147,10 +147,10 @@ def run_flow(host: SimHost, flow: Flow) -> Task:
             raise TypeError(f"a flow yielded {cmd!r}")
 
 
+# each persona kind's flow, by the scenario's ``kind`` (the same flows the load process drives, loadgen/flow)
+FLOWS: dict[str, Any] = {"chat": chat.run_chat, "agent_swarm": agents.run_swarm, "trace_replay": replay.run_replay}
+
+
 def run_persona(host: SimHost, persona: ChatPersona | AgentSwarmPersona | TraceReplayPersona) -> Task:
     """The persona's driver loop (chat arrivals, a swarm, a trace replay) as a loop task."""
-    if isinstance(persona, ChatPersona):
-        return run_flow(host, chat.run_chat(host, persona))
-    if isinstance(persona, AgentSwarmPersona):
-        return run_flow(host, agents.run_swarm(host, persona))
-    return run_flow(host, replay.run_replay(host, persona))
+    return run_flow(host, FLOWS[persona.kind](host, persona))

@@ -30,8 +30,6 @@ from rushhour.scenarios.model import (
     MAX_LADDER,
     MAX_SCALE,
     MAX_SIM_REPLICAS,
-    AgentSwarmPersona,
-    ChatPersona,
     Route,
     Scenario,
 )
@@ -112,21 +110,7 @@ def scale_scenario(scenario: Scenario, factor: float, grow: Mapping[str, float] 
                          + (f": {near}" if near else "") + f" (its personas: {', '.join(names)})")
     if factor == 1.0 and all(f == 1.0 for f in grow.values()):
         return scenario
-    personas: list[Any] = []
-    for p in scenario.personas:
-        f = factor * grow.get(p.name, 1.0)
-        if isinstance(p, ChatPersona):
-            personas.append(p.model_copy(update={
-                "arrival": p.arrival.model_copy(update={"rate": p.arrival.rate * f}),
-                "max_concurrent_sessions": max(1, round(p.max_concurrent_sessions * f))}))
-        elif isinstance(p, AgentSwarmPersona):
-            update: dict[str, Any] = {"agents": max(1, round(p.agents * f))}
-            if p.task_rate is not None:
-                update["task_rate"] = p.task_rate * f
-            personas.append(p.model_copy(update=update))
-        else:
-            personas.append(p.model_copy(update={"time_scale": p.time_scale * f,
-                                                 "max_in_flight": max(1, round(p.max_in_flight * f))}))
+    personas = [p.scaled(factor * grow.get(p.name, 1.0)) for p in scenario.personas]
     what = " ".join([f"--scale {factor:g}", *(f"--grow {n}={g:g}" for n, g in grow.items())])
     return revalidate(scenario.model_copy(update={"personas": personas}), what)
 

@@ -75,3 +75,24 @@ def test_a_swarms_default_plan_draws_the_same() -> None:
         dist = getattr(persona, field)
         a, b = random.Random(9), random.Random(9)
         assert [dist.int_sampler(1)(a) for _ in range(500)] == [max(1, round(reference(dist, b))) for _ in range(500)]
+
+
+def test_a_distributions_ceiling_is_the_largest_value_it_can_draw() -> None:
+    """What a socket budget rests on (a swarm's widest fan-out): the clip, else the distribution's own top."""
+    import math
+
+    from pydantic import TypeAdapter
+
+    from rushhour.scenarios.distributions import Distribution
+
+    def ceiling(spec: dict[str, object]) -> float:
+        return TypeAdapter(Distribution).validate_python(spec).ceiling()
+
+    assert ceiling({"dist": "constant", "value": 3}) == 3
+    assert ceiling({"dist": "uniform", "low": 1, "high": 7}) == 7
+    assert ceiling({"dist": "uniform", "low": 1, "high": 7, "max": 5}) == 5
+    assert ceiling({"dist": "lognormal", "median": 2, "sigma": 1}) == math.inf
+    assert ceiling({"dist": "lognormal", "median": 2, "sigma": 1, "max": 40}) == 40
+    mixture = {"dist": "mixture", "parts": [{"weight": 0.85, "dist": {"dist": "constant", "value": 1}},
+                                            {"weight": 0.15, "dist": {"dist": "uniform", "low": 2, "high": 5}}]}
+    assert ceiling(mixture) == 5
