@@ -64,7 +64,7 @@ from rushhour.audit.table import TableWriter, build_table
 from rushhour.audit.timing_check import check_timing
 from rushhour.audit.tokens import token_fidelity
 from rushhour.audit.validity import check_validity, with_doomed, with_early_quits, with_shortfall
-from rushhour.audit.waits import wait_splits
+from rushhour.audit.waits import phase_splits, wait_splits
 from rushhour.records.manifest import RunManifest
 from rushhour.scenarios.model import SLO
 
@@ -1023,6 +1023,9 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
         outages=outages,
         spend=spend(attempts, data.manifest.scenario, data.manifest.budget_usage),
         waits=wait_splits(attempts[measured_att], [info.name for info in infos]),
+        waits_by_phase=phase_splits(attempts, [info.name for info in infos],
+                                    [str(p.get("name", "")) for p in sc.phases],
+                                    phases.phase_of(attempts["intended_ns"], sc.phases)),
         timing_checks=timing_checks,
     )
     del attempts

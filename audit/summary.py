@@ -461,6 +461,8 @@ class TierWaits(_Model):
     """Where one tier waited, from the servers' own timing (audit/waits.py)."""
 
     tier: str
+    phase: str | None = Field(default=None, description="the phase its attempts' intended sends fell in "
+                              "(waits_by_phase); None: the run's measured phases (waits)")
     served: int
     total_p50_ms: float | None = Field(description="intended send → first token, p50 of served attempts")
     total_sum_ms: float
@@ -612,6 +614,8 @@ class Summary(_Model):
                                   "replica down); saturation windows leave them out")
     waits: list[TierWaits] = Field(default_factory=list, description="where each tier waited, from the servers' "
                                    "own timing (empty: the stack reported none)")
+    waits_by_phase: list[TierWaits] = Field(default_factory=list, description="the same split per phase and tier, "
+                                            "when the scenario has phases (each attempt in its intended send's)")
     timing_checks: list[TimingCheck] = Field(default_factory=list, description="per-request server times summed "
                                              "over the run against the server's histograms")
 

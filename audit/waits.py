@@ -86,6 +86,19 @@ def wait_splits(attempts: pd.DataFrame, tiers: list[str]) -> list[TierWaits]:
     return out
 
 
+def phase_splits(attempts: pd.DataFrame, tiers: list[str], phases: list[str], phase_index: np.ndarray
+                 ) -> list[TierWaits]:
+    """The split per phase (``phase_index``: each attempt's phase, −1 none), phase by phase in the tiers' order;
+    empty with fewer than two phases or when no attempt reported any server timing."""
+    if len(phases) < 2:
+        return []
+    out: list[TierWaits] = []
+    for i, name in enumerate(phases):
+        found = wait_splits(attempts[phase_index == i], tiers)
+        out += [w.model_copy(update={"phase": name}) for w in found if w.served]
+    return out
+
+
 def sentence(waits: TierWaits) -> str:
     """'batch waited 4.1 s at p50 (from intended send to first token), 3.6 s of it in the engine's queue'."""
     if waits.total_p50_ms is None:

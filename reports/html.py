@@ -210,6 +210,8 @@ def context(summary: Summary, table: pd.DataFrame | None = None, csv_text: str |
         "wait_header": waits.HEADER,
         "wait_caption": waits.CAPTION,
         "wait_rows": waits.rows(summary),
+        "wait_phase_header": waits.PHASE_HEADER,
+        "wait_phase_rows": waits.rows(summary, by_phase=True),
         "wait_lines": waits.lines(summary),
         "wait_bars": waits.bars(summary),
         "wait_colours": waits.COLOURS,

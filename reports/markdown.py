@@ -159,6 +159,11 @@ def render_markdown(summary: Summary) -> str:
         out += ["### Where each tier waited (intended send → first token)", "", waits.CAPTION, ""]
         out += md_table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
         out += [""] + [f"- {_text(line)}" for line in waits.lines(summary)] + [""]
+        if summary.waits_by_phase:
+            out += ["#### Per phase", ""]
+            numeric = set(range(2, len(waits.PHASE_HEADER)))
+            out += md_table(waits.PHASE_HEADER, waits.rows(summary, by_phase=True), numeric)
+            out += [""]
 
     effect_rows = control.rows(summary)
     if effect_rows:

@@ -10,11 +10,15 @@ HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue
 CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"
 
 
-def rows(summary: Summary) -> list[list[str]]:
-    """One row per tier: its p50 wait, then each part's p50 and share (— not reported)."""
+PHASE_HEADER = ["phase", *HEADER]
+
+
+def rows(summary: Summary, by_phase: bool = False) -> list[list[str]]:
+    """One row per tier (``by_phase``: per phase and tier, the phase first): its p50 wait, then each part's p50 and
+    share (not reported: the stack did not say)."""
     out = []
-    for waits in summary.waits:
-        cells = [waits.tier, str(waits.served), fmt.ms(waits.total_p50_ms)]
+    for waits in summary.waits_by_phase if by_phase else summary.waits:
+        cells = ([waits.phase or ""] if by_phase else []) + [waits.tier, str(waits.served), fmt.ms(waits.total_p50_ms)]
         for part in waits.parts:
             if part.reported == 0:
                 cells.append("not reported")

@@ -59,6 +59,20 @@ def test_a_whole_answer_splits_its_decode_too() -> None:
     assert parts["decode"].reported == 0 and parts["rest"].p50_ms == pytest.approx(95)
 
 
+def test_per_phase_splits_each_phase_on_its_own_attempts() -> None:
+    from rushhour.audit.waits import phase_splits
+
+    frame = pd.DataFrame([_row("batch", 4100, 5, 3600, 400), _row("batch", 300, 5, 50, 200),
+                          _row("interactive", 250, 2, 10, 200)])
+    index = np.array([0, 1, 1])
+    found = phase_splits(frame, ["interactive", "batch"], ["calm", "peak"], index)
+    assert [(w.phase, w.tier, w.served) for w in found] == [("calm", "batch", 1), ("peak", "interactive", 1),
+                                                               ("peak", "batch", 1)]
+    calm = {p.part: p for p in found[0].parts}
+    assert calm["engine_queue"].p50_ms == pytest.approx(3600)
+    assert phase_splits(frame, ["batch"], ["only"], np.zeros(3, dtype=int)) == []  # one phase: the run's split
+
+
 def test_no_server_timing_means_no_split() -> None:
     frame = pd.DataFrame([_row("a", 100, 1, None, None)])
     assert wait_splits(frame, ["a"]) == []

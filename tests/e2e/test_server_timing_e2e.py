@@ -27,7 +27,8 @@ def _scenario(tmp: Path, profile: str) -> Path:
     doc = yaml.safe_load(SCENARIO.read_text())
     doc["name"] = f"timing-{profile}".replace("-", "")
     doc["target"]["profile"] = profile
-    doc["phases"] = [{"name": "peak", "duration": "8s", "rate_scale": 1.0}]
+    doc["phases"] = [{"name": "calm", "duration": "3s", "rate_scale": 1.0}, {"name": "peak", "duration": "5s",
+                                                                              "rate_scale": 1.0}]
     doc["drain_s"] = 3
     if profile == "litellm":  # LiteLLM passes vLLM's metrics on whole answers only: the batch jobs take those
         doc["personas"][1]["stream"] = False
@@ -113,6 +114,11 @@ def test_audit_splits_each_tier(runs: dict[str, Path], profile: str) -> None:
     summary = run_audit(runs[profile])
     waits = {w.tier: w for w in summary.waits}
     assert set(waits) == {"interactive", "batch"}
+    # per phase: every served attempt in the phase its intended send fell in, none twice
+    by_phase = {(w.phase, w.tier): w.served for w in summary.waits_by_phase}
+    assert {phase for phase, _ in by_phase} == {"calm", "peak"}, by_phase
+    for name, tier in waits.items():
+        assert sum(n for (_, t), n in by_phase.items() if t == name) == tier.served, (name, by_phase)
     for tier in waits.values():
         parts = {p.part: p for p in tier.parts}
         if profile == "litellm":  # interactive streams (no engine part through LiteLLM), batch takes whole answers
@@ -150,6 +156,8 @@ def test_reports_say_where_each_tier_waited(runs: dict[str, Path]) -> None:
     assert "batch waited" in markdown and "interactive waited" in markdown
     html = render_html(summary)
     assert 'id="waits"' in html and 'id="wait-bars"' in html and "batch waited" in html
+    assert "#### Per phase" in markdown and "| calm | batch |" in markdown and "| peak | batch |" in markdown
+    assert 'id="waits-by-phase"' in html and ">calm</td>" in html
     import io
 
     from rich.console import Console
