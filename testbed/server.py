@@ -19,9 +19,6 @@ from rushhour.testbed.job import EVICTED, REPLICA_DOWN, Job
 from rushhour.testbed.ledger import Ledger, Record
 from rushhour.testbed.metrics import render
 from rushhour.testbed.profiles import (
-    GATEWAY_QUEUE_HEADER,
-    LITELLM_DURATION,
-    LITELLM_OVERHEAD,
     AnthropicProfile,
     Classified,
     OpenAIProfile,
@@ -29,6 +26,7 @@ from rushhour.testbed.profiles import (
     Reply,
 )
 from rushhour.testbed.stack import Stack
+from rushhour.testbed.timing import engine_metrics, timing_headers
 from rushhour.testbed.tokens import block_hashes, count_tokens
 from rushhour.testbed.toolcalls import ANTHROPIC_ID, OPENAI_ID, VLLM_ID, plan_call, received_results
 from rushhour.testbed.wire import Wire, frame
@@ -215,43 +213,10 @@ class Server:
         rec.output_tokens = ex.sent if rec.stream else rec.output_tokens
         self.ledger.write(rec)
 
-    # ---- server timing (the same fields as the stack imitated reports, from the ledger's times) -----------
-    def _timing_headers(self, ex: Exchange) -> dict[str, str]:
-        """The gateway's own timing of a dispatched request, from the ledger's times: llm-d's flow-control queue
-        (arrival → dispatch); LiteLLM's overhead (arrival → the engine has it) and whole call (→ the answer's
-        end; a stream's headers go out as the engine takes it, so there the whole call is the overhead)."""
-        job = ex.job
-        if job is None or job.dispatch_ns is None:
-            return {}
-        before_engine = repr((job.dispatch_ns - ex.rec.arrival_ns) / 1e6)
-        if self.profile.gateway:
-            return {GATEWAY_QUEUE_HEADER: before_engine}
-        if self.profile.proxy_timing:
-            done = job.end_ns
-            whole = before_engine if ex.rec.stream or done is None else repr((done - ex.rec.arrival_ns) / 1e6)
-            return {LITELLM_OVERHEAD: before_engine, LITELLM_DURATION: whole}
-        return {}
-
-    def _engine_metrics(self, ex: Exchange, output: int) -> dict[str, float] | None:
-        """vLLM 0.32's per-request ``metrics`` (build_per_request_timing_metrics), from the job's times."""
-        job = ex.job
-        if (job is None or not self.profile.engine_metrics or not self.cfg.vllm.per_request_metrics
-                or ex.rec.endpoint == "/v1/messages"):
-            return None
-        out: dict[str, float] = {}
-        queued = job.dispatch_ns  # vLLM's queued_ts: the request reached the engine
-        if queued is not None and job.scheduled_ns is not None:
-            out["queue_time_ms"] = (job.scheduled_ns - queued) / 1e6
-            if job.first_token_ns is not None:
-                out["time_to_first_token_ms"] = (job.first_token_ns - job.scheduled_ns) / 1e6
-        if job.first_token_ns is not None and job.end_ns is not None:
-            decode = (job.end_ns - job.first_token_ns) / 1e6
-            out["generation_time_ms"] = decode
-            if output > 1:
-                out["mean_itl_ms"] = decode / (output - 1)
-            if job.scheduled_ns is not None and job.end_ns > job.scheduled_ns:
-                out["tokens_per_second"] = output / ((job.end_ns - job.scheduled_ns) / 1e9)
-        return out
+    @staticmethod
+    def _messages(ex: Exchange) -> bool:
+        """Anthropic's Messages endpoint: its answers carry no vLLM ``metrics`` object."""
+        return ex.rec.endpoint == "/v1/messages"
 
     # ---- responses ---------------------------------------------------------------------------
     def _headers(self, rec: Record, cl: Classified | None) -> dict[str, str]:
@@ -267,7 +232,7 @@ class Server:
     async def _send(self, request: web.Request, ex: Exchange, reply: Reply,
                     cl: Classified | None = None) -> web.StreamResponse:
         rec = ex.rec
-        headers = {**self._headers(rec, cl), **self._timing_headers(ex), **reply.headers,
+        headers = {**self._headers(rec, cl), **timing_headers(self.profile, ex.job, ex.rec.stream), **reply.headers,
                    "Content-Type": reply.content_type}
         resp = web.Response(status=reply.status, body=reply.body, headers=headers)
         rec.status, rec.reason = reply.status, reply.reason
@@ -487,13 +452,15 @@ class Server:
         rec.output_tokens = job.output
         rec.first_token_ns = job.first_token_ns
         ok = Reply(200, ex.wire.body(job.prompt_tokens, job.output, job.cached_tokens,
-                                     self._engine_metrics(ex, job.output)), outcome="served")
+                                     engine_metrics(self.profile, job, job.output, False, self._messages(ex))),
+                   outcome="served")
         return await self._send(request, ex, ok, cl)
 
     async def _stream(self, request: web.Request, ex: Exchange, cl: Classified) -> web.StreamResponse:
         rec, job, wire = ex.rec, ex.job, ex.wire
         assert job is not None and wire is not None
-        headers = {**self._headers(rec, cl), **self._timing_headers(ex), "Content-Type": "text/event-stream",
+        headers = {**self._headers(rec, cl), **timing_headers(self.profile, ex.job, ex.rec.stream),
+                   "Content-Type": "text/event-stream",
                    "Cache-Control": "no-cache"}
         resp = web.StreamResponse(status=200, headers=headers)
         chunked = request.version == HttpVersion11
@@ -509,7 +476,7 @@ class Server:
         ex.start(transport, chunked)
         kind = await ex.done
         if kind is None:
-            metrics = self._engine_metrics(ex, ex.sent) if self.profile.engine_metrics_in_streams else None
+            metrics = engine_metrics(self.profile, job, ex.sent, True, self._messages(ex))
             if not ex.raw(wire.tail(job.prompt_tokens, ex.sent, job.cached_tokens, metrics)):
                 rec.outcome = "cancelled"
                 return resp

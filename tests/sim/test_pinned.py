@@ -9,7 +9,9 @@ change of what the simulator models (or of the personas' random streams) changes
 so in the commit and take the new ones from ``python tests/sim/test_pinned.py``. The vLLM case's were taken again
 when the prefix cache began evicting a prompt's tail first, as vLLM frees blocks (1126 lines then 1132), and
 for both cases when the record gained 13 optional fields (how a first token was timed; the servers' own timing),
-which a simulated attempt writes as null: every other key and value of every line unchanged (checked line by line).
+which a simulated attempt writes as null: every other key and value of every line unchanged (checked line by line);
+and again when the simulated servers began to report their own timing as the testbed does (testbed/timing.py: 428
+and 175 lines now carry it): with those fields set back to null, both cases' bytes give the earlier digests.
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ LLMD_CONFIG = """    config:
       bands: [{priority: -1, max_requests: 40}]"""
 CASES = {
     # (lines, sha256 of the normalised lines)
-    "llm-d": (4781, "bcc24696345fe2233ef3e4acf3ed6bd64f6dd8b925ca6d1b658429b5b20c9bca"),
-    "vllm": (1132, "360a47cac4cdbae37dacec0d5765a9df12f9e4a3078b6fd486edc38e9a056252"),
+    "llm-d": (4781, "b37592dc6390bce141321289d9898064ee67126264ec92e1fee1bf7601a1d2d4"),
+    "vllm": (1132, "ddfb78da053c7c94aa9a12721989ec51692de66501868d29827890b49914515b"),
 }
 _ID = re.compile(r"\b[0-9a-f]{32}\b")
 _PROCESS = re.compile(r'"pid":\d+,"host":"[^"]*"')

@@ -124,3 +124,25 @@ def test_a_real_targets_profile_runs_as_the_testbeds_imitation_and_says_so(tmp_p
     assert "was not contacted" in res.stderr
     manifest = json.loads((only_run(tmp_path) / "run.json").read_text())
     assert "imitation (vllm" in manifest["simulation"]["imitates"]
+
+
+def test_the_simulated_stack_says_where_each_tier_waited(tmp_path: Path) -> None:
+    """The simulated servers report their own timing as the HTTP testbed does (testbed/timing.py): each served
+    attempt's gateway queue and vLLM's queue and prefill, which in virtual time add up to the client's whole wait
+    (no wire, no client lag)."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SATURATED)
+    result = simulate(str(scenario), SimOptions(out_dir=tmp_path))
+    lines = [json.loads(x) for x in next((result.run_dir / "records").glob("*.jsonl")).read_text().splitlines()[1:]]
+    served = [d for d in lines if d["kind"] == "request" and d["status"] == 200 and d.get("complete")]
+    assert served
+    for d in served:
+        parts = d["gateway_queue_ms"] + d["metrics_queue_time_ms"] + d["metrics_time_to_first_token_ms"]
+        assert abs((d["first_token_ns"] - d["intended_ns"]) / 1e6 - parts) < 1e-3, d
+        assert d["metrics_generation_time_ms"] >= 0 and d["metrics_tokens_per_second"] > 0
+    waits = {w.tier: w for w in run_audit(result.run_dir).waits}
+    assert set(waits) == {"interactive", "batch"}
+    for tier in waits.values():
+        parts = {p.part: p for p in tier.parts}
+        assert parts["gateway"].reported == parts["engine_queue"].reported == tier.served > 0
+        assert abs(parts["rest"].sum_ms or 0.0) < 1e-3 * tier.served  # nothing unexplained in virtual time
