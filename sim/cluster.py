@@ -98,10 +98,11 @@ class SimReplica(Replica):
         if self.dirty is not None:
             self.dirty.add(self.index)
 
-    def _preempt(self, victim: Job) -> None:
+    def preempt(self, victim: Job) -> None:
+        """``Replica.preempt``, a lazy job settled first."""
         if self.lazy and victim in self.lazy:  # pragma: no cover - a plan that preempts settles every lazy job first
             self._settle_lazy(victim)
-        super()._preempt(victim)
+        super().preempt(victim)
 
     def drain(self) -> list[Job]:
         """``Replica.drain``, noted in ``dirty``."""

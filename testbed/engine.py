@@ -121,7 +121,8 @@ class Replica:
         return jobs
 
     # ---- the step ------------------------------------------------------------------------
-    def _preempt(self, victim: Job) -> None:
+    def preempt(self, victim: Job) -> None:
+        """Put a running job back to waiting (a seam: the simulator's replica settles its lazy jobs first)."""
         # vLLM V1 recompute preemption: free the KV, back to waiting, keep what was streamed
         self.running.remove(victim)
         self.kv -= victim.computed
@@ -160,7 +161,7 @@ class Replica:
             c = plan.pop(r, 0)
             kv_freed += r.computed + c
             budget_freed += c
-            self._preempt(r)
+            self.preempt(r)
         return kv_freed, budget_freed
 
     def plan_step(self, now: int) -> float | None:
@@ -194,7 +195,7 @@ class Replica:
                 victim = pick_victim(running)
                 kv -= victim.computed
                 budget += plan.pop(victim, 0)
-                self._preempt(victim)
+                self.preempt(victim)
                 preempted = True
             if job.state != RUNNING:
                 continue

@@ -205,6 +205,7 @@ def private_crossings(modules: Mapping[str, tuple[Path, bool]]) -> list[str]:
     for name, (path, _is_pkg) in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         aliases: dict[str, str] = {}  # a local name bound to one of rushhour's modules → that module
+        foreign: dict[str, str] = {}  # a name imported from another of rushhour's modules → that module
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 source = layer_name(node.module)
@@ -214,10 +215,18 @@ def private_crossings(modules: Mapping[str, tuple[Path, bool]]) -> list[str]:
                         aliases[alias.asname or alias.name] = sub
                     elif source in modules and source != name and _private(alias.name):
                         out.add(f"{name} imports {source}.{alias.name}: a private name of another module")
+                    elif source in modules and source != name:
+                        foreign[alias.asname or alias.name] = source
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname and layer_name(alias.name) in modules:
                         aliases[alias.asname] = layer_name(alias.name)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            bases = [foreign[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in foreign]
+            for node in (ast.walk(cls) if bases else ()):
+                if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Call)
+                        and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"):
+                    out.add(f"{name}.{cls.name} overrides {bases[0]}'s private {node.attr}: a seam must be public")
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
                     and aliases.get(node.value.id, name) != name):
