@@ -43,6 +43,7 @@ class Record:
     fault: str | None = None
     tool_call: str | None = None  # the id of the tool call the answer carried (config `tool_calls`)
     tool_results: list[str] = field(default_factory=list)  # tool-call ids the request's messages answered
+    traceparent: str | None = None  # the W3C trace context the request carried (at most 64 characters kept)
 
 
 class Ledger:

@@ -315,7 +315,8 @@ class Server:
         now = self.clock.now_ns()
         rid = request.headers.get("x-request-id") or uuid.uuid4().hex
         endpoint = ENDPOINTS[request.path]
-        rec = Record(request_id=rid, arrival_ns=now, profile=self.cfg.profile, endpoint=request.path)
+        rec = Record(request_id=rid, arrival_ns=now, profile=self.cfg.profile, endpoint=request.path,
+                     traceparent=request.headers.get("traceparent", "")[:64] or None)
         ex = Exchange(rec)
         ex.stack = self.stack
         self.live.add(ex)

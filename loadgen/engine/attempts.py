@@ -19,6 +19,8 @@ from rushhour.loadgen.flow.protocol import Logical as Logical
 from rushhour.loadgen.prompts import ToolCall
 from rushhour.loadgen.tiers import TierWire, pins_output
 from rushhour.loadgen.tokens import TokenizerError
+from rushhour.loadgen.traceparent import HEADER as TRACE_HEADER
+from rushhour.loadgen.traceparent import traceparent
 from rushhour.records.record import REASON_TEMPLATE, RequestRecord
 
 
@@ -114,6 +116,9 @@ def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, 
     record.tools_offered = bool(req.tools)
     headers = dict(wire.headers)
     headers["x-request-id"] = record.request_id
+    context = traceparent(record.logical_id, record.request_id)
+    if context is not None and not any(name.lower() == TRACE_HEADER for name in headers):
+        headers[TRACE_HEADER] = context
     request = build_request(route.endpoint, path, headers, body)
     record.prompt_bytes = len(body)
     ctx.counters.sent += 1

@@ -82,6 +82,8 @@ def test_record_timing_equals_the_ledger(runs: dict[str, Path], profile: str) ->
     queued = 0
     for rec in served:
         truth = ledger[rec["request_id"]]
+        # W3C trace context: the server saw the logical request as the trace and the attempt as the span
+        assert truth["traceparent"] == f"00-{rec['logical_id']}-{rec['request_id'][:16]}-01", (rec, truth)
         before_engine = truth["dispatch_ns"] - truth["arrival_ns"]
         if profile == "litellm":  # LiteLLM's own time on every answer; vLLM's metrics on whole answers only
             assert abs(rec["litellm_overhead_duration_ms"] * NS - before_engine) <= EXACT_NS, (rec, truth)
