@@ -67,6 +67,34 @@ class Watch(Protocol):
     def look(self, elapsed_s: float) -> dict[str, Any] | None: ...
 
 
+class LiveExporter(Protocol):
+    """The run's live figures (audit/live.py ``LiveMetrics``): fed by the shard tail, served over HTTP."""
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _GuardedFeed:
+    """The live exporter behind a guard: if it breaks it stops being fed, and the run goes on (it only watches)."""
+
+    def __init__(self, inner: LiveExporter, ctx: RunContext) -> None:
+        self.inner, self.ctx, self.broken = inner, ctx, False
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None:
+        if self.broken:
+            return
+        try:
+            self.inner.feed(record, shard)
+        except Exception as exc:  # a courtesy: never the reason a run is lost
+            self.broken = True
+            self.ctx.manifest.extra["live_metrics_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            self.ctx.say(f"[yellow]warning:[/] the live metrics stopped ({escape(type(exc).__name__)}); "
+                         "the run goes on to its end")
+
+
 class _GuardedWatch:
     """The watcher behind a guard: if it breaks, the run goes on to its end (the gate then judges it whole)
     and run.json's ``abort_watch_error`` and a warning say that no early abort was watched from then on."""
@@ -129,6 +157,11 @@ class RunOptions:
     # testbed it would start, and the trace rows or conversations that exceed its context)
     dry_run_notes: Callable[[Scenario], list[str]] | None = None
     keep_going: bool = False  # --keep-going: no fail-fast stop when every attempt fails alike (loadgen/doomed.py)
+    # --metrics-port: serve the run's live figures on /metrics while the load runs (0: any free port), built by
+    # ``live_metrics`` (rushhour passes audit.live.LiveMetrics: they are classified as the audit classifies)
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    live_metrics: Callable[[Scenario], LiveExporter] | None = None
 
 
 @dataclass
@@ -883,6 +916,17 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
              if options.watcher and scenario.abort and scenario.abort.enabled else None)
     if watch is not None:
         tail.listeners.append(watch)
+    exporter: LiveExporter | None = None
+    if options.metrics_port is not None and options.live_metrics is not None:
+        exporter = options.live_metrics(scenario)
+        try:
+            serving = exporter.serve(options.metrics_port, options.metrics_host)
+        except OSError as exc:
+            return ctx.fail_startup(f"--metrics-port {options.metrics_port}: cannot serve the live metrics on "
+                                    f"{options.metrics_host} ({exc.strerror or exc})")
+        manifest.extra["metrics_url"] = url = f"http://{options.metrics_host}:{serving}/metrics"
+        _say(console, f"live metrics: {url}")
+        tail.listeners.append(_GuardedFeed(exporter, ctx))
     routes = ("primary", *(r.name for r in scenario.resilience.fallback))
     doom = None if options.keep_going else doomed.DoomWatch(routes=routes)  # fail fast: the first attempts alike
     if doom is not None:
@@ -958,6 +1002,9 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
             if proc.poll() is None:
                 stop_pid(proc, STOP_GRACE_S)
             procs.reap(children)  # Locust workers that outlived their master
+            if exporter is not None:
+                tail.poll()  # the drain's last records, then the endpoint closes with the load
+                exporter.close()
             if live is not None:
                 tail.poll()
                 live.update(render(tail, total_s, total_s))

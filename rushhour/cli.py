@@ -237,9 +237,15 @@ def run(
     keep_going: Annotated[bool, typer.Option(
         help="do not stop a run whose calibration or first attempts all fail alike (wrong model, key or "
              "address; without it such a run stops within seconds and exits 2)")] = False,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535, help="serve the run's live figures as Prometheus /metrics on this port while the load "
+        "runs: per tier attempts by the audit's class, not sent, a TTFT histogram; per load process in flight and "
+        "loop lag (0: any free port, printed)")] = None,
+    metrics_host: Annotated[str, typer.Option(help="address --metrics-port listens on")] = "127.0.0.1",
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from rushhour.audit.early import Watcher
+    from rushhour.audit.live import LiveMetrics
     from rushhour.fits import dry_run_notes
     from rushhour.loadgen.runner import RunOptions, run_scenario
     from rushhour.scenarios import ScenarioError
@@ -256,11 +262,18 @@ def run(
             raise _fail(busy)
     if gate_run and dry_run:
         raise _fail("--gate judges a run, and a dry run sends nothing: leave one of them out")
+    if metrics_port and not dry_run:
+        from rushhour.ports import listen_problem
+
+        busy = listen_problem(metrics_host, metrics_port, "--metrics-port")
+        if busy:
+            raise _fail(busy)
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
         abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
+        metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")

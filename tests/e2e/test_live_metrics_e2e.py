@@ -1,0 +1,115 @@
+"""`rushhour run --metrics-port`: the run's own figures, live, as Prometheus text, classified as the audit does."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+# a small llm-d testbed over its head: batch overflows its band (queue_full) while interactive is served
+SCENARIO = """
+name: e2e-live-metrics
+seed: 3
+target:
+  url: testbed
+  profile: llm-d
+  model: testbed-model
+  testbed: {preset: tiny, replicas: 1, speed: 0.5, config: {band_max_requests: 4}}
+calibration: {probes: 0}
+tiers:
+  - {name: interactive, priority: 10}
+  - {name: batch, priority: -1}
+personas:
+  - {kind: chat, name: chat, tier: interactive, turns: 1, arrival: {process: poisson, rate: 3},
+     prompt_tokens: 64, output_tokens: 16}
+  - {kind: chat, name: bulk, tier: batch, turns: 1, arrival: {process: poisson, rate: 12},
+     prompt_tokens: 64, output_tokens: 120}
+phases:
+  - {name: peak, duration: 10s}
+drain_s: 4
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    try:
+        text = urllib.request.urlopen(url, timeout=2).read().decode()
+    except OSError:
+        return None
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_live_figures_grow_with_the_run_and_agree_with_its_audit(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    cmd = [sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
+           "--metrics-port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    scrapes = []
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            found = _scrape(url)
+            if found is not None:
+                scrapes.append(found)
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 1), out[-3000:]
+    assert f"live metrics: {url}" in out
+    assert len(scrapes) >= 5, (len(scrapes), out[-2000:])
+    assert _scrape(url) is None  # the endpoint closed with the load
+
+    def attempts(scrape: dict, tier: str, cls: str) -> float:
+        return scrape.get(("rushhour_attempts_total", (("class", cls), ("tier", tier))), 0.0)
+
+    served = [attempts(s, "interactive", "served") for s in scrapes]
+    assert served == sorted(served) and served[-1] > 0, served  # counters only grow, and did while it ran
+    assert any(k[0] == "rushhour_in_flight" for k in scrapes[len(scrapes) // 2])
+    assert any(k[0] == "rushhour_ttft_seconds_count" for k in scrapes[-1])
+
+    run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
+    assert json.loads((run_dir / "run.json").read_text())["metrics_url"] == url
+    summary = json.loads((run_dir / "summary.json").read_text())
+    last = scrapes[-1]
+    for tier in summary["tiers"]:
+        for cls, count in tier["attempts_by_class"].items():
+            seen = attempts(last, tier["name"], cls)
+            assert seen <= count, (tier["name"], cls, seen, count)  # never more than the audit counts
+    batch = {t["name"]: t for t in summary["tiers"]}["batch"]["attempts_by_class"]
+    assert batch.get("queue_full", 0) > 0 and attempts(last, "batch", "queue_full") > 0, (batch, last)
+
+
+def test_a_busy_metrics_port_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out",
+                               str(tmp_path / "runs"), "--metrics-port", str(port)], cwd=REPO, capture_output=True,
+                              text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr + done.stdout
+    assert f"port {port} is in use: pass --metrics-port N" in done.stderr + done.stdout
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/records"))
