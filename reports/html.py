@@ -207,14 +207,14 @@ def context(summary: Summary, table: pd.DataFrame | None = None, csv_text: str |
         "uplot_css": inline_asset(VENDOR / "uPlot.min.css"),
         "charts_js": inline_asset(TEMPLATES / "charts.js"),
         "css": inline_asset(TEMPLATES / "report.css"),
-        "wait_header": waits.HEADER,
+        "wait_header": waits.header(summary),
         "wait_caption": waits.CAPTION,
         "wait_rows": waits.rows(summary),
-        "wait_phase_header": waits.PHASE_HEADER,
+        "wait_phase_header": waits.header(summary, by_phase=True),
         "wait_phase_rows": waits.rows(summary, by_phase=True),
         "wait_lines": waits.lines(summary),
         "wait_bars": waits.bars(summary),
-        "wait_colours": waits.COLOURS,
+        "wait_colours": {k: v for k, v in waits.COLOURS.items() if k in waits.parts_shown(summary)},
     }
 
 

@@ -157,12 +157,13 @@ def render_markdown(summary: Summary) -> str:
 
     if summary.waits:  # the servers' own timing: where each tier's wait went
         out += ["### Where each tier waited (intended send → first token)", "", waits.CAPTION, ""]
-        out += md_table(waits.HEADER, waits.rows(summary), set(range(1, len(waits.HEADER))))
+        head = waits.header(summary)
+        out += md_table(head, waits.rows(summary), set(range(1, len(head))))
         out += [""] + [f"- {_text(line)}" for line in waits.lines(summary)] + [""]
         if summary.waits_by_phase:
             out += ["#### Per phase", ""]
-            numeric = set(range(2, len(waits.PHASE_HEADER)))
-            out += md_table(waits.PHASE_HEADER, waits.rows(summary, by_phase=True), numeric)
+            head = waits.header(summary, by_phase=True)
+            out += md_table(head, waits.rows(summary, by_phase=True), set(range(2, len(head))))
             out += [""]
 
     effect_rows = control.rows(summary)

@@ -6,20 +6,32 @@ from rushhour.audit.summary import Summary
 from rushhour.audit.waits import sentence
 from rushhour.reports import fmt
 
-HEADER = ["tier", "served", "wait p50", "client", "gateway queue", "engine queue", "prefill", "decode", "rest"]
+LABELS = {"client": "client", "gateway": "gateway queue", "engine_queue": "engine queue", "prefill": "prefill",
+          "decode": "decode", "rest": "rest"}
+ONLY_WHEN_SEEN = ("decode",)  # a part of whole answers only: a streamed run's table leaves its column out
 CAPTION = "each part: its p50, and (its share of the tier's whole wait); not reported: the stack did not say"
 
 
-PHASE_HEADER = ["phase", *HEADER]
+def parts_shown(summary: Summary) -> list[str]:
+    """The parts the tables show: every part, less those only whole answers have when none had them."""
+    seen = {p.part for w in (*summary.waits, *summary.waits_by_phase) for p in w.parts if p.reported}
+    return [part for part in LABELS if part not in ONLY_WHEN_SEEN or part in seen]
+
+
+def header(summary: Summary, by_phase: bool = False) -> list[str]:
+    """The table's header (``by_phase``: the phase first)."""
+    return [*(["phase"] if by_phase else []), "tier", "served", "wait p50",
+            *(LABELS[p] for p in parts_shown(summary))]
 
 
 def rows(summary: Summary, by_phase: bool = False) -> list[list[str]]:
     """One row per tier (``by_phase``: per phase and tier, the phase first): its p50 wait, then each part's p50 and
     share (not reported: the stack did not say)."""
     out = []
+    shown = set(parts_shown(summary))
     for waits in summary.waits_by_phase if by_phase else summary.waits:
         cells = ([waits.phase or ""] if by_phase else []) + [waits.tier, str(waits.served), fmt.ms(waits.total_p50_ms)]
-        for part in waits.parts:
+        for part in (p for p in waits.parts if p.part in shown):
             if part.reported == 0:
                 cells.append("not reported")
             else:
