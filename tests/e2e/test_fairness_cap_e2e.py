@@ -3,16 +3,14 @@ metrics do, and the audit says the router's per-tenant figures are partial (its 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from .run_helpers import last_scrape, run_scenario
+
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 QUEUE = "llm_d_epp_flow_control_request_queue_duration_seconds_count"
 OUTCOMES = "llm_d_epp_flow_control_requests_total"
 
@@ -38,34 +36,17 @@ drain_s: 5
 """
 
 
-def _last(run_dir: Path, name: str) -> dict[str, float]:
-    """The family's samples at the last scrape that had it, by their labels (as JSON)."""
-    last: dict[str, float] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        found = {json.dumps(s.get("labels") or {}, sort_keys=True): float(s["value"])
-                 for s in json.loads(line).get("samples", []) if s.get("name") == name}
-        last = found or last
-    return last
-
-
 def test_tenants_past_the_cap_are_lumped_and_named(tmp_path: Path) -> None:
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(SCENARIO)
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
-                           "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
-    runs = list((tmp_path / "runs").glob("*/run.json"))
-    assert runs, done.stdout[-2000:] + done.stderr[-2000:]
-    run_dir = runs[0].parent
+    _, run_dir = run_scenario(SCENARIO, tmp_path, "--no-report")
     from rushhour.audit import run_audit
 
     summary = run_audit(run_dir)
-    queue = _last(run_dir, QUEUE)
     fairness_ids: Counter[str] = Counter()
-    for labels, value in queue.items():
-        fairness_ids[json.loads(labels)["fairness_id"]] += int(value)
+    for labels, value in last_scrape(run_dir, QUEUE).items():
+        fairness_ids[dict(labels)["fairness_id"]] += int(value)
     assert len(fairness_ids) == 5 and "other" in fairness_ids, fairness_ids  # 4 tenants of their own, then "other"
     # the per-tenant series lose no request: together they count what the per-priority counter counts
-    outcomes = _last(run_dir, OUTCOMES)
+    outcomes = last_scrape(run_dir, OUTCOMES)
     assert sum(fairness_ids.values()) == sum(outcomes.values()), (fairness_ids, outcomes)
     (tier,) = summary.tiers
     tenants = {t.tenant: t.requests for t in tier.fairness.tenants}  # rushhour's own per-tenant figures: whole

@@ -6,15 +6,14 @@ matches, and the floor "no preemption of requests in progress" (`slo.max_preempt
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from .run_helpers import last_scrape, run_scenario
+
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 REVOCATIONS = "llm_d_epp_flow_control_revocations_issued_total"
 
 # non-streaming: every revoked request is answered 429 evicted before any byte (a revoked stream is cut after
@@ -43,31 +42,8 @@ drain_s: 5
 """
 
 
-def _last_counter(run_dir: Path, name: str) -> dict[str, float]:
-    """The counter's value per priority at the last scrape that had it."""
-    last: dict[str, float] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        scrape = json.loads(line)
-        found = {}
-        for sample in scrape.get("samples", []):
-            if sample.get("name") == name:
-                labels = sample.get("labels") or {}
-                if isinstance(labels, str):
-                    labels = json.loads(labels)
-                found[str(labels.get("priority"))] = float(sample["value"])
-        if found:
-            last = found
-    return last
-
-
 def test_revocations_agree_between_client_ledger_and_counter(tmp_path: Path) -> None:
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(SCENARIO)
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
-                           "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
-    runs = list((tmp_path / "runs").glob("*/run.json"))
-    assert runs, done.stdout[-2000:] + done.stderr[-2000:]
-    run_dir = runs[0].parent
+    done, run_dir = run_scenario(SCENARIO, tmp_path, "--no-report")
     from rushhour.audit import run_audit
     from rushhour.audit.ledger import compare_with_ledger
 
@@ -84,7 +60,7 @@ def test_revocations_agree_between_client_ledger_and_counter(tmp_path: Path) -> 
     assert all(r["reason"] == "evicted" and r["status"] == 429 for r in ledger if r["outcome"] == "preempted")
 
     # the router's counter per victim priority, at the last scrape
-    counter = _last_counter(run_dir, REVOCATIONS)
+    counter = {dict(labels)["priority"]: value for labels, value in last_scrape(run_dir, REVOCATIONS).items()}
     assert counter == {"-1": float(preempted["batch"])}, (counter, preempted, done.stdout[-2000:])
 
     # the audit's cross-check compared the same numbers and they match
