@@ -196,17 +196,25 @@ def tier_verdicts(tier: TierSummary, slo: SLO, judge_override: str | None) -> li
     return out
 
 
+def cut_streams(tier: TierSummary) -> int:
+    """The tier's streams cut mid-answer (class ``failed`` after a 2xx): a router's kill or the network's."""
+    return sum(count for status, count in tier.status_by_class.get("failed", {}).items() if status.startswith("2"))
+
+
 def _preempted(tier: TierSummary, limit: int, judge: Judge) -> Verdict:
     """``max_preempted_in_progress``: a count ceiling on attempts killed after admission (every ``preempted``: an
-    llm-d revocation's 429 evicted, a stream the router says it evicted, an SGLang abort). A revoked stream cut
-    after its 200 is ``failed`` at the client (nothing tells it from a network cut) and is not counted here."""
+    llm-d revocation's 429 evicted, a stream the router says it evicted, an SGLang abort). A stream cut after its
+    200 (class ``failed``, status 2xx) may be a revocation too: nothing on the wire tells a router's kill from the
+    network's, so the check is judged on both (fail closed: an unnamed kill never keeps the promise)."""
     n = tier.preempted_in_progress
-    ok = n <= limit
+    cut = cut_streams(tier)
+    ok = n + cut <= limit
     after = tier.preempted_after_first_token
     streamed = f" ({after} after their first token)" if after else ""
+    maybe = f" and {cut} stream(s) cut mid-answer, a kill or the network's" if cut else ""
     return Verdict(tier=tier.name, check="max_preempted_in_progress", threshold=float(limit), observed=float(n),
-                   bound=float(n), judge=judge, passed=ok,
-                   message=f"{tier.name} max_preempted_in_progress: {n} request(s) killed in progress{streamed} "
+                   bound=float(n + cut), judge=judge, passed=ok,
+                   message=f"{tier.name} max_preempted_in_progress: {n} request(s) killed in progress{streamed}{maybe} "
                            + ("≤" if ok else "not ≤") + f" {limit}")
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rushhour.audit import text
+from rushhour.audit.gates import cut_streams
 from rushhour.audit.judged import JUDGED_CHECK
 from rushhour.audit.summary import UNSERVED_CLASSES, Percentiles, Rate, Summary, TierSummary, Verdict
 
@@ -67,8 +68,8 @@ def _interval(tier: TierSummary, check: str) -> tuple[float | None, float | None
     elif head in ("tasks", "sessions") and tail == "max_deadline_miss_rate":
         stats = tier.tasks if head == "tasks" else tier.sessions
         rate = stats.deadline_miss_rate if stats is not None else None
-    elif head == "max_preempted_in_progress":  # a count, exact: its interval is the point
-        return float(tier.preempted_in_progress), float(tier.preempted_in_progress), True
+    elif head == "max_preempted_in_progress":  # a count: from those named preempted to those plus cut streams
+        return float(tier.preempted_in_progress), float(tier.preempted_in_progress + cut_streams(tier)), True
     elif tail and hasattr(tier.latency, head):
         pct: Percentiles = getattr(tier.latency, head)
         ci = pct.ci.get(tail)

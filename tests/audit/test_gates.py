@@ -276,3 +276,22 @@ def test_no_preemption_of_requests_in_progress(tmp_path: Path) -> None:
     assert not s.passed and s.exit_code == EXIT_FAIL
     (f,) = [f for f in s.findings if f.kind == "preempted_in_progress"]
     assert f.tier == "bulk" and f.data == {"count": 0, "in_progress": 3}
+
+
+def test_a_stream_cut_mid_answer_never_keeps_the_no_preemption_promise(tmp_path: Path) -> None:
+    """A revoked stream is cut after its 200, like a network cut: with no request named preempted, a cut stream
+    still fails max_preempted_in_progress: 0 (fail closed), and the message says it may have been either."""
+    tiers: list[dict[str, Any]] = [{"name": "bulk", "priority": -1, "slo": {"max_preempted_in_progress": 0}}]
+    b = RunBuilder(tmp_path, tiers=tiers, duration_s=100)
+    for i in range(40):
+        b.request(tier="bulk", tenant="b", persona="chat-bulk", sent_ns=i * S, first_token_ns=i * S + 100 * MS)
+    b.request(tier="bulk", tenant="b", persona="chat-bulk", sent_ns=60 * S, first_token_ns=60 * S + 100 * MS,
+              complete=False)  # the stream's 200 and first tokens came, its end never did
+    for t in range(100):
+        b.health(t * S, MS, 10.0, in_flight=3)
+    s = run_audit(b.close())
+    assert s.tier("bulk").preempted_in_progress == 0 and s.tier("bulk").attempts_by_class.get("failed") == 1
+    (v,) = [v for v in s.verdicts if v.check == "max_preempted_in_progress"]
+    assert (v.observed, v.bound, v.passed) == (0.0, 1.0, False)
+    assert "1 stream(s) cut mid-answer, a kill or the network's" in v.message
+    assert not s.passed and s.exit_code == EXIT_FAIL
