@@ -969,11 +969,10 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     bypass_findings, bypass_verdicts = bypass_check(tier_summaries, metrics)  # after the twins' effects
     verdicts += bypass_verdicts
     capped = _fairness_capped(attempts, sc, metrics)
-    bypass_findings += [capped] if capped else []
     passed, code = exit_code(validity, verdicts)
     findings = (_unclassified_findings(attempts, sc) + _named_findings(attempts, sc)
                 + fairness.inversion_findings(inversions)
-                + _findings(tier_summaries) + cross_findings + bypass_findings)
+                + _findings(tier_summaries) + cross_findings + bypass_findings + ([capped] if capped else []))
     if validity.truncated_shards or validity.skipped_lines:
         findings.append(Finding(
             kind="unreadable_lines", severity="warning", tier=None,

@@ -117,7 +117,7 @@ class Exchange:
         if self.stream and not self.done.done:
             self.record.status = 200
             self.record.headers_ns = self.loop.clock.t
-            self._server_timing(job, served=False)  # the gateway's timing rides on a stream's headers
+            self._server_timing(job, headers=True, served=False)  # the gateway's timing rides on a stream's headers
 
     def on_token(self, job: Job) -> None:
         """Tokens of a fired step reach the client (one SSE event each)."""
@@ -180,7 +180,7 @@ class Exchange:
         rec.output_tokens = job.output
         rec.cached_tokens = job.cached_tokens
         rec.service_tier = self.service_tier
-        self._server_timing(job, served=True)
+        self._server_timing(job, headers=not self.stream, served=True)  # a stream's headers were written at dispatch
         if rec.tokens > 1 and self.stream and rec.first_token_ns is not None and rec.last_token_ns is not None:
             rec.itl_mean_ns = (rec.last_token_ns - rec.first_token_ns) // (rec.tokens - 1)
         self._end()
@@ -191,7 +191,7 @@ class Exchange:
             return
         rec = self.record
         if not self.stream:  # an answer after dispatch carries the gateway's timing (a stream's went out already)
-            self._server_timing(job, served=False)
+            self._server_timing(job, headers=True, served=False)
         if self.stream and self._dispatched:
             if kind in (REPLICA_DOWN, EVICTED):
                 rec.error = CLOSED_EARLY  # the server closes the connection mid-stream
@@ -205,11 +205,11 @@ class Exchange:
             return
         self.reply(self.profile.drop(kind, rec.request_id, False))
 
-    def _server_timing(self, job: Job, served: bool) -> None:
+    def _server_timing(self, job: Job, headers: bool, served: bool) -> None:
         """What the imitated stack reports of this request's timing, read as the wire client reads it (testbed/
         timing.py: the HTTP testbed sends the same): the gateway's headers, and on a served answer vLLM's metrics."""
         rec = self.record
-        facts = from_headers(timing_headers(self.profile, job, self.stream))
+        facts = from_headers(timing_headers(self.profile, job, self.stream)) if headers else {}
         if served:
             messages = rec.dialect == "anthropic-messages"
             facts.update(from_metrics(engine_metrics(self.profile, job, job.output, self.stream, messages)))

@@ -107,10 +107,12 @@ class FlowController:
     def fairness_label(self, tenant: str) -> str:
         """The fairness_id label this tenant's series carry: its own while the cap allows, else "other"."""
         label = self.fairness_labels.get(tenant)
-        if label is None:
-            label = tenant if len(self.fairness_labels) < self.cfg.fairness_id_cap else FAIRNESS_OTHER
-            self.fairness_labels[tenant] = label
-        return label
+        if label is not None:
+            return label
+        if len(self.fairness_labels) >= self.cfg.fairness_id_cap:
+            return FAIRNESS_OTHER  # not remembered: a client sending endless fairness ids grows nothing here
+        self.fairness_labels[tenant] = tenant
+        return tenant
 
     def left(self, priority: int, outcome: str, tenant: str, waited_ns: int) -> None:
         """A request left flow control with ``outcome`` after ``waited_ns`` in its band (0: turned away)."""

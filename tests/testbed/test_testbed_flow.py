@@ -143,3 +143,16 @@ def test_cancel_answers_as_the_bands_scan_would() -> None:
             assert not any(j in q for b in f.bands.values() for q in b.flows.values())
         assert f.count == sum(len(q) for b in f.bands.values() for q in b.flows.values())
     assert found > 100
+
+
+def test_fairness_labels_stop_at_the_cap_and_remember_no_more() -> None:
+    """llm-d's metrics keep at most fairness_id_cap tenants; later ones are "other", and are not stored either."""
+    from rushhour.testbed.config import FlowControlConfig
+    from rushhour.testbed.flow import FAIRNESS_OTHER, FlowController
+
+    f = FlowController(FlowControlConfig(fairness_id_cap=3), None)
+    assert [f.fairness_label(t) for t in ("a", "b", "c", "d", "a", "e")] == ["a", "b", "c", FAIRNESS_OTHER, "a",
+                                                                            FAIRNESS_OTHER]
+    for i in range(10_000):
+        f.fairness_label(f"hostile-{i}")
+    assert len(f.fairness_labels) == 3
