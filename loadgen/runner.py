@@ -936,7 +936,9 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     log_path = run_dir / "locust.log"
     children: procs.Procs = {}  # Locust's own processes, held by identity
     forwarded_at: float | None = None
-    with _Signals() as sigs, log_path.open("wb") as log:
+    # the live endpoint closes on every way out of the load (a start-up error, a lost worker, the end)
+    serving_live = contextlib.closing(exporter) if exporter is not None else contextlib.nullcontext()
+    with _Signals() as sigs, log_path.open("wb") as log, serving_live:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=child_env({runkey.SECRET_ENV: run_secret(options)}))
@@ -1004,7 +1006,6 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
             procs.reap(children)  # Locust workers that outlived their master
             if exporter is not None:
                 tail.poll()  # the drain's last records, then the endpoint closes with the load
-                exporter.close()
             if live is not None:
                 tail.poll()
                 live.update(render(tail, total_s, total_s))
