@@ -950,7 +950,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
                                         twins=twins, twin_priority=twin_priorities(sc.model_obj, sc.profile))
     timing_checks, timing_findings = check_timing(attempts, metrics)
     cross_findings = cross_findings + timing_findings
-    validity = with_early_quits(validity, data.manifest.workers)
+    validity = with_early_quits(validity, data.manifest.workers, data.manifest.stop_reason, data.manifest.error)
     clock = data.clock  # remote shards sit on the run's clock only as well as their wall clocks agree
     validity = validity.model_copy(update={
         "remote_shards": len(clock.remote_shards),

@@ -356,11 +356,16 @@ def with_shortfall(validity: Validity, events: list[dict[str, Any]], health: pd.
     return validity.model_copy(update=update)
 
 
-def with_early_quits(validity: Validity, workers: dict[str, Any] | None) -> Validity:
+def with_early_quits(validity: Validity, workers: dict[str, Any] | None, stop_reason: str | None = None,
+                     error: str | None = None) -> Validity:
     """A multi-host run is invalid when a worker left before finishing its share (stopped, not dead: it
-    closed its shard with a ``worker_stop``, so only run.json's ``workers`` account shows it)."""
+    closed its shard with a ``worker_stop``, so only run.json's ``workers`` account shows it); so is a run of
+    local processes whose shares were cut under it (run.json ``worker_quit``, the runner names them)."""
     if not workers:
-        return validity
+        if stop_reason != "worker_quit":
+            return validity
+        reason = f"{error or 'a load process stopped before its share ended'}: the rest of their load was never sent"
+        return validity.model_copy(update={"valid": False, "reasons": [*validity.reasons, reason]})
     gone = sorted(set(workers.get("joined") or []) - set(workers.get("finished") or [])
                   - set(workers.get("missing") or []) - set(workers.get("late") or []))  # late ones had no share
     if not gone:

@@ -47,3 +47,10 @@ def lost_shards(events: Iterable[dict[str, Any]]) -> list[str]:
         elif event.get("name") == "worker_stop":
             stopped.add(shard)
     return [shard for shard in started if shard not in stopped]
+
+
+def cut_shares(events: Iterable[dict[str, Any]]) -> list[str]:
+    """Shards of load processes that stopped ``interrupted`` (their share cut by a stop they did not make)."""
+    return [str(event.get("shard") or "") for event in events
+            if event.get("name") == "worker_stop" and not str(event.get("shard") or "").endswith("-calibration")
+            and (event.get("detail") or {}).get("reason") == "interrupted"]

@@ -7,6 +7,7 @@ Locust child's sealed transport (``loadgen/engine/sealed.py``) tags and checks e
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import json
@@ -24,6 +25,11 @@ AUTH_FILE = "auth-master.json"  # the master's account of the frames it dropped 
 MIN_SECRET_HEX = 32
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def new_run_id() -> str:
+    """UTC timestamp + a short random suffix: sortable and unique."""
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def new_secret() -> str:

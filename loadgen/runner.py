@@ -11,7 +11,6 @@ import datetime as dt
 import errno
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -29,7 +28,8 @@ from rich.markup import escape
 from rushhour import stacks
 from rushhour.loadgen import doomed, procs, runkey
 from rushhour.loadgen.live import ShardTail, progress_line, render
-from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, killed_line, lost_shards
+from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, killed_line, lost_shards
+from rushhour.loadgen.runkey import new_run_id
 from rushhour.loadgen.schedule import scale_phases
 from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
 from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
@@ -201,11 +201,6 @@ class RunContext:
         self.save()
         self.say(f"[bold red]error:[/] {escape(error)}")
         return RunResult(self.run_dir, EXIT_STARTUP, "startup_error")
-
-
-def new_run_id() -> str:
-    """UTC timestamp + a short random suffix: sortable and unique."""
-    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
@@ -1050,6 +1045,12 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         left = set(w["joined"]) - set(w["finished"]) - set(w["missing"]) - set(w["late"])
         if left and stop_reason == "completed":
             stop_reason = manifest.stop_reason = "worker_quit"  # stopped (SIGTERM, scale-down) before its share ended
+    elif stop_reason == "completed" and cut_shares(tail.events):
+        # Locust's master stopped the test under the processes while the run went on (its workers missed
+        # heartbeats on a loaded machine): their shares were cut, and the run idled to its end sending nothing
+        stop_reason = manifest.stop_reason = "worker_quit"
+        manifest.error = (f"{len(cut_shares(tail.events))} load process(es) stopped before their share ended "
+                          f"({', '.join(cut_shares(tail.events))}): Locust's master stopped the test under them")
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure

@@ -14,12 +14,13 @@ import json
 import logging
 import os
 import socket
-import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gevent
 from locust import User, events, task
+from locust import runners as locust_runners
 from locust.env import Environment
 from locust.exception import StopUser
 
@@ -28,6 +29,15 @@ from rushhour.loadgen.engine import sealed
 from rushhour.loadgen.engine.bridge import request_event
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards as _attach_guards
+from rushhour.loadgen.engine.lifecycle import (
+    add_run_options,
+    anchor_of,
+    ensure_run_id,
+    install_master_guards,
+    run_dir_of,
+    set_anchor,
+    state_of,
+)
 from rushhour.loadgen.engine.worker import Worker
 from rushhour.loadgen.traces import trace_refs
 from rushhour.records.manifest import scenario_of
@@ -46,13 +56,25 @@ log = logging.getLogger("rushhour")
 sealed.install()
 
 
+@dataclass
+class ChildState:
+    """This Locust process's part of a ``rushhour run``, on its environment (``lifecycle.state_of``)."""
+
+    workers: list[Worker] = field(default_factory=list)
+    driving: bool = False  # this process has started driving its share (once)
+    start_failed: str | None = None  # its one start-up error line: it never retries
+    shippers: list[ship.Shipper] = field(default_factory=list)
+    receivers: list[Any] = field(default_factory=list)  # the master's ship.Receiver or ship.FinishWatch
+    ledgers: list[Any] = field(default_factory=list)  # the master's LedgerHost, when the budget is leased
+
+
+def _state(environment: Any) -> ChildState:
+    return state_of(environment, ChildState)
+
+
 @events.init_command_line_parser.add_listener
 def _options(parser: Any) -> None:
-    group = parser.add_argument_group("rushhour")
-    group.add_argument("--rh-run-dir", env_var="RUSHHOUR_RUN_DIR", default="", help="run folder (records/ go here)")
-    group.add_argument(
-        "--rh-run-id", env_var="RUSHHOUR_RUN_ID", default="", help="run id (made by the master if empty)"
-    )
+    group = add_run_options(parser)
     group.add_argument(
         "--rh-scenario",
         env_var="RUSHHOUR_SCENARIO",
@@ -61,14 +83,6 @@ def _options(parser: Any) -> None:
     )
     group.add_argument(
         "--rh-target", env_var="RUSHHOUR_TARGET", default="", help="target base URL (overrides the scenario)"
-    )
-    group.add_argument("--rh-mono-anchor-ns", env_var="RUSHHOUR_MONO_ANCHOR_NS", default="0", help="monotonic anchor")
-    group.add_argument("--rh-wall-anchor-ns", env_var="RUSHHOUR_WALL_ANCHOR_NS", default="0", help="wall-clock anchor")
-    group.add_argument(
-        "--rh-anchor-host",
-        env_var="RUSHHOUR_ANCHOR_HOST",
-        default="",
-        help="host whose monotonic clock the anchor belongs to",
     )
     group.add_argument("--rh-workers", env_var="RUSHHOUR_WORKERS", default="0", help="Locust processes in the run")
     group.add_argument(
@@ -97,9 +111,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
     opts = environment.parsed_options
     if opts is None:
         return
-    if not opts.rh_run_id and not getattr(opts, "worker", False):
-        # a master (or a standalone Locust) without a run id makes one; workers get it from the master
-        opts.rh_run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+    ensure_run_id(opts)  # a master (or a standalone Locust) without one makes it; workers get the master's
+    state = _state(environment)
     shipping = getattr(opts, "master", False) and opts.rh_ship == "1"
     # `rushhour run` asks for the anchor at the test's start: taken here, before Locust has its workers (forked
     # and connected: over 4 s on a busy 2-core machine), the schedule's first second went out late
@@ -107,23 +120,25 @@ def _on_init(environment: Environment, **_: Any) -> None:
     if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not at_start:
         anchor = Anchor.now()
         lead = int(ship.ANCHOR_LEAD_S * 1e9)  # let the workers connect before the schedule starts
-        opts.rh_mono_anchor_ns = str(anchor.mono_ns + lead)
-        opts.rh_wall_anchor_ns = str(anchor.wall_ns + lead)
-        opts.rh_anchor_host = socket.gethostname()
+        set_anchor(opts, anchor.mono_ns + lead, anchor.wall_ns + lead)
     if getattr(opts, "master", False) and environment.runner is not None:
+        # Locust marks a worker missing after 3 missed 1-s heartbeats and stops the test once the last one is:
+        # workers whose loops were held 3 s at start-up (a loaded 2-core machine) had every share cut, and the
+        # run idled to its end. 10 s stays below the budget's reclaim round (15 s), which counts on it for the
+        # dead; read at each heartbeat, so setting it here (before any worker connects) is enough
+        locust_runners.HEARTBEAT_LIVENESS = MASTER_HEARTBEAT_LIVENESS
         _guard_master_loop(environment.runner)
         _install_master_parts(environment)
         expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
         if opts.rh_ship != "1":  # the shipping master's Receiver does the same
-            _RECEIVERS.append(ship.FinishWatch(environment.runner, expected).install())
-        ship.Refusals(environment.runner, Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")).install()
+            state.receivers.append(ship.FinishWatch(environment.runner, expected).install())
+        ship.Refusals(environment.runner, run_dir_of(opts)).install()
     if getattr(opts, "master", False) and opts.rh_ship == "1" and environment.runner is not None:
         # remote workers need no copy of the scenario file, and ship their shards here
         if not opts.rh_scenario_json and opts.rh_scenario:
             opts.rh_scenario_json = json.dumps(_load(opts).model_dump(mode="json"))
-        run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
         expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
-        _RECEIVERS.append(ship.Receiver(environment.runner, run_dir, expected).install())
+        state.receivers.append(ship.Receiver(environment.runner, run_dir_of(opts), expected).install())
     if at_start:
         environment.events.test_start.add_listener(_anchor_at_start)
 
@@ -151,20 +166,10 @@ def _install_master_parts(environment: Environment) -> None:
         scenario = _load(opts)
     except Exception:  # the workers load it too, and fail with the one-line reason
         return
-    run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
-    if scenario.resilience.breaker is not None:
-        from rushhour.loadgen.engine.breaker_share import BreakerRelay
-
-        BreakerRelay(environment.runner, run_dir).install()
-    if scenario.budget is None:
-        return
-    from rushhour.loadgen.budget import BudgetGuard
-    from rushhour.loadgen.engine.lease import LedgerHost
-    from rushhour.loadgen.engine.ledger import Ledger
-
-    limits = BudgetGuard(scenario.budget, leased=True).whole_limits()
     workers = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 1) or 1)
-    _LEDGERS.append(LedgerHost(environment.runner, Ledger(limits, workers), run_dir).install())
+    ledger = install_master_guards(environment.runner, scenario, run_dir_of(opts), workers)
+    if ledger is not None:
+        _state(environment).ledgers.append(ledger)
 
 
 def _anchor_at_start(environment: Environment, **_: Any) -> None:
@@ -175,15 +180,8 @@ def _anchor_at_start(environment: Environment, **_: Any) -> None:
         return
     now = Anchor.now()
     lead = int(ship.ANCHOR_LEAD_S * 1e9)
-    opts.rh_mono_anchor_ns, opts.rh_wall_anchor_ns = str(now.mono_ns + lead), str(now.wall_ns + lead)
-    opts.rh_anchor_host = socket.gethostname()
-    ship.write_anchor(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}"), now.mono_ns + lead, now.wall_ns + lead)
-
-
-def _anchor(opts: Any) -> Anchor:
-    """This process's anchor, from the options the runner (or master) set."""
-    return Anchor.of_run(int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0),
-                         opts.rh_anchor_host or "", socket.gethostname())
+    set_anchor(opts, now.mono_ns + lead, now.wall_ns + lead)
+    ship.write_anchor(run_dir_of(opts), now.mono_ns + lead, now.wall_ns + lead)
 
 
 def _load(opts: Any) -> Scenario:
@@ -207,11 +205,12 @@ class RushhourDriver(User):
 
     @task
     def drive(self) -> None:
-        if _DRIVING or _START_FAILED:
+        state = _state(self.environment)
+        if state.driving or state.start_failed:
             # Locust moved another worker's user here (a rebalance): this process already drives its share
             # (or has failed to start, once, and must not retry in a loop); this user simply ends
             raise StopUser()
-        _DRIVING.append(True)
+        state.driving = True
         # the share is driven in a greenlet of its own, not the user's: a rebalance (a worker joining
         # mid-run) stops a user on a live worker by killing its greenlet, which would cut that share;
         # a real stop (the master's quit or stop, a signal) cancels it through _close_all
@@ -219,6 +218,7 @@ class RushhourDriver(User):
 
     def _drive_share(self) -> None:
         env = self.environment
+        state = _state(env)
         opts = env.parsed_options
         runner = env.runner
         is_worker = bool(getattr(opts, "worker", False))
@@ -234,12 +234,11 @@ class RushhourDriver(User):
         except Exception as exc:  # Locust would re-run the task at once, forever: fail this process once
             _fail_start(env, exc)
             return
-        _CONTEXTS.append(ctx)
         self.worker = Worker(ctx)
-        _WORKERS.append(self.worker)
+        state.workers.append(self.worker)
         ctx.on_attempt = request_event(env, lambda: ctx.stop_reason is not None)
         if remote is not None:
-            _SHIPPERS.append(ship.Shipper(remote, ctx.writer.path).start())
+            state.shippers.append(ship.Shipper(remote, ctx.writer.path).start())
         try:
             if worker_index >= workers:  # its share does not exist: sending anything would add to the others'
                 ctx.stop_reason = "late"
@@ -254,7 +253,7 @@ class RushhourDriver(User):
             self.worker.close()
             if hasattr(ctx.budget, "finish"):  # what this process was leased and did not use goes back
                 ctx.budget.finish()
-            for shipper in _SHIPPERS:
+            for shipper in state.shippers:
                 shipper.finish()
         if ctx.writer.error is not None:  # a full disk: the runner finalises run.json with what is missing
             env.process_exit_code = LOCUST_DISK_FULL
@@ -268,13 +267,7 @@ class RushhourDriver(User):
         runner.quit()  # a single process is done
 
 
-_WORKERS: list[Worker] = []
-_DRIVING: list[bool] = []  # this process has started driving its share (once)
-_CONTEXTS: list[WorkerContext] = []
-_START_FAILED: list[str] = []
-_SHIPPERS: list[ship.Shipper] = []
-_RECEIVERS: list[Any] = []  # the master's ship.Receiver or ship.FinishWatch
-_LEDGERS: list[Any] = []  # the master's loadgen.engine.lease.LedgerHost, when the budget is leased
+MASTER_HEARTBEAT_LIVENESS = 10  # heartbeats (1 s apart) a worker may miss before it is missing
 LOCUST_DISK_FULL = 4  # loadgen/runner.py reads this exit code as a full disk
 
 
@@ -283,7 +276,7 @@ def _fail_start(env: Environment, exc: Exception) -> None:
     its master first, which reports the line and ends the run (its share would never be sent)."""
     reason = short_text(f"{type(exc).__name__}: {exc}", 300)
     line = f"{START_FAILED_MARK} {reason}"
-    _START_FAILED.append(line)
+    _state(env).start_failed = line
     with contextlib.suppress(OSError):  # the log may sit on the full disk itself
         os.write(2, (line + "\n").encode(errors="replace"))
     env.process_exit_code = LOCUST_DISK_FULL if is_disk_full(exc) else 3
@@ -302,8 +295,8 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     if missing:  # before anything else: a worker that cannot send its share sends nothing
         raise FileNotFoundError(f"{'; '.join(missing)} on host {socket.gethostname()} (every worker needs the "
                                 "files the scenario names, at the same path)")
-    anchor = _anchor(opts)
-    run_dir = Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}")
+    anchor = anchor_of(opts)
+    run_dir = run_dir_of(opts)
     clock: dict[str, Any] = {}
     role = ""
     if remote is not None:  # a worker of `rushhour worker`: its own spool, its clock measured against the master's
@@ -378,25 +371,31 @@ def _write_stop(ctx: WorkerContext) -> None:
         ctx.event("worker_stop", reason=ctx.stop_reason or "interrupted")
 
 
-def _close_all(**_: Any) -> None:
-    _close_shards()
-    for shipper in _SHIPPERS:
+def _close_all(environment: Environment | None = None, **_: Any) -> None:
+    if environment is None:
+        return
+    state = _state(environment)
+    _close_shards(state)
+    for shipper in state.shippers:
         with contextlib.suppress(Exception):
             shipper.finish()
 
 
 def _close_receivers(environment: Environment | None = None, **_: Any) -> None:
-    for receiver in _RECEIVERS:  # the master: a worker that died leaves its shard open
+    if environment is None:
+        return
+    state = _state(environment)
+    for receiver in state.receivers:  # the master: a worker that died leaves its shard open
         receiver.close()
     opts = getattr(environment, "parsed_options", None)
     if opts is not None and getattr(opts, "master", False):  # the frames it dropped: run.json's evidence
-        sealed.write_account(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}"))
-    for ledger in _LEDGERS:  # the master: its budget account, for run.json
+        sealed.write_account(run_dir_of(opts))
+    for ledger in state.ledgers:  # the master: its budget account, for run.json
         ledger.write()
 
 
-def _close_shards() -> None:
-    for worker in _WORKERS:
+def _close_shards(state: ChildState) -> None:
+    for worker in state.workers:
         try:
             if not worker.ctx.writer.closed:
                 worker.ctx.stop_reason = worker.ctx.stop_reason or "interrupted"

@@ -39,6 +39,14 @@ from rushhour.loadgen.engine.bridge import request_event
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.guards import attach_guards, usage_event
 from rushhour.loadgen.engine.health import run_health
+from rushhour.loadgen.engine.lifecycle import (
+    add_run_options,
+    anchor_of,
+    ensure_run_id,
+    install_master_guards,
+    set_anchor,
+    state_of,
+)
 from rushhour.loadgen.engine.personas.agents import agent_task
 from rushhour.loadgen.engine.personas.chat import chat_session
 from rushhour.loadgen.engine.personas.drive import drive, host_of
@@ -451,42 +459,32 @@ class Rebound:
     """A Locust runner whose custom-message listeners are bound again by a later test of the same Locust
     (Locust refuses a second listener for a message; each web-UI test gets fresh guards and ledger)."""
 
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, runner: Any, listeners: dict[str, Any]) -> None:
         self.runner = runner
+        self.listeners = listeners  # message -> this test's listener (the process's, kept across tests)
 
     def register_message(self, kind: str, listener: Any, concurrent: bool = False) -> None:
-        if kind not in _LISTENERS:
-            self.runner.register_message(kind, functools.partial(_dispatch, kind), concurrent)
-        _LISTENERS[kind] = listener
+        if kind not in self.listeners:
+            self.runner.register_message(kind, functools.partial(_dispatch, self.listeners, kind), concurrent)
+        self.listeners[kind] = listener
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
 
-_LISTENERS: dict[str, Any] = {}  # message -> this test's listener (Rebound)
-
-
-def _dispatch(kind: str, **kwargs: Any) -> Any:
-    return _LISTENERS[kind](**kwargs)
+def _dispatch(listeners: dict[str, Any], kind: str, **kwargs: Any) -> Any:
+    return listeners[kind](**kwargs)
 
 
 def _install_master_parts(environment: Environment, scenario: Scenario, run_dir: Path) -> None:
     """A master holds the test's one budget (leased to its workers) and relays its breakers' changes,
     as under ``rushhour run --processes`` (loadgen/engine/lease.py, loadgen/engine/breaker_share.py)."""
     opts: Any = environment.parsed_options
-    runner = Rebound(environment.runner)
-    if scenario.resilience.breaker is not None:
-        from rushhour.loadgen.engine.breaker_share import BreakerRelay
-
-        BreakerRelay(runner, run_dir).install()
-    if scenario.budget is not None:
-        from rushhour.loadgen.budget import BudgetGuard
-        from rushhour.loadgen.engine.lease import LedgerHost
-        from rushhour.loadgen.engine.ledger import Ledger
-
-        limits = BudgetGuard(scenario.budget, leased=True).whole_limits()
-        workers = int(getattr(opts, "expect_workers", 1) or 1)
-        _LEDGERS.append(LedgerHost(runner, Ledger(limits, workers), run_dir).install())
+    state = _state(environment)
+    runner = Rebound(environment.runner, state.listeners)
+    ledger = install_master_guards(runner, scenario, run_dir, int(getattr(opts, "expect_workers", 1) or 1))
+    if ledger is not None:
+        state.ledgers.append(ledger)
         done: set[str] = set()
 
         def on_spent(msg: Any, **_: Any) -> None:
@@ -547,21 +545,32 @@ def _stopped_shards(run_dir: Path) -> tuple[int, int]:
     return len(shards), len(stopped)
 
 
-_RUNS: list[LocustRun] = []
-_LEDGERS: list[Any] = []  # the master's LedgerHost of the current test (a budget under master + workers)
-_MANIFEST: list[RunManifest] = []
-_BASE: list[tuple[str, str]] = []  # the first test's run id and folder (later tests add -2, -3, …)
-_TESTS: list[int] = []
-_START_NS: list[int] = []  # when the test started (a master waits for its workers first)
-_INIT_NS: list[int] = []  # when Locust made its environment: a standalone headless run's -t timer starts after it
-_STOPPING_NS: list[int] = []  # when Locust began to stop: the phase ends there, the rest is the drain
+@dataclass
+class NativeState:
+    """This Locust process's part of a locustfile's runs, on its environment (``lifecycle.state_of``)."""
+
+    run: LocustRun | None = None  # the current test's (a web-UI Locust runs one test after another)
+    ledgers: list[Any] = field(default_factory=list)  # the master's LedgerHost of the test (a leased budget)
+    manifest: RunManifest | None = None  # the master's (or standalone's) run.json of the current test
+    base: tuple[str, str] | None = None  # the first test's run id and folder (later tests add -2, -3, …)
+    tests: int = 0
+    init_ns: int | None = None  # when Locust made its environment: a standalone headless -t timer starts after it
+    start_ns: int | None = None  # when the test started (a master waits for its workers first)
+    stopping_ns: int | None = None  # when Locust began to stop: the phase ends there, the rest is the drain
+    scrapers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    listeners: dict[str, Any] = field(default_factory=dict)  # custom message -> this test's listener (Rebound)
+
+
+def _state(environment: Any) -> NativeState:
+    return state_of(environment, NativeState)
 
 
 def process_run(environment: Environment) -> LocustRun:
     """This process's run, made by its first user (a worker knows its options once the master spawned it)."""
-    if _RUNS and not _RUNS[0].closed:
-        return _RUNS[0]
-    _RUNS.clear()  # a new test in the same Locust (web UI): the master sent a new run id, folder and anchor
+    state = _state(environment)
+    if state.run is not None and not state.run.closed:
+        return state.run
+    # a new test in the same Locust (web UI): the master sent a new run id, folder and anchor
     opts: Any = environment.parsed_options
     runner = environment.runner
     is_worker = bool(getattr(opts, "worker", False))
@@ -569,14 +578,14 @@ def process_run(environment: Environment) -> LocustRun:
     workers = int(getattr(opts, "expect_workers", 1) or 1) if is_worker else 1
     scenario = scenario_for(user_classes(environment), environment.host or "", _planned_s(opts),
                             base=locustfile_dir(opts))
-    anchor = _anchor(opts)
+    anchor = anchor_of(opts)
     prompts.text("warm-up", 16)  # the first text builds the word table (~0.1 s): not inside a user's first send
     routes = build_routes(scenario, scenario.target.url)
     writer = ShardWriter.for_process(Path(opts.rh_run_dir), run_id=opts.rh_run_id, anchor=anchor)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
-    ctx.on_attempt = request_event(environment, lambda: bool(_STOPPING_NS))
+    ctx.on_attempt = request_event(environment, lambda: state.stopping_ns is not None)
     # the budget (leased from the master under master + workers) and a breaker per route (shared likewise)
-    attach_guards(ctx, Rebound(runner) if is_worker else None)
+    attach_guards(ctx, Rebound(runner, state.listeners) if is_worker else None)
     run = LocustRun(ctx)
     for cls in user_classes(environment):
         run.personas[cls.persona_name()] = next(p for p in scenario.personas if p.name == cls.persona_name())
@@ -593,7 +602,7 @@ def process_run(environment: Environment) -> LocustRun:
     run.health = gevent.spawn(run_health, ctx)
     if ctx.budget is not None:
         gevent.spawn(_end_when_spent, environment, run, is_worker)
-    _RUNS.append(run)
+    state.run = run
     return run
 
 
@@ -602,37 +611,26 @@ def _planned_s(opts: Any) -> float:
     return float(run_time) if run_time else OPEN_ENDED_S
 
 
-def _anchor(opts: Any) -> Anchor:
-    """This process's anchor, from the options the runner (or master) set."""
-    return Anchor.of_run(int(opts.rh_mono_anchor_ns or 0), int(opts.rh_wall_anchor_ns or 0),
-                         opts.rh_anchor_host or "", socket.gethostname())
-
-
 # --------------------------------------------------------------------------- Locust hooks
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser: Any) -> None:
-    group = parser.add_argument_group("rushhour")
-    group.add_argument("--rh-run-dir", env_var="RUSHHOUR_RUN_DIR", default="",
-                       help="run folder for run.json and records/ (default runs/<run id>)")
-    group.add_argument("--rh-run-id", env_var="RUSHHOUR_RUN_ID", default="", help="run id (made if empty)")
-    group.add_argument("--rh-mono-anchor-ns", default="0", help="(set by the master) monotonic anchor")
-    group.add_argument("--rh-wall-anchor-ns", default="0", help="(set by the master) wall-clock anchor")
-    group.add_argument("--rh-anchor-host", default="", help="(set by the master) host of the anchor")
+    add_run_options(parser)
 
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    _INIT_NS[:] = [time.monotonic_ns()]
+    state = _state(environment)
+    state.init_ns = time.monotonic_ns()
     opts: Any = environment.parsed_options
     if opts is None or getattr(opts, "worker", False):
         return  # a worker gets run id, folder and anchor from the master with its spawn message
     if not user_classes(environment):
         return
-    opts.rh_run_id = opts.rh_run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + os.urandom(3).hex()
+    ensure_run_id(opts)
     opts.rh_run_dir = str(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}").resolve())
-    _BASE.append((opts.rh_run_id, opts.rh_run_dir))
+    state.base = state.base or (opts.rh_run_id, opts.rh_run_dir)
     try:  # the classes' knobs are checked once, before any user starts: one line, then exit
         scenario = scenario_for(user_classes(environment), environment.host or "http://127.0.0.1", _planned_s(opts),
                                 base=locustfile_dir(opts))
@@ -648,27 +646,24 @@ def _on_init(environment: Environment, **_: Any) -> None:
 def _write_start(environment: Environment, **_: Any) -> None:
     """The master (or a standalone Locust) writes ``run.json`` when the test starts, and again at the end."""
     opts: Any = environment.parsed_options
-    if opts is None or (_MANIFEST and not _MANIFEST[0].ended_at):
+    state = _state(environment)
+    if opts is None or (state.manifest is not None and not state.manifest.ended_at):
         return
-    tests = len(_TESTS) + 1
-    _TESTS.append(tests)
+    state.tests += 1
+    tests = state.tests
     if tests > 1:  # another test in the same Locust (the web UI's "new test"): its own run folder
         _finish(environment)
-        _MANIFEST.clear()
-        _START_NS.clear()
-        _STOPPING_NS.clear()
-        base_id, base_dir = _BASE[0]
+        state.manifest = state.start_ns = state.stopping_ns = None
+        base_id, base_dir = state.base or (opts.rh_run_id, opts.rh_run_dir)
         opts.rh_run_id, opts.rh_run_dir = f"{base_id}-{tests}", f"{base_dir}-{tests}"
-    _START_NS.append(time.monotonic_ns())  # Locust's -t runs from here, the probes' time included
+    state.start_ns = time.monotonic_ns()  # Locust's -t runs from here, the probes' time included
     host = environment.host or ""
     scenario = scenario_for(user_classes(environment), host, _planned_s(opts), base=locustfile_dir(opts))
     calibration = _calibrate(scenario, host, opts.rh_run_id, Path(opts.rh_run_dir))
     # the anchor is the test's start (a web-UI test may start long after Locust did), after the idle probes;
     # the spawn message that follows carries it, with the run id and folder, to every worker
-    now = Anchor.now()
-    opts.rh_mono_anchor_ns, opts.rh_wall_anchor_ns = str(now.mono_ns), str(now.wall_ns)
-    opts.rh_anchor_host = socket.gethostname()
-    anchor = Anchor(int(opts.rh_mono_anchor_ns), int(opts.rh_wall_anchor_ns))
+    anchor = Anchor.now()
+    set_anchor(opts, anchor.mono_ns, anchor.wall_ns)
     master = bool(getattr(opts, "master", False))
     manifest = RunManifest(
         run_id=opts.rh_run_id, scenario_name=scenario.name, scenario_source=str(getattr(opts, "locustfile", "") or ""),
@@ -680,11 +675,11 @@ def _write_start(environment: Environment, **_: Any) -> None:
         wall_anchor_ns=anchor.wall_ns, started_at=_iso(anchor.wall_ns), schedule_starts_at=_iso(anchor.wall_ns),
         locust_pid=os.getpid(), extra={"locust_native": True}, calibration=calibration,
     )
-    _MANIFEST.append(manifest)
+    state.manifest = manifest
     write_manifest(Path(opts.rh_run_dir), manifest)
     if master and environment.runner is not None:  # before the spawn message: the workers' first asks find it
         _install_master_parts(environment, scenario, Path(opts.rh_run_dir))
-    _start_scraper(scenario, host, Path(opts.rh_run_dir), anchor.mono_ns)
+    _start_scraper(state, scenario, host, Path(opts.rh_run_dir), anchor.mono_ns)
 
 
 def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dict[str, Any] | None:
@@ -714,7 +709,7 @@ def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dic
             "sent": result.sent, "served": result.served, "gave_up": result.gave_up}
 
 
-def _start_scraper(scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns: int) -> None:
+def _start_scraper(state: NativeState, scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns: int) -> None:
     """The target's ``/metrics`` scraped into ``metrics.jsonl`` for the test, by a child process (a thread here
     would parse on the users' gevent loop: loadgen/scrape.py); stopped by PID when the test stops."""
     from rushhour import stacks
@@ -734,12 +729,12 @@ def _start_scraper(scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns:
     if metrics.credential is not None:  # the child reads the variable; the token is never on a command line
         cmd += ["--credential", metrics.credential]
     with (run_dir / "scrape.log").open("ab") as log:
-        _SCRAPERS.append(subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=child_env()))
+        state.scrapers.append(subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=child_env()))
 
 
-def _stop_scrapers() -> None:
+def _stop_scrapers(state: NativeState) -> None:
     """SIGTERM to each scraper child (it ends after its scrape in progress), then SIGKILL after a grace."""
-    for proc in _SCRAPERS:
+    for proc in state.scrapers:
         with contextlib.suppress(OSError):
             proc.send_signal(signal.SIGTERM)
         try:
@@ -747,42 +742,46 @@ def _stop_scrapers() -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    _SCRAPERS.clear()
+    state.scrapers.clear()
 
 
-_SCRAPERS: list[subprocess.Popen[bytes]] = []
 SCRAPER_STOP_S = 5.0
 
 
 def _stopping(environment: Environment, **_: Any) -> None:
-    _STOPPING_NS.append(time.monotonic_ns())
-    for run in _RUNS:  # no new session, turn or task; Locust stops the users (each cancels its own work)
-        run.ctx.stopping = True
+    state = _state(environment)
+    if state.stopping_ns is None:
+        state.stopping_ns = time.monotonic_ns()
+    if state.run is not None:  # no new session, turn or task; Locust stops the users (each cancels its own work)
+        state.run.ctx.stopping = True
 
 
 def _finish(environment: Environment, **_: Any) -> None:
     """Close this process's shard; the master (or standalone) finalises ``run.json``."""
-    for run in _RUNS:
-        run.close("completed")
-    _stop_scrapers()
-    for ledger in _LEDGERS:  # the master's account of the budget (budget-master.json), for run.json
+    state = _state(environment)
+    if state.run is not None:
+        state.run.close("completed")
+    _stop_scrapers(state)
+    for ledger in state.ledgers:  # the master's account of the budget (budget-master.json), for run.json
         ledger.write()
-    _LEDGERS.clear()
-    if not _MANIFEST or _MANIFEST[0].ended_at:
+    state.ledgers.clear()
+    manifest = state.manifest
+    if manifest is None or manifest.ended_at:
         return
     opts: Any = environment.parsed_options
-    manifest = _MANIFEST[0]
     now = time.monotonic_ns()
     anchor = int(manifest.mono_anchor_ns or 0)
-    elapsed = ((_STOPPING_NS[0] if _STOPPING_NS else now) - anchor) / 1e9
+    stopped = state.stopping_ns if state.stopping_ns is not None else now
+    elapsed = (stopped - anchor) / 1e9
     planned = getattr(opts, "run_time", None)
     # Locust starts a headless run's -t timer before test_start fires (greenlets spawned before the run's own
     # go first: on a busy machine test_start came 2 s after the timer, and a run that reached -t looked cut
     # short). A standalone headless first test is therefore timed from the environment's creation, which the
     # timer follows with no wait in between; a master waits for its workers there, a web-UI test for its user.
-    standalone = bool(getattr(opts, "headless", False)) and not getattr(opts, "master", False) and len(_TESTS) <= 1
-    begun = _INIT_NS[0] if standalone and _INIT_NS else _START_NS[0] if _START_NS else anchor
-    ran_s = ((_STOPPING_NS[0] if _STOPPING_NS else now) - begun) / 1e9
+    standalone = bool(getattr(opts, "headless", False)) and not getattr(opts, "master", False) and state.tests <= 1
+    begun = (state.init_ns if standalone and state.init_ns is not None
+             else state.start_ns if state.start_ns is not None else anchor)
+    ran_s = (stopped - begun) / 1e9
     # -t reached (or a web-UI run stopped by its user) is the run's planned end; an earlier stop is not
     early = planned is not None and ran_s < float(planned) - 2.0
     # a run whose budget stopped the sending did not measure its plan: say so, as `rushhour run` does
@@ -817,9 +816,9 @@ def _late_usage(environment: Environment, **_: Any) -> None:
     """A headless master finalises run.json before its workers stop (Locust quits them after): once their
     shards hold their stop lines (at most ``USAGE_WAIT_S``), their budget use goes into run.json."""
     opts: Any = environment.parsed_options
-    if not _MANIFEST or opts is None or not getattr(opts, "master", False):
+    manifest = _state(environment).manifest
+    if manifest is None or opts is None or not getattr(opts, "master", False):
         return
-    manifest = _MANIFEST[0]
     if manifest.scenario is None or not manifest.scenario.get("budget"):
         return
     run_dir = Path(opts.rh_run_dir)

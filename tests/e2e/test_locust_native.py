@@ -130,7 +130,9 @@ def test_headless_locustfile_writes_a_run_the_audit_matches_to_the_ledger(
     assert len(probes) == 1 and all(r["persona"] == "calibration" for r in read_shard(probes[0]).lines
                                     if r["kind"] == "request")
     scrapes = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert sum(1 for x in scrapes if x.get("samples")) >= 3, scrapes[:3]
+    # every 0.5 s over 6 s of load: ~12 when the machine is quiet; the scraper child's own start (imports) can take
+    # seconds under a loaded parallel pass, so two scrapes with samples prove it ran during the test
+    assert sum(1 for x in scrapes if x.get("samples")) >= 2, scrapes[:3]
     summary = _audit_matches_ledger(run_dir, ledger)
     tiers = {t.name: t for t in summary.tiers}
     assert set(tiers) == {"interactive", "batch"} and tiers["interactive"].requests > 10

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from rushhour.audit.summary import Validity
+from rushhour.audit.validity import with_early_quits
 from rushhour.loadgen import runner
-from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, lost_shards
+from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, lost_shards
 from rushhour.records.manifest import read_manifest
 
 SCENARIO = """
@@ -105,3 +107,19 @@ def test_lost_shards_are_the_processes_that_started_and_never_stopped() -> None:
               {"name": "worker_stop", "shard": "h-1"}, {"name": "worker_start", "shard": "h-3-calibration"}]
     assert lost_shards(events) == ["h-2"]
     assert lost_shards([*events, {"name": "worker_stop", "shard": "h-2"}]) == []
+
+
+def test_shares_cut_under_a_running_run_make_it_invalid() -> None:
+    """Locust's master stopped the test under its processes (workers that missed heartbeats): their
+    ``worker_stop`` says interrupted while the run went on. The runner names them ``worker_quit``, and the
+    audit never takes what they did not send for a completed run."""
+    events = [{"name": "worker_stop", "shard": "h-1", "detail": {"reason": "completed"}},
+              {"name": "worker_stop", "shard": "h-2", "detail": {"reason": "interrupted"}},
+              {"name": "worker_stop", "shard": "h-3-calibration", "detail": {"reason": "interrupted"}},
+              {"name": "worker_stop", "shard": "h-4", "detail": {"reason": "budget"}}]
+    assert cut_shares(events) == ["h-2"]
+    valid = Validity(valid=True, reasons=[], loop_lag_p99_ms=None, cpu_max_percent=None, not_sent=0,
+                     schedule_lag_p99_ms=None, skipped_lines=0, truncated_shards=0)
+    assert with_early_quits(valid, None, "completed").valid
+    cut = with_early_quits(valid, None, "worker_quit", "1 load process(es) stopped before their share ended (h-2)")
+    assert not cut.valid and "h-2" in cut.reasons[-1] and "never sent" in cut.reasons[-1]
