@@ -4,6 +4,7 @@ context); a hostile file is one line naming the file and the line, never a trace
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,42 @@ def test_hostile_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agent_traces, "MAX_LINE_BYTES", 100)  # one session's line is held to a size before it is read
     with pytest.raises(TraceError, match=r"t\.jsonl:1: a line of more than 100 bytes"):
         read_agent_trace(_write(tmp_path, _session()))
+
+
+SCENARIO = """
+name: agents
+target: {{url: testbed, profile: vllm, metrics: null, testbed: {{preset: tiny}}}}
+tiers: [{{name: t}}, {{name: b}}]
+calibration: {{probes: 0}}
+personas:
+  - {{kind: agent_trace, name: a, tier: t, trace: "{trace}", session_gap_s: 2, subagent_tiers: {{Explore: {sub}}}}}
+phases: [{{name: p, duration: 5s}}]
+"""
+
+
+def test_check_dry_run_and_context_fit_read_the_sessions(tmp_path: Path) -> None:
+    """``scenario check`` reads the trace before anything runs (a bad line is a located error), the dry run counts
+    the sessions that start within the phases and all their calls, and calls over the testbed's context are named."""
+    from rushhour.fits import context_warnings
+    from rushhour.loadgen.dryrun import plan
+    from rushhour.loadgen.traces import localise_traces
+    from rushhour.scenarios import ScenarioError, load_scenario
+
+    path = tmp_path / "s.yaml"
+    shutil.copy(SAMPLE, tmp_path / "t.jsonl")
+    path.write_text(SCENARIO.format(trace="t.jsonl", sub="b"))
+    scenario = localise_traces(load_scenario(path), tmp_path, [], str(path))
+    (p,) = plan(scenario).personas
+    sessions = read_agent_trace(SAMPLE)[:3]  # at 0, 2 and 4 s: all three start within the 5 s
+    assert (p.units, p.requests) == (3, sum(s.calls for s in sessions))
+    assert context_warnings(scenario) == []
+    big = _session(requests=[_call(0, 5000, 10, []), _call(1, 100, 10, [])])
+    _write(tmp_path, big)
+    warning, = context_warnings(localise_traces(load_scenario(path), tmp_path, [], str(path)))
+    assert "1 of the 2 calls of agent trace 't.jsonl' exceed the testbed's 4,096-token context" in warning
+    _write(tmp_path, _session(), "{oops")
+    with pytest.raises(ScenarioError, match=r"t\.jsonl:2: not a JSON object"):
+        localise_traces(load_scenario(path), tmp_path, [], str(path))
+    path.write_text(SCENARIO.format(trace="t.jsonl", sub="bach"))
+    with pytest.raises(ScenarioError, match=r"subagent_tiers\.Explore: unknown tier 'bach'"):
+        load_scenario(path)
