@@ -139,8 +139,11 @@ def _count(value: Any, what: str, top: int) -> int:
 
 
 def _text(value: Any, what: str) -> str:
+    """A short printable name (it reaches records and terminals: no control characters, at most 200 of them)."""
     if not isinstance(value, str | int) or isinstance(value, bool) or len(str(value)) > 200:
         raise _Bad(f"{what} is not a short string")
+    if not str(value).isprintable():
+        raise _Bad(f"{what} holds a control character")
     return str(value)
 
 

@@ -85,6 +85,7 @@ def test_the_sample_and_a_limit(tmp_path: Path) -> None:
     ("{not json", "not a JSON object"),
     ("[1, 2]", "the session is not a JSON object"),
     (json.dumps(_session(id=None)), "id is not a short string"),
+    (json.dumps(_session(id="a\x1b[2Jb")), "id holds a control character"),
     (json.dumps(_session(block_size=0)), "block_size 0"),
     (json.dumps(_session(block_size=True)), "block_size is not a whole number"),
     (json.dumps(_session(requests=[])), "no call of its main agent"),
