@@ -12,6 +12,7 @@ call or a number out of bounds is one ``TraceError`` naming the file and the lin
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Iterator
@@ -240,9 +241,10 @@ def _session(obj: Any, line: int) -> AgentSession:
     main.sort(key=lambda c: c.t_s)
     # each sub-agent hangs off the main agent's last call started by the sub-agent's start
     spawned: dict[int, list[tuple[str, str, list[_Raw]]]] = {}
+    starts = [c.t_s for c in main]
     for start, agent, kind, calls in sorted(subs, key=lambda s: s[0]):
-        parent = max((k for k, c in enumerate(main) if c.t_s <= start + 1e-6), default=None)
-        if parent is None:
+        parent = bisect.bisect_right(starts, start + 1e-6) - 1  # a search: a session may hold 100,000 calls
+        if parent < 0:
             raise _Bad(f"sub-agent {agent!r} starts at {start:g} s, before the main agent's first call")
         spawned.setdefault(parent, []).append((agent, kind, calls))
     index: dict[int, int] = {}  # id(raw) -> its index in the session's time order
