@@ -9,7 +9,7 @@ from rushhour.audit.fold import NS_PER_S
 from rushhour.audit.stats import percentiles, wilson
 from rushhour.audit.summary import TaskStats
 
-AGENT_KINDS = ("agent_swarm",)
+AGENT_KINDS = ("agent_swarm", "agent_trace")
 SESSION_KINDS = ("chat", "trace_replay")
 
 

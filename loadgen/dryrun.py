@@ -30,10 +30,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rushhour.loadgen.agent_traces import read_agent_trace
 from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.prompts import count as count_tokens
 from rushhour.scenarios.distributions import resolve_trace_path
-from rushhour.scenarios.model import AgentSwarmPersona, Budget, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.scenarios.model import (
+    AgentSwarmPersona,
+    AgentTracePersona,
+    Budget,
+    ChatPersona,
+    Scenario,
+    TraceReplayPersona,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -304,6 +312,30 @@ def _replay(p: TraceReplayPersona, sc: Scenario) -> PersonaPlan:
     )
 
 
+def _agent_trace(p: AgentTracePersona, sc: Scenario) -> PersonaPlan:
+    """The sessions that start within the run, every call of each (sub-agents' included), sizes capped."""
+    sessions = read_agent_trace(resolve_trace_path(p.trace), p.format, p.sessions)
+    gap = p.session_gap_s / p.time_scale
+    picked = [s for n, s in enumerate(sessions) if n * gap < sc.duration_s]
+    calls = [c for s in picked for run in s.runs() for c in run.calls]
+    notes = [f"{len(sessions)} session(s) read, {sum(s.spawning_calls for s in picked)} call(s) spawn "
+             f"{sum(s.subagent_calls for s in picked)} sub-agent call(s); a session may outlast the run"]
+    if p.subagent_tiers:
+        notes.append("sub-agent calls of " + ", ".join(f"{k} → {v}" for k, v in sorted(p.subagent_tiers.items()))
+                     + f" are counted here under {p.tier}")
+    return PersonaPlan(
+        persona=p.name,
+        tier=p.tier,
+        kind="agent_trace",
+        units=len(picked),
+        unit_name="sessions",
+        requests=float(len(calls)),
+        prompt_tokens=sum(min(c.prompt_tokens, p.max_prompt_tokens) for c in calls),
+        output_tokens=sum(max(1, min(c.output_tokens, p.max_output_tokens)) for c in calls),
+        notes=notes,
+    )
+
+
 # --------------------------------------------------------------------------- plan
 
 
@@ -324,6 +356,8 @@ def plan(
             pp = _chat(persona, scenario)
         elif isinstance(persona, AgentSwarmPersona):
             pp = _agents(persona, scenario, assumed_ttft_s, assumed_tpot_s)
+        elif isinstance(persona, AgentTracePersona):
+            pp = _agent_trace(persona, scenario)
         else:
             pp = _replay(persona, scenario)
         _with_twins(pp, scenario)

@@ -12,16 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from rushhour.loadgen.bounded_json import JsonShapeError, check_depth
+from rushhour.loadgen.trace_error import TraceError as TraceError  # its home; the readers import it from here
 
 MOONCAKE_BLOCK_TOKENS = 512
 MAX_TRACE_BYTES = 2 << 30  # every load process reads the whole trace
 MAX_TRACE_LINE = 1 << 20  # a Mooncake line with a 2M-token prompt's block ids is ~40 kB
 MAX_HASH_IDS = 2_000_000 // MOONCAKE_BLOCK_TOKENS + 1  # the blocks of the largest prompt (MAX_TOKENS)
 DATASET = "dataset"  # a TraceRef's format prefix for a persona's conversation dataset (loadgen/datasets.py)
-
-
-class TraceError(ValueError):
-    """A trace file that cannot be used: one line naming the file (and the line) and what is wrong."""
+AGENT = "agent"  # a TraceRef's format prefix for an agent trace's sessions (loadgen/agent_traces.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +184,8 @@ def trace_refs(data: Any, where: str = "") -> list[TraceRef]:
         field = f"{where}.trace".lstrip(".")
         if isinstance(data.get("trace"), str) and data.get("kind") == "trace_replay":
             found.append(TraceRef(field, data["trace"], str(data.get("format") or "auto")))
+        elif isinstance(data.get("trace"), str) and data.get("kind") == "agent_trace":
+            found.append(TraceRef(field, data["trace"], f"{AGENT}:{data.get('format') or 'auto'}"))
         elif isinstance(data.get("trace"), str) and data.get("dist") == "empirical":
             found.append(TraceRef(field, data["trace"], column=str(data.get("column"))))
         dataset = data.get("dataset")
@@ -247,6 +247,11 @@ def check_trace_file(path: Path, ref: TraceRef) -> None:
         from rushhour.loadgen.datasets import read_dataset
 
         read_dataset(path, ref.fmt.split(":", 1)[1])
+        return
+    if ref.fmt.startswith(AGENT + ":"):
+        from rushhour.loadgen.agent_traces import read_agent_trace
+
+        read_agent_trace(path, ref.fmt.split(":", 1)[1])
         return
     if ref.column is None:
         if not read_trace(path, ref.fmt):

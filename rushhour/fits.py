@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rushhour.loadgen.agent_traces import read_agent_trace
 from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.prompts import count as count_tokens
 from rushhour.loadgen.testbed_proc import testbed_config
 from rushhour.loadgen.traces import read_trace, schedule
 from rushhour.scenarios.distributions import resolve_trace_path
-from rushhour.scenarios.model import AgentSwarmPersona, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.scenarios.model import AgentSwarmPersona, AgentTracePersona, ChatPersona, Scenario, TraceReplayPersona
 from rushhour.testbed.config import ConfigError, TestbedConfig, from_dict
 from rushhour.testbed.presets import get_preset
 
@@ -74,6 +75,19 @@ def _trace_over(persona: TraceReplayPersona, scenario: Scenario, shape: TestbedS
             f"{_advice(shape)}")
 
 
+def _agent_trace_over(persona: AgentTracePersona, shape: TestbedShape) -> str | None:
+    """Calls of the replayed sessions (sub-agents' included) whose prompt and max_tokens exceed the context."""
+    sessions = read_agent_trace(resolve_trace_path(persona.trace), persona.format, persona.sessions)
+    calls = [c for s in sessions for run in s.runs() for c in run.calls]
+    over = sum(1 for c in calls if min(c.prompt_tokens, persona.max_prompt_tokens)
+               + max(1, min(c.output_tokens, persona.max_output_tokens)) > shape.context)
+    if not over:
+        return None
+    return (f"persona {persona.name!r}: {over:,} of the {len(calls):,} calls of agent trace "
+            f"{Path(persona.trace).name!r} exceed the testbed's {shape.context:,}-token context (prompt + "
+            f"max_tokens; preset {shape.preset}): {_advice(shape)}")
+
+
 def _dataset_over(persona: ChatPersona | AgentSwarmPersona, shape: TestbedShape) -> str | None:
     spec = persona.dataset
     assert spec is not None
@@ -118,6 +132,8 @@ def context_warnings(scenario: Scenario) -> list[str]:
     for persona in scenario.personas:
         if isinstance(persona, TraceReplayPersona):
             line = _trace_over(persona, scenario, shape)
+        elif isinstance(persona, AgentTracePersona):
+            line = _agent_trace_over(persona, shape)
         elif persona.dataset is not None:
             line = _dataset_over(persona, shape)
         elif isinstance(persona, AgentSwarmPersona):

@@ -624,7 +624,49 @@ class TraceReplayPersona(Strict):
         return float(self.max_in_flight)
 
 
-Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona, Field(discriminator="kind")]
+class AgentTracePersona(Strict):
+    """Replays recorded agent sessions: each call after its parent's answer and the tool time, sub-agents in
+    parallel, the context carried from call to call (a Weka agent trace: ``loadgen/agent_traces.py``)."""
+
+    kind: Literal["agent_trace"]
+    name: str
+    tier: str = Field(description="the tier of the main agents' calls (and of sub-agents not in subagent_tiers)")
+    stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
+                                "`stream` (a batch persona may take whole answers while chat streams)")
+    trace: str = Field(description="one session per line; next to the scenario, or under --allow-path")
+    format: Literal["weka", "auto"] = "auto"
+    time_scale: float = Field(default=1.0, gt=0, description="2 = tool gaps and session starts twice as fast")
+    session_gap_s: Seconds = Field(default=1.0, description="trace seconds between one session's start and the "
+                                   "next (divided by time_scale; 0: every session at once)")
+    sessions: int | None = Field(default=None, ge=1, le=MAX_SLOTS,
+                                 description="replay at most this many sessions (the trace's first)")
+    max_gap_s: Seconds | None = Field(default=None, description="no one wait (tool gap) longer than this, after "
+                                      "time_scale; none = the trace's own")
+    max_sessions_in_flight: int = Field(default=100, ge=1, le=MAX_SLOTS,
+                                        description="sessions at once; a session over it is recorded not_sent")
+    max_fan_out: int = Field(default=16, ge=1, le=1000, description="sub-agents of one call that run at once; "
+                             "more start as the first finish")
+    max_prompt_tokens: int = Field(default=32000, gt=0, le=MAX_TOKENS)
+    max_output_tokens: int = Field(default=2000, gt=0, le=MAX_TOKENS)
+    subagent_tiers: dict[str, str] = Field(default_factory=dict, description="a sub-agent type (the trace's "
+                                           "subagent_type) → the tier of its calls")
+
+    def tier_of(self, agent_type: str) -> str:
+        """The tier of an agent's calls: its type's, else the persona's."""
+        return self.subagent_tiers.get(agent_type, self.tier)
+
+    def scaled(self, factor: float) -> AgentTracePersona:
+        """The same replay carrying ``factor`` times its load: faster, with as many more sessions at once."""
+        return self.model_copy(update={"time_scale": self.time_scale * factor,
+                                       "max_sessions_in_flight": max(1, round(self.max_sessions_in_flight * factor))})
+
+    def peak_sockets(self, scale: float) -> float:
+        """Sockets it may hold at once over all processes: its sessions, each with its widest fan-out."""
+        return float(self.max_sessions_in_flight * self.max_fan_out)
+
+
+Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona | AgentTracePersona,
+                    Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- phases, resilience, budget

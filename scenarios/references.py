@@ -64,6 +64,10 @@ def reference_problems(data: Any) -> list[Reference]:
         tier = persona.get("tier")
         if isinstance(tier, str) and tier_names and tier not in tier_names:
             problems.append(_unknown(("personas", i, "tier"), "tier", tier, tier_names))
+        by_type = persona.get("subagent_tiers")  # an agent trace's sub-agents, by their type
+        for kind, name in by_type.items() if isinstance(by_type, Mapping) else ():
+            if isinstance(name, str) and tier_names and name not in tier_names:
+                problems.append(_unknown(("personas", i, "subagent_tiers", kind), "tier", name, tier_names))
     for i, tier in tiers:
         slo = tier.get("slo")
         named = slo.get("phases") if isinstance(slo, Mapping) else None

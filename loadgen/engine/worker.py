@@ -7,6 +7,7 @@ from gevent.pool import Group
 
 from rushhour.loadgen.engine.context import WorkerContext
 from rushhour.loadgen.engine.health import run_health
+from rushhour.loadgen.engine.personas.agent_trace import run_agent_trace
 from rushhour.loadgen.engine.personas.agents import run_swarm
 from rushhour.loadgen.engine.personas.chat import run_chat
 from rushhour.loadgen.engine.personas.common import sleep_until
@@ -15,7 +16,7 @@ from rushhour.loadgen.engine.wire.client import Cancelled
 
 CANCEL_GRACE_S = 5.0
 # each persona kind's driver loop, by the scenario's ``kind``: a new kind is one entry here and one in sim/personas
-DRIVERS = {"chat": run_chat, "agent_swarm": run_swarm, "trace_replay": run_replay}
+DRIVERS = {"chat": run_chat, "agent_swarm": run_swarm, "trace_replay": run_replay, "agent_trace": run_agent_trace}
 
 
 class Worker:
