@@ -54,7 +54,8 @@ def import_plan(path: Path, scenario: str | None, root: Path, *, duration: str, 
         mix = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grow))
         testbed = mix.target.testbed.model_copy(update={"preset": rec.preset, "replicas": rec.replicas})
         mix = mix.model_copy(update={"target": mix.target.model_copy(update={"testbed": testbed})})
-        mix_source, mix_text = scenario, f"scenario {mix.name}, on the planner's preset"
+        mix_source = scenario
+        mix_text = f"scenario {mix.name}: its own tiers, traffic and SLOs, on the planner's preset"
     notes = [f"{rec.model} on {rec.gpu} (TP {rec.tensor_parallel}) simulated as preset {rec.preset}; "
              "docs/capacity.md says how far that preset was checked against published measurements",
              f"the planner's ITL {rec.percentile} target is judged as tpot_ms.{rec.percentile} (each request's "
