@@ -123,7 +123,7 @@ def plan(
     from rushhour.scenarios.planner import PlannerError
     from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario
     from rushhour.studies.knee import analyse_sweep
-    from rushhour.studies.plan import analyse_plan, planner_check
+    from rushhour.studies.plan import analyse_plan, planner_check, scale_answer
     from rushhour.studies.sweep import SweepError, new_id, parse_scales
 
     if scenario is None and from_planner is None:
@@ -174,11 +174,8 @@ def plan(
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     sweep = analyse_sweep(done, sweep_id=plan_id, scenario=base.name, mode="simulated", created_at=created)
     check = None
-    if imported is not None:
-        from rushhour.studies.plan import scale_answer
-
-        at_one = [s for s in done if s.scale == 1.0]
-        mix_step = next((s for s in at_one if s.replicas == imported.rec.replicas), None)
+    if imported is not None:  # the planner's count at the planner's load (scale 1), and what the mix needs there
+        mix_step = next((s for s in done if s.scale == 1.0 and s.replicas == imported.rec.replicas), None)
         needed = scale_answer(done, 1.0, ladder).replicas_needed
         check = planner_check(imported.rec, profile_step, mix_step, needed, imported.mix_text)
     outcome = analyse_plan(done, sweep, plan_id=plan_id, scenario=base.name, created_at=created, replicas=ladder,
