@@ -110,3 +110,5 @@ drop_threshold = number("--drop-threshold", 0, 1)
 fillers = count("--fillers", 0, 1_000)
 testbed_replicas = count("--replicas", 1, _model_limit("MAX_REPLICAS"))
 speed = number("--speed", 0, _SCALE, above=True)
+peak = number("--peak", 1, 100)  # plan --from-planner: the chat peak × the planner's rate
+batch_agents = count("--batch-agents", 0, _model_limit("MAX_AGENTS"))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from rushhour import flags
 from rushhour.consoles import make_console, print_error
+
+if TYPE_CHECKING:
+    from rushhour.scenarios.model import Scenario
+    from rushhour.studies.knee import Step
 
 console = make_console(stderr=True)
 out = make_console()
@@ -79,59 +83,139 @@ def simulate(
 
 
 def plan(
-    scenario: Annotated[str, typer.Argument(help="scenario file or built-in name")],
-    replicas: Annotated[str, typer.Option(help="replica counts: LOW..HIGH (doubling) or a list 8,16,64")] = "8..512",
-    scale: Annotated[str, typer.Option(help="workload multipliers: LOW..HIGH (with --steps) or a list 1,2")] = "1..10",
+    scenario: Annotated[str | None, typer.Argument(
+        help="scenario file or built-in name (with --from-planner: the mix to hold the plan to; default: one "
+        "derived from it)")] = None,
+    replicas: Annotated[str | None, typer.Option(
+        help="replica counts: LOW..HIGH (doubling) or a list 8,16,64 (default 8..512; with --from-planner: the "
+        "planner's count)")] = None,
+    scale: Annotated[str | None, typer.Option(help="workload multipliers: LOW..HIGH (with --steps) or a list 1,2 "
+                                                   "(default 1..10; with --from-planner: 1)")] = None,
     steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range", callback=flags.steps)] = 4,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona grown first, every cell "
                                                        "(repeatable: --grow swarm=5 --grow chat=2 --scale 1)")] = None,
     duration: Annotated[str, typer.Option(help="simulated time per cell (the phases stretched to it)")] = "60s",
-    gpus_per_replica: Annotated[int, typer.Option(help="GPUs one replica holds (GPU-hours)",
-                                                 callback=flags.gpus_per_replica)] = 1,
+    gpus_per_replica: Annotated[int | None, typer.Option(help="GPUs one replica holds (GPU-hours; default 1, with "
+                                                              "--from-planner: its tensor parallel)",
+                                                         callback=flags.gpus_per_replica)] = None,
     gpu_hour_price: Annotated[float | None, typer.Option(help="price of one GPU-hour, for a cost column",
                                                          callback=flags.gpu_hour_price)] = None,
-    gate: Annotated[bool, typer.Option(help="exit 1 when a scale has no replica count meeting every SLO")] = False,
+    gate: Annotated[bool, typer.Option(help="exit 1 when a scale has no replica count meeting every SLO (with "
+                                            "--from-planner: also when the planner's count fails the mix)")] = False,
     seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every cell)",
                                              callback=flags.seed)] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    from_planner: Annotated[Path | None, typer.Option(
+        "--from-planner", help="an llm-d-planner recommendation (JSON): its GPU and model as a preset, its replica "
+        "count, traffic profile and SLOs, checked under a tiered mix")] = None,
+    peak: Annotated[float, typer.Option(help="with --from-planner: the mix's peak phase runs chat at this × the "
+                                             "planner's rate", callback=flags.peak)] = 2.0,
+    batch_agents: Annotated[int | None, typer.Option(help="with --from-planner: agents of the mix's batch swarm "
+                                                          "(default 10 per replica; 0: none)",
+                                                     callback=flags.batch_agents)] = None,
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
     import datetime as dt
     import time
 
-    from rushhour.audit import run_audit
     from rushhour.reports.plan import write_plan_reports
     from rushhour.scenarios import ScenarioError
-    from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario, simulate_scenario
-    from rushhour.studies.knee import Step, analyse_sweep, step_from_summary
-    from rushhour.studies.plan import analyse_plan
+    from rushhour.scenarios.planner import PlannerError
+    from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder, scale_scenario
+    from rushhour.studies.knee import analyse_sweep
+    from rushhour.studies.plan import analyse_plan, planner_check, scale_answer
     from rushhour.studies.sweep import SweepError, new_id, parse_scales
 
-    if gpus_per_replica < 1:
-        raise _fail("--gpus-per-replica must be at least 1")
-    try:
-        ladder = replica_ladder(replicas)
-        scales = parse_scales(scale, steps)
-        grown = parse_grow(grow or [])
-        base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown))
-        for s in scales:  # every cell within the limits before the first one runs
-            scale_scenario(base, s)
-    except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+    if scenario is None and from_planner is None:
+        raise _fail("give a SCENARIO, or --from-planner FILE (an llm-d-planner recommendation)")
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
+    imported = None
+    try:
+        grown = parse_grow(grow or [])
+        if from_planner is not None:
+            from rushhour.from_planner import import_plan
+
+            imported = import_plan(from_planner, scenario, root, duration=duration, seed=seed, grow=grown,
+                                   peak=peak, batch_agents=batch_agents)
+            base, source = imported.mix, imported.mix_source
+            ladder = sorted({*replica_ladder(replicas), imported.rec.replicas} if replicas else
+                            {imported.rec.replicas})
+            scales = sorted({*parse_scales(scale, steps), 1.0} if scale else {1.0})
+            gpus = gpus_per_replica or imported.rec.tensor_parallel
+        else:
+            assert scenario is not None
+            ladder = replica_ladder(replicas or "8..512")
+            scales = parse_scales(scale or "1..10", steps)
+            base, source = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown)), scenario
+            gpus = gpus_per_replica or 1
+        for s in scales:  # every cell within the limits before the first one runs
+            scale_scenario(base, s)
+    except (ScenarioError, PlannerError, FileNotFoundError, SweepError, ValueError) as exc:
+        raise _fail(str(exc)) from None
     cells = len(ladder) * len(scales)
     from rushhour.sim.compiled import status
 
     console.print(f"plan {plan_id}: {len(ladder)} replica counts × {len(scales)} scales = {cells} simulated runs of "
                   f"{base.duration_s:g} s ({status()})", highlight=False)
     started = time.monotonic()
-    done: list[Step] = []
     notes: list[str] = []
-    not_run = 0
+    profile_step = None
+    if imported is not None:
+        notes += imported.notes
+        for line in imported.notes:
+            console.print(f"  note: {line}", highlight=False, markup=False)
+        profile_step = _cell(imported.profile, imported.profile_source, root / "planner-profile",
+                             imported.rec.replicas, 1.0, {}, 0, "the planner's own profile")
     if grown:  # said where the plan's answers are read: they are for the grown workload
         notes.append("personas grown before every scale: " + ", ".join(f"{n} ×{f:g}" for n, f in grown.items()))
         console.print(f"  {notes[-1]}", highlight=False)
+    done, not_run = _grid(base, source, root, ladder, scales, grown, notes)
+    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sweep = analyse_sweep(done, sweep_id=plan_id, scenario=base.name, mode="simulated", created_at=created)
+    check = None
+    if imported is not None:  # the planner's count at the planner's load (scale 1), and what the mix needs there
+        mix_step = next((s for s in done if s.scale == 1.0 and s.replicas == imported.rec.replicas), None)
+        needed = scale_answer(done, 1.0, ladder).replicas_needed
+        check = planner_check(imported.rec, profile_step, mix_step, needed, imported.mix_text)
+    outcome = analyse_plan(done, sweep, plan_id=plan_id, scenario=base.name, created_at=created, replicas=ladder,
+                           scales=scales, duration_s=base.duration_s, preset=base.target.testbed.preset,
+                           gpus_per_replica=gpus, price=gpu_hour_price, notes=notes, planner=check)
+    paths = write_plan_reports(outcome, root)
+    for line in outcome.sentences:
+        out.print(f"• {line}", highlight=False, markup=False)
+    for kind, path in paths.items():
+        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
+    skipped = f" ({not_run} not run: nothing there could pass)" if not_run else ""
+    took = time.monotonic() - started
+    console.print(f"{cells - not_run} runs simulated in {took:.0f} s{skipped}", highlight=False)
+    failed = not outcome.all_answered or (check is not None and check.mix_status != "pass")
+    raise typer.Exit(EXIT_FAIL if gate and failed else EXIT_OK)
+
+
+def _cell(cell: Scenario, source: str, folder: Path, replicas: int, scale: float, grown: dict[str, float], index: int,
+          label: str) -> Step:
+    """One simulated, audited cell of the grid, said on one line."""
+    from rushhour.audit import run_audit
+    from rushhour.sim.run import SimOptions, simulate_scenario
+    from rushhour.studies.knee import step_from_summary
+
+    # the cell is already grown and scaled; its options only record how (run.json simulation)
+    result = simulate_scenario(cell, source, SimOptions(out_dir=folder, replicas=replicas, scale=scale, grow=grown))
+    step = step_from_summary(run_audit(result.run_dir), index, scale, replicas, str(result.run_dir), cell.duration_s)
+    verdict = ", ".join(f"{t.tier} {t.status}" for t in step.tiers)
+    console.print(f"  {label}: {step.offered_rps:.1f} req/s issued · {verdict} · simulated in "
+                  f"{result.stats['wall_s']:.1f} s", highlight=False)
+    return step
+
+
+def _grid(base: Scenario, source: str, root: Path, ladder: list[int], scales: list[float], grown: dict[str, float],
+          notes: list[str]) -> tuple[list[Step], int]:
+    """Every (replicas × scale) cell; a replica count whose tiers all failed skips its higher scales."""
+    from rushhour.sim.run import scale_scenario
+
+    done: list[Step] = []
+    not_run = 0
     for r in ladder:
         all_failed_below: float | None = None
         for s in scales:
@@ -141,30 +225,9 @@ def plan(
                 not_run += 1
                 console.print(f"  {notes[-1]}", highlight=False)
                 continue
-            cell = scale_scenario(base, s)
-            # the cell is already grown and scaled; its options only record how (run.json simulation)
-            cell_options = SimOptions(out_dir=root / f"r{r}-x{s:g}", replicas=r, scale=s, grow=grown)
-            result = simulate_scenario(cell, scenario, cell_options)
-            summary = run_audit(result.run_dir)
-            step = step_from_summary(summary, len(done), s, r, str(result.run_dir), cell.duration_s)
+            step = _cell(scale_scenario(base, s), source, root / f"r{r}-x{s:g}", r, s, grown, len(done), label)
             done.append(step)
             judged = [t for t in step.tiers if t.status in ("pass", "fail")]
             if judged and all(t.status == "fail" for t in judged):
                 all_failed_below = s
-            verdict = ", ".join(f"{t.tier} {t.status}" for t in step.tiers)
-            console.print(f"  {label}: {step.offered_rps:.1f} req/s issued · {verdict} · simulated in "
-                          f"{result.stats['wall_s']:.1f} s", highlight=False)
-    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sweep = analyse_sweep(done, sweep_id=plan_id, scenario=base.name, mode="simulated", created_at=created)
-    outcome = analyse_plan(done, sweep, plan_id=plan_id, scenario=base.name, created_at=created, replicas=ladder,
-                           scales=scales, duration_s=base.duration_s, preset=base.target.testbed.preset,
-                           gpus_per_replica=gpus_per_replica, price=gpu_hour_price, notes=notes)
-    paths = write_plan_reports(outcome, root)
-    for line in outcome.sentences:
-        out.print(f"• {line}", highlight=False, markup=False)
-    for kind, path in paths.items():
-        out.print(f"{kind:<9} {path.resolve()}", highlight=False)
-    skipped = f" ({not_run} not run: nothing there could pass)" if not_run else ""
-    took = time.monotonic() - started
-    console.print(f"{cells - not_run} runs simulated in {took:.0f} s{skipped}", highlight=False)
-    raise typer.Exit(EXIT_FAIL if gate and not outcome.all_answered else EXIT_OK)
+    return done, not_run

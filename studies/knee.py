@@ -250,7 +250,8 @@ class Knee(_Model):
     sentence: str = ""
 
 
-def _fmt_check(c: Check) -> str:
+def check_text(c: Check) -> str:
+    """A check in words: its figure against its threshold (or why it could not be judged)."""
     if c.inconclusive:
         return f"{c.check} inconclusive (too few samples to judge)"
     def num(v: float | None) -> str:
@@ -291,7 +292,7 @@ def tier_knee(steps: Sequence[Step], tier: str, replicas: int | None = None, ons
         s, t = pairs[core.fail]
         knee.fail_scale, knee.fail_rps, knee.confident_fail = s.scale, s.offered_rps, t.confident
         failed = [c for c in t.checks if not c.passed]
-        knee.fail_checks = [_fmt_check(c) for c in failed]
+        knee.fail_checks = [check_text(c) for c in failed]
         knee.fail_unjudged = bool(failed) and all(c.inconclusive for c in failed)
     if core.passes_again is not None:
         knee.passes_again_scale = pairs[core.passes_again][0].scale

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from rushhour.audit import text
-from rushhour.studies.knee import Step, SweepResult
+from rushhour.scenarios.planner import Recommendation
+from rushhour.studies.knee import Step, SweepResult, check_text
 
 PLAN_SCHEMA = "rushhour.plan/1"
 
@@ -51,6 +52,64 @@ class TierPlan(_Model):
     min_replicas: dict[str, int | None] = Field(description="scale → the smallest replicas meeting this tier's SLO")
 
 
+class PlannerCheck(_Model):
+    """An imported llm-d-planner recommendation: its own profile, then the tiered mix, on its replica count."""
+
+    source: str
+    model: str
+    gpu: str
+    tensor_parallel: int
+    replicas: int = Field(description="the planner's replica count")
+    preset: str = Field(description="the testbed preset that stood in for the planner's GPU and model")
+    profile: str = Field(description="the planner's traffic profile and SLOs, in words")
+    mix: str = Field(description="the tiered mix it was held to, in words")
+    profile_status: str = Field(description="pass | fail | not judged: the planner's profile alone")
+    profile_failing: list[str] = Field(default_factory=list)
+    mix_status: str = Field(description="pass | fail | not judged: the tiered mix on the planner's replica count")
+    mix_failing: list[str] = Field(default_factory=list)
+    mix_replicas_needed: int | None = Field(default=None, description="the smallest replica count tried at which "
+                                            "the mix met every SLO (scale 1; null: none tried did)")
+    planner_predicted: dict[str, float] = Field(default_factory=dict)
+    sentence: str
+
+
+def _verdict(step: Step | None) -> tuple[str, list[str]]:
+    """A cell's standing: fail closed — invalid, missing or unjudged is 'not judged', never a pass."""
+    if step is None or not step.valid:
+        return "not judged", ([f"invalid run: {'; '.join(step.reasons)}"] if step is not None else [])
+    failing = [f"{t.tier} {check_text(c)}" for t in step.tiers for c in t.checks if not c.passed]
+    if failing:
+        return "fail", failing
+    judged = [t for t in step.tiers if t.status == "pass"]
+    return ("pass", []) if judged and all(t.status in ("pass", "no_slo") for t in step.tiers) else ("not judged", [])
+
+
+def planner_check(rec: Recommendation, profile: Step | None, mix: Step | None, mix_needed: int | None,
+                  mix_text: str) -> PlannerCheck:
+    """The planner's replica count held to its own profile and to the tiered mix, said in one sentence."""
+    p_status, p_failing = _verdict(profile)
+    m_status, m_failing = _verdict(mix)
+    n = rec.replicas
+    slo = (f"TTFT {rec.percentile} ≤ {text.ms(rec.ttft_ms)}, ITL {rec.percentile} ≤ {text.ms(rec.itl_ms)}")
+    profile_text = (f"{text.rps(rec.qps)} of {rec.prompt_tokens} in / {rec.output_tokens} out tokens; {slo}")
+    head = (f"llm-d-planner's recommendation ({rec.model} on {n} × {rec.gpu}, TP {rec.tensor_parallel}, simulated "
+            f"as {n} × {rec.preset}): ")
+    words = {"pass": "meets its SLOs", "fail": "misses its SLOs", "not judged": "could not be judged"}
+    sentence = head + f"its own profile ({profile_text}) {words[p_status]} on {n} replica{'s' if n != 1 else ''}"
+    sentence += f" ({'; '.join(p_failing)})" if p_failing else ""
+    mix_words = {"pass": "meets every tier's SLO", "fail": "does not", "not judged": "could not be judged"}
+    sentence += f"; under the tiered mix ({mix_text}) it {mix_words[m_status]}"
+    sentence += f" ({'; '.join(m_failing)})" if m_failing else ""
+    if m_status != "pass":
+        sentence += (f"; {mix_needed} replicas meet every tier's SLO under the mix" if mix_needed is not None
+                     else "; no replica count tried meets every tier's SLO under the mix")
+    sentence += "."
+    return PlannerCheck(source=rec.source, model=rec.model, gpu=rec.gpu, tensor_parallel=rec.tensor_parallel,
+                        replicas=n, preset=rec.preset, profile=profile_text, mix=mix_text, profile_status=p_status,
+                        profile_failing=p_failing, mix_status=m_status, mix_failing=m_failing,
+                        mix_replicas_needed=mix_needed, planner_predicted=dict(rec.predicted), sentence=sentence)
+
+
 class PlanResult(_Model):
     """``plan.json``: the grid, the per-scale answers, the per-tier knees."""
 
@@ -71,6 +130,8 @@ class PlanResult(_Model):
     all_answered: bool = Field(description="every scale has a replica count meeting every SLO")
     sweep: SweepResult
     notes: list[str] = Field(default_factory=list)
+    planner: PlannerCheck | None = Field(default=None, description="plan --from-planner: the imported "
+                                         "recommendation held to its profile and to the tiered mix")
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
@@ -173,12 +234,13 @@ def tier_plan(steps: Sequence[Step], tier: str, replicas: Sequence[int], scales:
 
 def analyse_plan(steps: Sequence[Step], sweep: SweepResult, *, plan_id: str, scenario: str, created_at: str,
                  replicas: Sequence[int], scales: Sequence[float], duration_s: float, preset: str,
-                 gpus_per_replica: int = 1, price: float | None = None, notes: Sequence[str] = ()) -> PlanResult:
+                 gpus_per_replica: int = 1, price: float | None = None, notes: Sequence[str] = (),
+                 planner: PlannerCheck | None = None) -> PlanResult:
     """Every scale's answer and every tier's knees; ``all_answered`` is False if any scale has none."""
     answers = [scale_answer(steps, s, replicas, gpus_per_replica, price) for s in sorted(scales)]
     tiers = list(dict.fromkeys(t.tier for s in steps for t in s.tiers))
     plans = [tier_plan(steps, t, replicas, scales) for t in tiers]
-    sentences = [a.sentence for a in answers]
+    sentences = ([planner.sentence] if planner is not None else []) + [a.sentence for a in answers]
     for p in plans:
         held = {int(r): k for r, k in p.knee_scale.items()}
         parts = [f"{r}: {text.plain(k)}×" if k is not None else f"{r}: below {text.plain(min(scales))}×"
@@ -196,4 +258,4 @@ def analyse_plan(steps: Sequence[Step], sweep: SweepResult, *, plan_id: str, sce
                       scales=sorted(scales), duration_s=duration_s, preset=preset, gpus_per_replica=gpus_per_replica,
                       gpu_hour_price=price, answers=answers, tiers=plans, sentences=sentences,
                       all_answered=all(a.replicas_needed is not None for a in answers), sweep=sweep,
-                      notes=list(notes))
+                      notes=list(notes), planner=planner)

@@ -145,30 +145,30 @@ def test_answers_from_invalid_steps_say_so_in_the_same_sentence() -> None:
 
 
 def test_an_inconclusive_check_is_named_not_called_a_miss() -> None:
-    from rushhour.studies.knee import _fmt_check, judge_check
+    from rushhour.studies.knee import check_text, judge_check
 
     t = tier("interactive", 100, 20, 0, 900.0)
     v = Verdict(tier="interactive", check="ttft_ms.p99", threshold=3000.0, observed=900.0, bound=None,
                 judge="point", passed=False, inconclusive=True, message="")
     c = judge_check(t, v)
     assert c.inconclusive and not c.confident and not c.passed
-    assert _fmt_check(c) == "ttft_ms.p99 inconclusive (too few samples to judge)"
+    assert check_text(c) == "ttft_ms.p99 inconclusive (too few samples to judge)"
 
 
 def test_a_check_failed_on_its_bound_names_the_bound_and_floors_read_below() -> None:
-    from rushhour.studies.knee import _fmt_check, judge_check
+    from rushhour.studies.knee import check_text, judge_check
 
     t = tier("interactive", 100, 200, 0, 1960.0)
     # judged on the bound: the observed 1.96 s alone passes 2 s, so the line must not read "1.96 s > 2.00 s"
     v = Verdict(tier="interactive", check="ttft_ms.p90", threshold=2000.0, observed=1960.0, bound=2100.0,
                 judge="bound", passed=False, message="")
-    assert _fmt_check(judge_check(t, v)) == "ttft_ms.p90 bound 2.10 s > 2.00 s (observed 1.96 s)"
+    assert check_text(judge_check(t, v)) == "ttft_ms.p90 bound 2.10 s > 2.00 s (observed 1.96 s)"
     few = Verdict(tier="interactive", check="ttft_ms.p99", threshold=5000.0, observed=3630.0, bound=3990.0,
                   judge="bound", passed=False, message="")
-    assert _fmt_check(judge_check(t, few)) == "ttft_ms.p99 3.63 s: too few samples to bound it within 5.00 s"
+    assert check_text(judge_check(t, few)) == "ttft_ms.p99 3.63 s: too few samples to bound it within 5.00 s"
     floor = Verdict(tier="batch", check="floor_share", threshold=0.05, observed=0.03, bound=None,
                     judge="point", passed=False, message="")
-    assert _fmt_check(judge_check(t, floor)) == "floor_share 3.0 % < 5.0 %"
+    assert check_text(judge_check(t, floor)) == "floor_share 3.0 % < 5.0 %"
 
 
 def test_too_few_samples_everywhere_is_not_called_a_miss() -> None:
