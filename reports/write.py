@@ -10,6 +10,7 @@ import pandas as pd
 from rushhour.audit.integrity import record_outputs
 from rushhour.audit.summary import Summary
 from rushhour.reports import drops
+from rushhour.reports.br02 import BR02_FILE, render_br02_yaml
 from rushhour.reports.html import render_html
 from rushhour.reports.junit import render_junit
 from rushhour.reports.markdown import render_markdown
@@ -37,3 +38,15 @@ def write_reports(summary: Summary, run_dir: Path, table: pd.DataFrame | None = 
     }
     record_outputs(run_dir, [p.name for p in paths.values()])  # integrity.json names them (an audited folder's)
     return paths
+
+
+def write_br02(summary: Summary, run_dir: Path, table: pd.DataFrame | None = None,
+               path: Path | None = None) -> Path:
+    """Write the run as llm-d-benchmark's benchmark report v0.2 (``path``; default ``run_dir``/BR02_FILE)."""
+    run_dir = Path(run_dir)
+    target = Path(path) if path is not None else run_dir / BR02_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _write(target, render_br02_yaml(summary, table))
+    if target.resolve().parent == run_dir.resolve():  # a file of the run folder: integrity.json names it too
+        record_outputs(run_dir, [target.name])
+    return target
