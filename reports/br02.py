@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -42,12 +43,13 @@ _TABLE_COLUMNS = ("logical_id", "tier", "class", "probe", "intended_ns", "ttft_n
                   "prompt_tokens", "output_tokens")
 
 
-def render_br02(summary: Summary, table: pd.DataFrame | None) -> dict[str, Any]:
-    """The BR0.2 document of an audited run (``table``: the audit's attempts table; None: no run-wide latency)."""
+def render_br02(summary: Summary, table: pd.DataFrame | None, experiment_id: str | None = None) -> dict[str, Any]:
+    """The BR0.2 document of an audited run (``table``: the audit's attempts table; None: no run-wide latency;
+    ``experiment_id``: llm-d-benchmark's, which names ``run.eid`` as its own converters do)."""
     served = _served_in_window(summary, table) if table is not None else None
     report: dict[str, Any] = {
         "version": BR_VERSION,
-        "run": _run(summary),
+        "run": _run(summary, experiment_id),
         "scenario": _scenario(summary, served),
         "results": {
             "request_performance": {"aggregate": _aggregate(summary, served)},
@@ -57,9 +59,9 @@ def render_br02(summary: Summary, table: pd.DataFrame | None) -> dict[str, Any]:
     return _pruned(report)
 
 
-def render_br02_yaml(summary: Summary, table: pd.DataFrame | None) -> str:
+def render_br02_yaml(summary: Summary, table: pd.DataFrame | None, experiment_id: str | None = None) -> str:
     """The BR0.2 document as YAML, the form llm-d-benchmark reads (``yaml.safe_load``)."""
-    return yaml.safe_dump(render_br02(summary, table), sort_keys=False, allow_unicode=True, width=120)
+    return yaml.safe_dump(render_br02(summary, table, experiment_id), sort_keys=False, allow_unicode=True, width=120)
 
 
 def statistics(values: np.ndarray | list[float], units: str) -> dict[str, Any] | None:
@@ -96,7 +98,12 @@ def _safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, host + (f":{port}" if port else ""), parts.path, "", ""))
 
 
-def _run(summary: Summary) -> dict[str, Any]:
+def experiment_uid(experiment_id: str) -> str:
+    """``run.eid`` of an llm-d-benchmark experiment: its converters' uuid5 of the experiment id (URL namespace)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, experiment_id))
+
+
+def _run(summary: Summary, experiment_id: str | None) -> dict[str, Any]:
     info = summary.run
     time: dict[str, Any] = {}
     try:
@@ -109,7 +116,8 @@ def _run(summary: Summary) -> dict[str, Any]:
             time["end"] = (start + timedelta(seconds=info.duration_s)).isoformat()
     if info.duration_s >= 0:
         time["duration"] = f"PT{info.duration_s:.3f}S"  # ISO-8601 duration, as llm-d-benchmark writes it
-    return {"uid": info.run_id, "time": time, "description": info.description or None}
+    eid = experiment_uid(experiment_id.strip()) if experiment_id and experiment_id.strip() else None
+    return {"uid": info.run_id, "eid": eid, "time": time, "description": info.description or None}
 
 
 def _stack(summary: Summary) -> list[dict[str, Any]]:

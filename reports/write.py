@@ -41,12 +41,12 @@ def write_reports(summary: Summary, run_dir: Path, table: pd.DataFrame | None = 
 
 
 def write_br02(summary: Summary, run_dir: Path, table: pd.DataFrame | None = None,
-               path: Path | None = None) -> Path:
+               path: Path | None = None, experiment_id: str | None = None) -> Path:
     """Write the run as llm-d-benchmark's benchmark report v0.2 (``path``; default ``run_dir``/BR02_FILE)."""
     run_dir = Path(run_dir)
     target = Path(path) if path is not None else run_dir / BR02_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write(target, render_br02_yaml(summary, table))
+    _write(target, render_br02_yaml(summary, table, experiment_id))
     if target.resolve().parent == run_dir.resolve():  # a file of the run folder: integrity.json names it too
         record_outputs(run_dir, [target.name])
     return target

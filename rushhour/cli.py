@@ -509,6 +509,9 @@ def report(
         "report v0.2 (benchmark_report_v0.2,_rushhour.yaml)")] = "all",
     out_file: Annotated[Path | None, typer.Option(
         "--out", help="with --format br0.2: write the report here instead of into the run folder")] = None,
+    experiment_id: Annotated[str | None, typer.Option(
+        help="with --format br0.2: llm-d-benchmark's experiment id ($LLMDBENCH_RUN_EXPERIMENT_ID), written as "
+             "run.eid the way its converters write it")] = None,
 ) -> None:
     """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed), or its BR0.2 file."""
     from rushhour.audit import AuditError, load_or_audit, report_table
@@ -516,15 +519,15 @@ def report(
 
     if fmt not in REPORT_FORMATS:
         raise _fail(f"--format {fmt!r}: one of {', '.join(REPORT_FORMATS)}")
-    if out_file is not None and fmt != "br0.2":
-        raise _fail("--out names the file of one format: use it with --format br0.2")
+    if (out_file is not None or experiment_id is not None) and fmt != "br0.2":
+        raise _fail("--out and --experiment-id belong to one format: use them with --format br0.2")
     if open_browser and fmt != "all":
         raise _fail("--open opens the HTML report: --format all writes it")
     try:
         summary = load_or_audit(run_dir)
         table = report_table(run_dir)
         if fmt == "br0.2":
-            paths = {"br0.2": write_br02(summary, run_dir, table, out_file)}
+            paths = {"br0.2": write_br02(summary, run_dir, table, out_file, experiment_id)}
         else:
             paths = write_reports(summary, run_dir, table)
     except AuditError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,12 @@ def test_cli_writes_a_br02_file_the_published_schema_accepts(run_dir: Path, tmp_
     report = validate(yaml.safe_load(path.read_text()))
     assert report.version == "0.2" and report.run.uid == run_dir.name
     assert check_outputs(run_dir, [BR02_FILE]) is not None  # integrity.json names it (rushhour verify checks it)
-    elsewhere = tmp_path / "results" / "br.yaml"  # --out: where a harness wants it
-    assert cli("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere)).returncode == 0
-    assert elsewhere.read_text() == path.read_text()
+    elsewhere = tmp_path / "results" / "br.yaml"  # --out: where a harness wants it, with the experiment's id
+    experiment = "rushhour-1765000000-x1"
+    assert cli("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere), "--experiment-id",
+               experiment).returncode == 0
+    moved = validate(yaml.safe_load(elsewhere.read_text()))
+    assert moved.run.eid == str(uuid.uuid5(uuid.NAMESPACE_URL, experiment)) and report.run.eid is None
     refused = cli("report", str(run_dir), "--format", "br0.3")
     assert refused.returncode == 2 and "br0.2" in refused.stderr and "Traceback" not in refused.stderr
 
