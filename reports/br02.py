@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from rushhour.audit.phases import measured_mask
 from rushhour.audit.summary import UNSERVED_CLASSES, Percentiles, Summary, TierSummary
 
 BR_VERSION = "0.2"
@@ -166,14 +167,6 @@ def _load(summary: Summary, served: pd.DataFrame | None) -> dict[str, Any] | Non
     }
 
 
-def _excluded(summary: Summary, first_intended_s: np.ndarray) -> np.ndarray:
-    """Which logical requests' first intended sends fall in an excluded phase (a warm-up, a cool-down)."""
-    out = np.zeros(len(first_intended_s), dtype=bool)
-    for start, end in summary.measurement.excluded_spans:
-        out |= (first_intended_s >= start) & (first_intended_s < end)
-    return out
-
-
 def _served_in_window(summary: Summary, table: pd.DataFrame) -> pd.DataFrame:
     """The served attempts of the tiers' own requests (no probe or control twin) within the measurement window: the
     requests the tiers' figures count."""
@@ -182,9 +175,14 @@ def _served_in_window(summary: Summary, table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"the attempts table has no {', '.join(missing)}")
     frame = table.loc[~table["probe"].fillna(False).astype(bool)
                       & table["tier"].isin([t.name for t in summary.tiers]), list(_TABLE_COLUMNS)]
-    if summary.measurement.excluded_spans and len(frame):
+    # the audit's own rule (audit/phases.py): a logical request is judged by its first intended send's phase, and
+    # run.json's phases carry the audit's verdict on each ("measured")
+    phases = [{**p, "measure": p["measured"]} if isinstance(p.get("measured"), bool) else p
+              for p in summary.run.phases]
+    if phases and len(frame):
         first = frame.groupby("logical_id", observed=True)["intended_ns"].transform("min")
-        frame = frame[~_excluded(summary, first.to_numpy(dtype=np.float64) / 1e9)]
+        first = first.fillna(frame["intended_ns"])  # an attempt without ids is its own logical request
+        frame = frame[measured_mask(first.to_numpy(dtype=np.float64), phases)]
     return frame[frame["class"].astype(str) == "served"]
 
 
