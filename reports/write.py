@@ -20,7 +20,11 @@ def _write(path: Path, text: str) -> Path:
     """Write atomically, so a reader never sees half a report."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # no half-written file left behind
+        raise
     return path
 
 
@@ -42,9 +46,12 @@ def write_reports(summary: Summary, run_dir: Path, table: pd.DataFrame | None = 
 
 def write_br02(summary: Summary, run_dir: Path, table: pd.DataFrame | None = None,
                path: Path | None = None, experiment_id: str | None = None) -> Path:
-    """Write the run as llm-d-benchmark's benchmark report v0.2 (``path``; default ``run_dir``/BR02_FILE)."""
+    """Write the run as llm-d-benchmark's benchmark report v0.2 (``path``, a file or a folder; default
+    ``run_dir``/BR02_FILE)."""
     run_dir = Path(run_dir)
     target = Path(path) if path is not None else run_dir / BR02_FILE
+    if target.is_dir():  # a results folder: the report under llm-d-benchmark's name for it
+        target = target / BR02_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     _write(target, render_br02_yaml(summary, table, experiment_id))
     if target.resolve().parent == run_dir.resolve():  # a file of the run folder: integrity.json names it too

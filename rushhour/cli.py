@@ -508,7 +508,8 @@ def report(
         "--format", help="all: report.html, report.md, junit.xml, drops.csv; br0.2: llm-d-benchmark's benchmark "
         "report v0.2 (benchmark_report_v0.2,_rushhour.yaml)")] = "all",
     out_file: Annotated[Path | None, typer.Option(
-        "--out", help="with --format br0.2: write the report here instead of into the run folder")] = None,
+        "--out", help="with --format br0.2: write the report to this file, or into this folder, instead of into the "
+        "run folder")] = None,
     experiment_id: Annotated[str | None, typer.Option(
         help="with --format br0.2: llm-d-benchmark's experiment id ($LLMDBENCH_RUN_EXPERIMENT_ID), written as "
              "run.eid the way its converters write it")] = None,

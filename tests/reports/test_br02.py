@@ -96,6 +96,8 @@ def test_cli_writes_a_br02_file_the_published_schema_accepts(run_dir: Path, tmp_
                experiment).returncode == 0
     moved = validate(yaml.safe_load(elsewhere.read_text()))
     assert moved.run.eid == str(uuid.uuid5(uuid.NAMESPACE_URL, experiment)) and report.run.eid is None
+    assert cli("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere.parent)).returncode == 0
+    assert (elsewhere.parent / BR02_FILE).read_text() == path.read_text()  # a folder: the file under its name
     refused = cli("report", str(run_dir), "--format", "br0.3")
     assert refused.returncode == 2 and "br0.2" in refused.stderr and "Traceback" not in refused.stderr
 
