@@ -263,8 +263,9 @@ def _tier(summary: Summary, tier: TierSummary) -> dict[str, Any]:
         "policy_not_served_rate": tier.policy_drop_rate.value,
         "not_served_by_class": {c: n for c, n in tier.by_class.items() if n and c in UNSERVED_CLASSES},
         "not_sent": tier.by_class.get("not_sent", 0),
-        "attempts": tier.attempts, "retry_amplification": tier.retry_amplification,
-        "goodput_per_s": tier.goodput_per_s,
+        # a tier that sent nothing has no retry ratio or goodput: absent, not the 0 the summary holds
+        "attempts": tier.attempts, "retry_amplification": tier.retry_amplification if tier.requests else None,
+        "goodput_per_s": tier.goodput_per_s if _sent(tier) else None,
         "latency_ms": {"ttft": _percentiles(latency.ttft_ms),
                        "ttft_from_intended_send": _percentiles(latency.ttft_from_intended_ms),
                        "tpot": _percentiles(latency.tpot_ms), "e2e": _percentiles(latency.e2e_ms)},

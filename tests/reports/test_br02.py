@@ -169,3 +169,15 @@ def test_no_credential_of_the_target_reaches_the_report(audited: tuple[Summary, 
     text = render_br02_yaml(secret, table)
     assert "hunter2" not in text and "sk-abc" not in text and "user" not in text.split("target:")[1].split("\n")[0]
     assert "https://gw.example:8443/v1" in text
+
+
+def test_a_tier_that_sent_nothing_claims_no_figure(edge: Summary) -> None:
+    """report_fixtures' invalid run: a tier with no request has no rate, latency, retry ratio or goodput (not 0)."""
+    report = validate(render_br02(edge, None))
+    extension = report.results.observability.model_extra[EXTENSION]
+    idle = next(t for t in extension["tiers"] if t["name"] == "idle")
+    assert idle["requests"] == 0 and idle["sent"] == 0
+    for absent in ("retry_amplification", "goodput_per_s", "latency_ms", "policy_not_served_rate", "not_served_rate"):
+        assert absent not in idle, (absent, idle)
+    assert "observed" not in idle["slo"][0]
+    assert extension["valid"] is False
