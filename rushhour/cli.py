@@ -497,20 +497,44 @@ def _disk_full_note(run_dir: Path) -> str | None:
             f"{len(shards)} shard(s) hold what was written before")
 
 
+REPORT_FORMATS = ("all", "br0.2")  # all: report.html, report.md, junit.xml, drops.csv; br0.2: llm-d-benchmark's
+
+
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run folder (runs/<id>)")],
     open_browser: Annotated[bool, typer.Option("--open", help="open the HTML report")] = False,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="all: report.html, report.md, junit.xml, drops.csv; br0.2: llm-d-benchmark's benchmark "
+        "report v0.2 (benchmark_report_v0.2,_rushhour.yaml)")] = "all",
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="with --format br0.2: write the report to this file, or into this folder, instead of into the "
+        "run folder")] = None,
+    experiment_id: Annotated[str | None, typer.Option(
+        help="with --format br0.2: llm-d-benchmark's experiment id ($LLMDBENCH_RUN_EXPERIMENT_ID), written as "
+             "run.eid the way its converters write it")] = None,
 ) -> None:
-    """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed)."""
+    """Render the HTML, Markdown and JUnit reports of an audited run (audits it first if needed), or its BR0.2 file."""
     from rushhour.audit import AuditError, load_or_audit, report_table
-    from rushhour.reports import write_reports
+    from rushhour.reports import write_br02, write_reports
 
+    if fmt not in REPORT_FORMATS:
+        raise _fail(f"--format {fmt!r}: one of {', '.join(REPORT_FORMATS)}")
+    if (out_file is not None or experiment_id is not None) and fmt != "br0.2":
+        raise _fail("--out and --experiment-id belong to one format: use them with --format br0.2")
+    if open_browser and fmt != "all":
+        raise _fail("--open opens the HTML report: --format all writes it")
     try:
         summary = load_or_audit(run_dir)
-        paths = write_reports(summary, run_dir, report_table(run_dir))
+        table = report_table(run_dir)
+        if fmt == "br0.2":
+            paths = {"br0.2": write_br02(summary, run_dir, table, out_file, experiment_id)}
+        else:
+            paths = write_reports(summary, run_dir, table)
     except AuditError as exc:
         raise _fail(str(exc)) from None
+    except (OSError, ValueError) as exc:  # an unwritable --out, a table without the columns BR0.2 reads
+        raise _fail(f"report: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
     if open_browser:
