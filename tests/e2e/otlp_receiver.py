@@ -4,11 +4,15 @@ the protobuf with ``opentelemetry-proto`` (the exporter's own dependency) and ke
 from __future__ import annotations
 
 import gzip
+import json
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
@@ -34,8 +38,9 @@ def attributes(items: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def otlp_receiver() -> Iterator[Received]:
-    """Serve on 127.0.0.1 (any free port) until the block ends; ``url`` is the base to give the exporter."""
+def otlp_receiver(port: int = 0, on_post: Callable[[Received], None] | None = None) -> Iterator[Received]:
+    """Serve on 127.0.0.1 (``port``, 0: any free one) until the block ends; ``url`` is the base to give the
+    exporter; ``on_post`` sees what arrived after each request."""
     got = Received()
     lock = threading.Lock()
 
@@ -58,6 +63,8 @@ def otlp_receiver() -> Iterator[Received]:
                     self.send_response(404)
                     self.end_headers()
                     return
+                if on_post is not None:
+                    on_post(got)
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")
             self.send_header("content-length", "0")
@@ -66,7 +73,7 @@ def otlp_receiver() -> Iterator[Received]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     got.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -75,3 +82,28 @@ def otlp_receiver() -> Iterator[Received]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def attempts_sum(got: Received) -> int:
+    """The last export's ``rushhour.attempts`` total over every tier and class (0 before one arrives)."""
+    last = [m for m in got.metrics if m.name == "rushhour.attempts"]
+    return sum(p.as_int for p in last[-1].sum.data_points) if last else 0
+
+
+def main() -> None:
+    """``python otlp_receiver.py PORT OUT.json``: serve (in another host's namespace) and keep a summary in OUT."""
+    port, out = int(sys.argv[1]), Path(sys.argv[2])
+
+    def write(got: Received) -> None:
+        summary = {"span_ids": [s.span_id.hex() for s in got.spans], "attempts": attempts_sum(got)}
+        out.with_suffix(".tmp").write_text(json.dumps(summary))
+        out.with_suffix(".tmp").replace(out)
+
+    with otlp_receiver(port, write):
+        print("otlp receiver listening", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
