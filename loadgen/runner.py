@@ -970,8 +970,14 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
             return _workers_missing(ctx, proc, sigs, log_path)
         scraper = _start_scraper(scenario, target_url, run_dir, anchor)
         if otlp is not None:
-            otlp.start(run_id, anchor.wall_ns)
-            tail.listeners.append(_GuardedFeed(otlp, ctx, "otlp", "the OTLP export"))
+            try:
+                otlp.start(run_id, anchor.wall_ns)
+                tail.listeners.append(_GuardedFeed(otlp, ctx, "otlp", "the OTLP export"))
+            except Exception as exc:  # a courtesy: never the reason a run is lost
+                manifest.extra["otlp"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                ctx.say(f"[yellow]warning:[/] the OTLP export could not start ({escape(type(exc).__name__)}); "
+                        "the run goes on without it")
+                otlp = None
         live = _live(console, options)
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "

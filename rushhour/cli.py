@@ -246,7 +246,7 @@ def run(
     metrics_host: Annotated[str, typer.Option(help="address --metrics-port listens on")] = "127.0.0.1",
     otlp: Annotated[bool, typer.Option(
         "--otlp", help="export one span per attempt (the trace and span ids of its traceparent) and per-tier metrics "
-        "over OTLP/HTTP to the endpoint of the standard OTEL_EXPORTER_OTLP_* variables (rushhour[otel])")] = False,
+        "over OTLP/HTTP to the endpoint of the standard OTEL_EXPORTER_OTLP_* variables (the otel extra)")] = False,
     otlp_endpoint: Annotated[str | None, typer.Option(
         help="with or without --otlp: export over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318; "
              "/v1/traces and /v1/metrics are added)")] = None,
