@@ -22,12 +22,23 @@ TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 NS = 1e9
 
 
+def route_profiles(scenario: Scenario) -> dict[str, str]:
+    """Each route's stack profile by route name (the primary target's and every fallback's)."""
+    profiles = {"primary": scenario.target.profile}
+    profiles.update({r.name: r.profile for r in scenario.resilience.fallback})
+    return profiles
+
+
+def live_class(profiles: dict[str, str], record: dict[str, Any]) -> str:
+    """The audit's class of one attempt's raw line, by the rules of the profile of the route it went to."""
+    return classify_record(profiles.get(str(record.get("route") or "primary"), profiles["primary"]), record)
+
+
 class LiveMetrics:
     """A shard-tail listener that keeps the run's figures in its own Prometheus registry and serves them."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self.route_profiles = {"primary": scenario.target.profile}
-        self.route_profiles.update({r.name: r.profile for r in scenario.resilience.fallback})
+        self.route_profiles = route_profiles(scenario)
         self.registry = CollectorRegistry()
         reg = self.registry
         Gauge("rushhour_run_info", "The run being watched (always 1).", ["scenario"], registry=reg).labels(
@@ -80,8 +91,7 @@ class LiveMetrics:
         if record.get("not_sent"):
             self.not_sent.labels(tier=tier).inc()
             return
-        profile = self.route_profiles.get(str(record.get("route") or "primary"), self.route_profiles["primary"])
-        cls = classify_record(profile, record)
+        cls = live_class(self.route_profiles, record)
         self.attempts.labels(tier=tier, **{"class": cls}).inc()
         sent, first = record.get("sent_ns"), record.get("first_token_ns")
         if cls == "served" and isinstance(sent, int) and isinstance(first, int) and first >= sent:

@@ -77,11 +77,23 @@ class LiveExporter(Protocol):
     def close(self) -> None: ...
 
 
-class _GuardedFeed:
-    """The live exporter behind a guard: if it breaks it stops being fed, and the run goes on (it only watches)."""
+class OtlpSink(Protocol):
+    """The run's attempts as spans over OTLP (audit/otlp.py ``OtlpExport``): fed by the shard tail, off the load."""
 
-    def __init__(self, inner: LiveExporter, ctx: RunContext) -> None:
-        self.inner, self.ctx, self.broken = inner, ctx, False
+    def start(self, run_id: str, wall_anchor_ns: int) -> None: ...
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
+
+    def close(self) -> dict[str, Any]: ...
+
+
+class _GuardedFeed:
+    """A live listener (the metrics endpoint, the OTLP export) behind a guard: if it breaks it stops being fed, and
+    the run goes on (it only watches); run.json's ``<name>_error`` and a warning say so."""
+
+    def __init__(self, inner: LiveExporter | OtlpSink, ctx: RunContext, name: str = "live_metrics",
+                 what: str = "the live metrics") -> None:
+        self.inner, self.ctx, self.broken, self.name, self.what = inner, ctx, False, name, what
 
     def feed(self, record: dict[str, Any], shard: str = "") -> None:
         if self.broken:
@@ -90,8 +102,8 @@ class _GuardedFeed:
             self.inner.feed(record, shard)
         except Exception as exc:  # a courtesy: never the reason a run is lost
             self.broken = True
-            self.ctx.manifest.extra["live_metrics_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            self.ctx.say(f"[yellow]warning:[/] the live metrics stopped ({escape(type(exc).__name__)}); "
+            self.ctx.manifest.extra[f"{self.name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            self.ctx.say(f"[yellow]warning:[/] {self.what} stopped ({escape(type(exc).__name__)}); "
                          "the run goes on to its end")
 
 
@@ -162,6 +174,9 @@ class RunOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     live_metrics: Callable[[Scenario], LiveExporter] | None = None
+    # --otlp: each attempt as a span and the per-tier figures over OTLP, built by ``otlp`` (rushhour passes
+    # audit.otlp.OtlpExport with the endpoint bound) and fed by the shard tail in this process, never the load's
+    otlp: Callable[[Scenario], OtlpSink] | None = None
 
 
 @dataclass
@@ -922,6 +937,9 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         manifest.extra["metrics_url"] = url = f"http://{options.metrics_host}:{serving}/metrics"
         _say(console, f"live metrics: {url}")
         tail.listeners.append(_GuardedFeed(exporter, ctx))
+    otlp = options.otlp(scenario) if options.otlp is not None else None
+    if otlp is not None:
+        _say(console, f"OTLP export: one span per attempt and per-tier metrics to {otlp_endpoint(otlp)}")
     routes = ("primary", *(r.name for r in scenario.resilience.fallback))
     doom = None if options.keep_going else doomed.DoomWatch(routes=routes)  # fail fast: the first attempts alike
     if doom is not None:
@@ -946,6 +964,15 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         if anchor is None:
             return _workers_missing(ctx, proc, sigs, log_path)
         scraper = _start_scraper(scenario, target_url, run_dir, anchor)
+        if otlp is not None:
+            try:
+                otlp.start(run_id, anchor.wall_ns)
+                tail.listeners.append(_GuardedFeed(otlp, ctx, "otlp", "the OTLP export"))
+            except Exception as exc:  # a courtesy: never the reason a run is lost
+                manifest.extra["otlp"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                ctx.say(f"[yellow]warning:[/] the OTLP export could not start ({escape(type(exc).__name__)}); "
+                        "the run goes on without it")
+                otlp = None
         live = _live(console, options)
         if live is None:  # a CI log or a pipe: one line instead of the live table
             _say(console, f"load running: {scenario.duration_s:.0f} s of phases "
@@ -1011,6 +1038,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                 if problem:  # one line; brackets in it are text, not console markup
                     _say(console, "[yellow]warning:[/] " + escape(problem))
     tail.poll()
+    if otlp is not None:
+        _close_otlp(ctx, otlp)
     interrupted = sigs.count > 0
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
     if aborted is not None and not interrupted:
@@ -1211,6 +1240,28 @@ def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: A
     return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor,
                           keep=profile_filter(profile.name, scenario.target.is_testbed), token=token,
                           credential_name=metrics.credential).start()
+
+
+def otlp_endpoint(sink: OtlpSink) -> str:
+    """Where the sink sends, as it may be printed (its ``endpoint``, already without credentials)."""
+    return str(getattr(sink, "endpoint", "") or "the endpoint of the OTEL_EXPORTER_OTLP_* variables")
+
+
+def _close_otlp(ctx: RunContext, sink: OtlpSink) -> None:
+    """End the OTLP export (a bounded wait) and say in run.json, and in a warning when any was lost, what it sent."""
+    try:
+        said = sink.close()
+    except Exception as exc:  # a courtesy: never the reason a run is lost
+        said = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    ctx.manifest.extra["otlp"] = said
+    ctx.save()
+    lost, error = said.get("lost"), said.get("error")
+    if lost or error:
+        ctx.say(f"[yellow]warning:[/] OTLP export: {said.get('exported', 0)} of {said.get('spans', '?')} spans "
+                f"sent to {escape(str(said.get('endpoint', '?')))}, {lost if lost is not None else '?'} not sent"
+                + (f" ({escape(str(error))})" if error else "") + "; the run and its records are whole")
+    else:
+        _say(ctx.console, f"OTLP export: {said.get('exported', 0)} spans sent")
 
 
 def _live(console: Any, options: RunOptions) -> Any:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -242,6 +244,12 @@ def run(
         "runs: per tier attempts by the audit's class, not sent, a TTFT histogram; per load process in flight and "
         "loop lag (0: any free port, printed)")] = None,
     metrics_host: Annotated[str, typer.Option(help="address --metrics-port listens on")] = "127.0.0.1",
+    otlp: Annotated[bool, typer.Option(
+        "--otlp", help="export one span per attempt (the trace and span ids of its traceparent) and per-tier metrics "
+        "over OTLP/HTTP to the endpoint of the standard OTEL_EXPORTER_OTLP_* variables (the otel extra)")] = False,
+    otlp_endpoint: Annotated[str | None, typer.Option(
+        help="with or without --otlp: export over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318; "
+             "/v1/traces and /v1/metrics are added)")] = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from rushhour.audit.early import Watcher
@@ -268,12 +276,13 @@ def run(
         busy = listen_problem(metrics_host, metrics_port, "--metrics-port")
         if busy:
             raise _fail(busy)
+    otlp_sink = _otlp_sink(otlp_endpoint) if (otlp or otlp_endpoint is not None) and not dry_run else None
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
         abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
-        metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics,
+        metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics, otlp=otlp_sink,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
@@ -305,6 +314,21 @@ def run(
         code = _audit_and_report(result.run_dir, render=report, gate_run=gate_run, junit=junit, markdown=markdown)
         raise typer.Exit(code if result.exit_code == 0 else result.exit_code)
     raise typer.Exit(result.exit_code)
+
+
+def _otlp_sink(endpoint: str | None) -> Callable[[Any], Any]:
+    """The OTLP export for ``--otlp``/``--otlp-endpoint``: the SDK is imported here only; its absence is one line."""
+    if endpoint is not None:
+        parts = urllib.parse.urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _fail("--otlp-endpoint takes an http(s) URL such as http://127.0.0.1:4318")
+    try:
+        from rushhour.audit.otlp import OtlpExport
+    except ImportError as exc:
+        if not str(exc.name or "").startswith(("opentelemetry", "google")):
+            raise
+        raise _fail("--otlp needs the OpenTelemetry SDK and exporter: pip install 'rushhour[otel]'") from None
+    return functools.partial(OtlpExport, endpoint=endpoint)
 
 
 def _write_gate_files(verdict: Any, junit: Path | None, markdown: Path | None, to_junit: Callable[[Any], str],

@@ -19,9 +19,9 @@ from rushhour.loadgen.flow.protocol import Logical as Logical
 from rushhour.loadgen.prompts import ToolCall
 from rushhour.loadgen.tiers import TierWire, pins_output
 from rushhour.loadgen.tokens import TokenizerError
-from rushhour.loadgen.traceparent import HEADER as TRACE_HEADER
-from rushhour.loadgen.traceparent import traceparent
 from rushhour.records.record import REASON_TEMPLATE, RequestRecord
+from rushhour.records.traceparent import HEADER as TRACE_HEADER
+from rushhour.records.traceparent import traceparent
 
 
 def new_attempt_record(ctx: WorkerContext, req: Logical, route: RouteWire, **facts: Any) -> RequestRecord:

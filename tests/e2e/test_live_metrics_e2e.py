@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
+BOARD_METRIC = re.compile(r"\b(rushhour_[a-z_]+|vllm:[a-z_]+|llm_d_epp_[a-z_]+)")
 REPO = Path(__file__).resolve().parents[2]
 
 # a small llm-d testbed over its head: batch overflows its band (queue_full) while interactive is served
@@ -46,13 +48,20 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def _scrape(url: str, declared: set[str] | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    """The endpoint's samples by (name, labels); ``declared`` gets the sample names of every family it declares
+    (a labelled counter nothing has counted yet has no sample, but its family is there)."""
     try:
         text = urllib.request.urlopen(url, timeout=2).read().decode()
     except OSError:
         return None
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    families = list(text_string_to_metric_families(text))
+    if declared is not None:
+        declared.update(f.name + suffix for f in families for suffix in SUFFIXES.get(f.type, ("",)))
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in families for s in family.samples}
 
 
 def test_live_figures_grow_with_the_run_and_agree_with_its_audit(tmp_path: Path) -> None:
@@ -64,10 +73,11 @@ def test_live_figures_grow_with_the_run_and_agree_with_its_audit(tmp_path: Path)
            "--metrics-port", str(port)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     scrapes = []
+    declared: set[str] = set()
     try:
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
-            found = _scrape(url)
+            found = _scrape(url, declared)
             if found is not None:
                 scrapes.append(found)
             time.sleep(0.5)
@@ -98,6 +108,18 @@ def test_live_figures_grow_with_the_run_and_agree_with_its_audit(tmp_path: Path)
             assert seen <= count, (tier["name"], cls, seen, count)  # never more than the audit counts
     batch = {t["name"]: t for t in summary["tiers"]}["batch"]["attempts_by_class"]
     assert batch.get("queue_full", 0) > 0 and attempts(last, "batch", "queue_full") > 0, (batch, last)
+
+    # the Grafana board (deploy/grafana/rushhour.json) queries only names these real processes exposed: the run's
+    # live endpoint (its scrapes above) and the testbed's /metrics as llm-d and vLLM name them (the run's scraper
+    # kept them in metrics.jsonl)
+    exposed = {name for scrape in scrapes for name, _ in scrape} | declared
+    exposed |= {sample["name"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                for sample in json.loads(line).get("samples", [])}
+    board = json.loads((REPO / "deploy" / "grafana" / "rushhour.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [str(v.get("query", "")) for v in board["templating"]["list"]]
+    queried = {m for e in exprs for m in BOARD_METRIC.findall(e)}
+    assert len(queried) >= 10 and queried <= exposed, sorted(queried - exposed)
 
 
 def test_a_busy_metrics_port_is_one_line_before_anything_runs(tmp_path: Path) -> None:

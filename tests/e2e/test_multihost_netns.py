@@ -47,6 +47,7 @@ ROLES = ("m", "w1", "w2", "tb")
 OURS = re.compile(r"^rh-[0-9a-f]{6}-(?P<pid>[0-9]+)-(m|w1|w2|tb)$")
 MASTER_PORT = 5557
 TESTBED_PORT = 18080
+OTLP_PORT = 14318  # an OTLP receiver on the master's host (its own loopback)
 RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
 
 SCENARIO = """
@@ -200,7 +201,7 @@ def _testbed(hosts: Hosts, tmp: Path) -> tuple[Path, Path]:
     return ledger, log
 
 
-def _run(hosts: Hosts, tmp: Path, name: str, text: str = SCENARIO) -> tuple[
+def _run(hosts: Hosts, tmp: Path, name: str, text: str = SCENARIO, *extra: str) -> tuple[
         subprocess.Popen[bytes], list[subprocess.Popen[bytes]], Path]:
     work = tmp / name
     work.mkdir()
@@ -208,7 +209,8 @@ def _run(hosts: Hosts, tmp: Path, name: str, text: str = SCENARIO) -> tuple[
     scenario.write_text(text.format(url=f"http://{hosts.addr['tb']}:{TESTBED_PORT}"))
     master = hosts.start("m", [*RUSHHOUR, "run", str(scenario), "--out", str(work / "runs"), "--no-report",
                                "--expect-workers", "2", "--master-bind", hosts.addr["m"],
-                               "--master-port", str(MASTER_PORT), "--workers-wait", "60"], work, work / "master.log")
+                               "--master-port", str(MASTER_PORT), "--workers-wait", "60", *extra], work,
+                       work / "master.log")
     # each worker also gets its own host name (a UTS namespace): its shard is another host's, aligned
     # through the wall clock and its measured offset to the master, as on separate machines
     workers = [hosts.start(role, ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', f"rh-{role}",
@@ -433,9 +435,15 @@ budget: {{max_requests: CAP}}
 
 def test_one_budget_across_hosts_holds_exactly_under_uneven_load(hosts: Hosts, tmp_path: Path) -> None:
     """Two workers on two hosts, one busy and one idle: together they send exactly the cap (the master
-    leases it and reclaims the idle worker's lease), then both stop at once."""
+    leases it and reclaims the idle worker's lease), then both stop at once. The master's live figures are the sum
+    of its workers': its OTLP export (fed by the shard tail that feeds --metrics-port), to a receiver on the
+    master's host, ends with one span per attempt of either worker and an attempts count equal to their total."""
     ledger, _ = _testbed(hosts, tmp_path)
-    master, workers, work = _run(hosts, tmp_path, "budget", BUDGET_SCENARIO)
+    otlp_out = tmp_path / "otlp.json"
+    hosts.start("m", [sys.executable, str(Path(__file__).parent / "otlp_receiver.py"), str(OTLP_PORT), str(otlp_out)],
+                tmp_path, tmp_path / "otlp.log")
+    master, workers, work = _run(hosts, tmp_path, "budget", BUDGET_SCENARIO,
+                                 "--otlp-endpoint", f"http://127.0.0.1:{OTLP_PORT}")
     assert _wait(master, 120, work / "master.log") == 0, (work / "master.log").read_text()[-3000:]
     for proc in workers:
         _wait(proc, 30, work / "w1.log")
@@ -448,6 +456,9 @@ def test_one_budget_across_hosts_holds_exactly_under_uneven_load(hosts: Hosts, t
     counts = sorted(len(rows) for rows in sent)
     assert sum(counts) == BUDGET_CAP and counts[0] <= 2, counts
     ids = {r["request_id"] for rows in sent for r in rows}
+    otlp = json.loads(otlp_out.read_text())
+    assert sorted(otlp["span_ids"]) == sorted(i[:16] for i in ids), (len(otlp["span_ids"]), len(ids))
+    assert otlp["attempts"] == sum(counts) == BUDGET_CAP, (otlp["attempts"], counts)
     served = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
     assert sum(1 for row in served if row.get("request_id") in ids) == BUDGET_CAP
     usage = manifest.budget_usage or {}

@@ -74,6 +74,8 @@ THIRD_PARTY_ONLY_IN: dict[str, frozenset[str]] = {
     "markupsafe": frozenset({"reports"}),
     "typer": frozenset({"rushhour"}),
     "cryptography": frozenset({"rushhour.signing"}),  # Ed25519 of a run folder's integrity manifest
+    # the optional OTLP export (the `otel` extra): one module, imported by the CLI only for a run that asks
+    "opentelemetry": frozenset({"audit.otlp"}),
 }
 # Modules that import nothing outside the standard library (and their own package, for record.py).
 STDLIB_ONLY = frozenset({"stacks", "records.record", "records.schema", "records.redact", "records.writer",
@@ -390,12 +392,14 @@ def test_rules_on_synthetic_module_maps(imports: dict[str, set[str]], expected: 
 # rushhour's own packages and the third-party ones: ``stacks`` is the bottom layer and imports none
 OWN = {"scenarios", "records", "loadgen", "testbed", "audit", "studies", "reports", "rushhour", "sim"}
 THIRD_PARTY = {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml", "aiohttp", "prometheus_client",
-               "orjson", "httptools", "typer", "rich", "jinja2", "pyarrow", "psutil", "pybreaker"}
+               "orjson", "httptools", "typer", "rich", "jinja2", "pyarrow", "psutil", "pybreaker", "opentelemetry"}
 
 FORBIDDEN = {
     "stacks": OWN | THIRD_PARTY,
     # importing locust monkey-patches the process for gevent: never outside the Locust subprocess
-    "audit": {"locust", "gevent"},
+    "audit": {"locust", "gevent", "opentelemetry"},
+    # the live metrics (run --metrics-port) never bring the optional OTLP SDK along
+    "audit.live": {"locust", "gevent", "opentelemetry"},
     "audit.summary": {"locust", "gevent"},
     "reports": {"locust", "gevent"},
     "scenarios": {"locust", "gevent", "numpy", "pandas"},
@@ -403,7 +407,7 @@ FORBIDDEN = {
     "loadgen": {"locust", "gevent", "numpy", "pandas"},
     "records.record": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
     "records.manifest": {"locust", "gevent", "numpy", "pandas", "pydantic", "yaml"},
-    "loadgen.runner": {"locust", "gevent", "numpy", "pandas"},
+    "loadgen.runner": {"locust", "gevent", "numpy", "pandas", "opentelemetry"},
     "loadgen.tiers": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.diagnose": {"locust", "gevent", "numpy", "pandas"},
     "records": {"locust", "gevent", "numpy", "pandas", "pyarrow"},
@@ -414,7 +418,7 @@ FORBIDDEN = {
     "loadgen.dryrun": {"locust", "gevent", "numpy", "pandas"},
     "studies.sweep": {"locust", "gevent", "numpy", "pandas"},
     "loadgen.endpoint": {"locust", "gevent", "numpy", "pandas", "pydantic", "httptools"},
-    "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp"},
+    "rushhour.cli": {"locust", "gevent", "numpy", "pandas", "aiohttp", "opentelemetry"},
     "rushhour": {"locust", "gevent"},
     # the simulator: the testbed's model without its server, loadgen's workload without the Locust child
     "sim.run": {"locust", "gevent", "pandas", "aiohttp"},

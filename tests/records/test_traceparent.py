@@ -1,10 +1,10 @@
-"""W3C trace context per attempt: the logical request is the trace, the attempt its span (loadgen/traceparent.py)."""
+"""W3C trace context per attempt: the logical request is the trace, the attempt its span (records/traceparent.py)."""
 
 from __future__ import annotations
 
 import re
 
-from rushhour.loadgen.traceparent import traceparent
+from rushhour.records.traceparent import traceparent
 
 W3C = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01")
 
