@@ -604,7 +604,7 @@ def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:
     reason = manifest.stop_reason or ""
     if workers_lost and reason in ("", "completed"):
         reason = "lost_worker"
-    return reason, reason not in ("", "completed")
+    return reason, reason not in ("", "completed", "limit_found")  # limit_found: the find-limit search ended it
 
 
 def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
@@ -636,6 +636,7 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         interrupted=interrupted,
         abort=m.abort if stop_reason.startswith("aborted") else None,
         drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
+        find_limit=found if isinstance(found := m.extra.get("find_limit"), dict) else None,
         versions={str(k): str(v) for k, v in m.versions.items()},
         command=str(command),
         phases=sc.phases,

@@ -528,6 +528,10 @@ class RunInfo(_Model):
                                          "kind, message, at_s, tier, check, bound or signal; the gate fails")
     drain_s: float | None = Field(default=None, description="the scenario's drain after the last phase: requests "
                                   "still in flight after it end 'unfinished'")
+    find_limit: dict[str, Any] | None = Field(
+        default=None, description="a find-limit run's answer (run.json's find_limit, audit/limit.py): status, "
+        "low/high scale and rate (the highest passing and lowest failing level), binding tier and check, the "
+        "hold and its binding figure's interval, per tier its own bracket, and every step tried")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale

@@ -242,9 +242,14 @@ def run(
         "runs: per tier attempts by the audit's class, not sent, a TTFT histogram; per load process in flight and "
         "loop lag (0: any free port, printed)")] = None,
     metrics_host: Annotated[str, typer.Option(help="address --metrics-port listens on")] = "127.0.0.1",
+    find_limit: Annotated[bool, typer.Option(
+        help="find each tier's limit in this one run: ramp the load, bisect between the last passing and first "
+             "failing step, hold at the limit (the scenario's `find_limit:`, else its defaults; the run's "
+             "duration is the cap)")] = False,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from rushhour.audit.early import Watcher
+    from rushhour.audit.limit import LimitController
     from rushhour.audit.live import LiveMetrics
     from rushhour.fits import dry_run_notes
     from rushhour.loadgen.runner import RunOptions, run_scenario
@@ -274,6 +279,7 @@ def run(
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
         abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
         metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics,
+        limit=LimitController, find_limit=find_limit,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")

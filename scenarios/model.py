@@ -351,6 +351,33 @@ class Abort(Strict):
         return self.hopeless_slo or self.saturation
 
 
+class FindLimit(Strict):
+    """Find each tier's limit in one run (docs/find-limit.md): ramp the load, bisect, hold at the limit."""
+
+    persona: str | None = Field(default=None, description="ramp this persona's load only; default: the whole "
+                                "mix in proportion")
+    start: float = Field(default=0.25, gt=0, le=1000, description="the first step's load, × the personas' rates")
+    factor: float = Field(default=2.0, gt=1, le=10, description="the coarse ramp: each step's load × this")
+    max_scale: float = Field(default=64.0, gt=0, le=1000, description="the highest load tried")
+    step_s: Seconds = Field(default=15.0, ge=1.0, le=3600.0, description="a step's measurement window")
+    settle_s: Seconds = Field(default=5.0, ge=0.0, le=600.0, description="after each change of load, requests "
+                              "sent this long are not judged (the queue of the level before drains or builds)")
+    lag_s: Seconds = Field(default=5.0, ge=0.0, le=600.0, description="after a window, the load stays while its "
+                           "requests finish; requests sent then are not judged (queue build-up is credited to no step)")
+    bisect: int = Field(default=3, ge=0, le=10, description="bisection steps between the last pass and first fail")
+    precision: float = Field(default=0.05, gt=0, le=1, description="hold until the binding figure's 95 % interval "
+                             "half-width is at most this share of its value")
+    hold_s: Seconds = Field(default=60.0, ge=0.0, le=86_400.0, description="the hold's time cap")
+    min_samples: int = Field(default=20, ge=5, le=100_000, description="finished requests a tier needs in a step "
+                             "for a verdict (a thinner step is not a pass: fail closed)")
+
+    @model_validator(mode="after")
+    def _range(self) -> FindLimit:
+        if self.max_scale < self.start:
+            raise ValueError(f"max_scale {self.max_scale:g} is below start {self.start:g}")
+        return self
+
+
 class Control(Strict):
     """The priority control: twin a sample of a tier's requests with equal-priority copies (docs/audit.md)."""
 
@@ -737,6 +764,8 @@ class Scenario(Strict):
     drain_s: Seconds = Field(default=10.0, description="after the last phase, wait this long for in-flight")
     abort: Abort | None = Field(default=None, description="stop early when an SLO is hopeless or the stack "
                                 "over-saturated (the gate then fails); `rushhour run --abort` overrides it")
+    find_limit: FindLimit | None = Field(default=None, description="find each tier's limit in one run "
+                                         "(`rushhour run --find-limit`): the ramp, the bisection and the hold")
 
     @property
     def duration_s(self) -> float:

@@ -23,7 +23,7 @@ def run_chat(host: Host, persona: ChatPersona) -> Flow:
         load_dataset(persona.dataset.path, persona.dataset.format, persona.dataset.limit)
     active = [0]
     try:
-        for instance, t in open_loop(host, rate, lambda: unit_work(persona.arrival, rng)):
+        for instance, t in open_loop(host, rate, lambda: unit_work(persona.arrival, rng), persona.name):
             yield Wait(int(t * NS))
             if host.stopping:
                 return
