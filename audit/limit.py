@@ -295,11 +295,25 @@ class LimitController:
             step.window = (step.window[0], now_s - self.cfg.lag_s)
             self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
             return None
-        binding = self.binding_check()
-        if binding is None or now_s < step.window[0] + self.cfg.step_s:
+        if now_s < step.window[0] + self.cfg.step_s:
             return None
-        found = next((c for c in judge(step, self.slos, self.cfg.min_samples).checks
-                      if (c.tier, c.check) == binding), None)
+        verdict = judge(step, self.slos, self.cfg.min_samples)
+        if verdict.outcome == "fail":  # more requests at this level say it fails: step back to the next passing one
+            step.outcome, step.decided_s = "fail", now_s
+            step.window = (step.window[0], now_s)
+            self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+            below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+            self.lo = max(below) if below else None
+            if self.lo is None:
+                self.status = "below_range"
+                self._finish("below_range", now_s, "the hold failed and no lower level passed")
+                return None
+            self._begin("hold", self.lo, now_s)
+            return self.scale
+        binding = self.binding_check()
+        if binding is None:
+            return None
+        found = next((c for c in verdict.checks if (c.tier, c.check) == binding), None)
         if found is not None and found.n >= self.cfg.min_samples and found.half_width() <= self.cfg.precision:
             step.window = (step.window[0], now_s)
             self._finish(self.status, now_s, "precision reached")
@@ -319,7 +333,7 @@ class LimitController:
 
     def binding_check(self) -> tuple[str, str] | None:
         """(tier, check) that failed at the lowest failing level: what binds first."""
-        failing = [s for s in self.steps if s.kind != "hold" and s.outcome == "fail"]
+        failing = [s for s in self.steps if s.outcome == "fail"]
         if not failing:
             return None
         low = min(failing, key=lambda s: s.scale)
@@ -371,7 +385,7 @@ class LimitController:
                             "high_rps": None if first_fail is None else round(first_fail * self.base_rps, 4),
                             "reached": first_fail is not None}
         binding = self.binding_check()
-        hold = next((s for s in steps if s["kind"] == "hold"), None)
+        hold = next((s for s in reversed(steps) if s["kind"] == "hold"), None)  # the last: where the search ended
         hold_check = None
         if hold is not None and binding is not None:
             held = self.steps[hold["index"]]
