@@ -102,3 +102,12 @@ def test_the_scale_file_is_read_back_and_hostile_content_keeps_the_last_good_sca
     assert live.of("chat") == 2.5
     for bad in (b"[]", b"x" * 5000, b'{"scale": -1}', b'{"scale": true}', b'{"scale": 2, "persona": 3}'):
         assert livescale.parse_scale(bad) is None
+
+
+def test_a_malformed_answer_renders_as_dashes_never_a_traceback() -> None:
+    from rushhour.reports import limit as shown
+
+    for bad in ({}, {"tiers": [1], "hold": "x", "steps": "y"}, {"steps": [{"window_s": "z", "scale": "w"}, 3],
+                                                                  "tiers": {"a": {"reached": True}}, "status": 5}):
+        assert shown.lines(bad) and isinstance(shown.step_rows(bad), list)
+    assert shown.step_rows({"steps": [{"window_s": "z", "scale": "w"}]})[0][2] == "-"

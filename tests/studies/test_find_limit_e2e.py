@@ -47,8 +47,13 @@ def found_in(out: Path) -> dict:
 
 
 def test_simulated_find_limit_agrees_with_the_search_in_less_load_time(tmp_path: Path) -> None:
-    cli("simulate", str(scenario(tmp_path, "300s", SIM_LIMIT)), "--find-limit", "--out", str(tmp_path / "one"))
+    one = cli("simulate", str(scenario(tmp_path, "300s", SIM_LIMIT)), "--find-limit", "--out", str(tmp_path / "one"))
     found = found_in(tmp_path / "one")
+    # the answer in every report: the terminal's lines and steps, Markdown's section, HTML's section
+    assert "find-limit: highest sustainable load" in one.stdout and "the levels tried" in one.stdout
+    (run_dir,) = (tmp_path / "one").iterdir()
+    assert "### The limit (find-limit)" in (run_dir / "report.md").read_text()
+    assert 'id="find-limit"' in (run_dir / "report.html").read_text()
     cli("sweep", str(scenario(tmp_path, "300s")), "--search", "--simulate", "--scale", "1..8", "--step-duration",
         "20s", "--warmup", "5s", "--max-probes", "8", "--precision", "0.1", "--out", str(tmp_path / "search"))
     (root,) = (tmp_path / "search").glob("sweep-*")
