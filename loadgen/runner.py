@@ -185,6 +185,7 @@ class RunOptions:
     # audit.limit.LimitController); it sets the load of the running processes through loadgen/livescale.py
     limit: Callable[[Scenario], Limit] | None = None
     find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
+    find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
 
 
 @dataclass
@@ -271,10 +272,18 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
         base = scenario.abort or Abort()
         update["abort"] = base.model_copy(update={"hopeless_slo": "hopeless" in options.abort,
                                                   "saturation": "saturation" in options.abort})
-    if options.find_limit and scenario.find_limit is None:  # --find-limit on a scenario without the block
+    if options.find_limit and (scenario.find_limit is None or options.find_limit_persona):
         from rushhour.scenarios.model import FindLimit
 
-        update["find_limit"] = FindLimit()
+        names = [p.name for p in scenario.personas]
+        persona = options.find_limit_persona
+        if persona is not None and persona not in names:
+            raise ScenarioError("--find-limit-persona", [Problem("find_limit.persona", None,
+                                                                 f"unknown persona {persona!r}",
+                                                                 did_you_mean(persona, names) or
+                                                                 f"personas: {', '.join(names)}")])
+        limit = scenario.find_limit or FindLimit()  # --find-limit on a scenario without the block: the defaults
+        update["find_limit"] = limit.model_copy(update={"persona": persona or limit.persona})
     if options.duration:
         try:
             total = parse_duration(options.duration)

@@ -246,6 +246,8 @@ def run(
         help="find each tier's limit in this one run: ramp the load, bisect between the last passing and first "
              "failing step, hold at the limit (the scenario's `find_limit:`, else its defaults; the run's "
              "duration is the cap)")] = False,
+    find_limit_persona: Annotated[str | None, typer.Option(
+        help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from rushhour.audit.early import Watcher
@@ -279,7 +281,8 @@ def run(
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
         abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
         metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics,
-        limit=LimitController, find_limit=find_limit,
+        limit=LimitController, find_limit=find_limit or bool(find_limit_persona),
+        find_limit_persona=find_limit_persona,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")

@@ -67,6 +67,7 @@ class SimOptions:
     allow_paths: list[Path] = field(default_factory=list)
     decode_jumps: bool = True  # False: every engine step is an event (the reference the jumps are tested against)
     find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
+    find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
     # builds the find-limit controller (rushhour passes audit.limit.LimitController: sim may not import the audit)
     limit: Callable[[Scenario], Limit] | None = None
 
@@ -130,7 +131,7 @@ def scale_scenario(scenario: Scenario, factor: float, grow: Mapping[str, float] 
 def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
     """Load the scenario with the overrides applied; ``ScenarioError``/``FileNotFoundError`` for bad input."""
     run_options = RunOptions(profile=options.profile, duration=options.duration, seed=options.seed,
-                             find_limit=options.find_limit)
+                             find_limit=options.find_limit, find_limit_persona=options.find_limit_persona)
     scenario = apply_overrides(load_scenario(name_or_path), run_options)
     check_mapping(scenario, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
