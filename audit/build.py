@@ -604,7 +604,8 @@ def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:
     reason = manifest.stop_reason or ""
     if workers_lost and reason in ("", "completed"):
         reason = "lost_worker"
-    return reason, reason not in ("", "completed", "limit_found")  # limit_found: the find-limit search ended it
+    # limit_found, precision_reached: the find-limit search or --until ended it, as they were asked to
+    return reason, reason not in ("", "completed", "limit_found", "precision_reached")
 
 
 def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
@@ -637,6 +638,7 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         abort=m.abort if stop_reason.startswith("aborted") else None,
         drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
         find_limit=found if isinstance(found := m.extra.get("find_limit"), dict) else None,
+        until=until if isinstance(until := m.extra.get("until"), dict) else None,
         versions={str(k): str(v) for k, v in m.versions.items()},
         command=str(command),
         phases=sc.phases,

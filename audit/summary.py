@@ -532,6 +532,10 @@ class RunInfo(_Model):
         default=None, description="a find-limit run's answer (run.json's find_limit, audit/limit.py): status, "
         "low/high scale and rate (the highest passing and lowest failing level), binding tier and check, the "
         "hold and its binding figure's interval, per tier its own bracket, and every step tried")
+    until: dict[str, Any] | None = Field(
+        default=None, description="`rushhour run --until`: the watched figure when it was known well enough "
+        "(tier, check, value, low, high, n, half_width, precision, at_s; stop_reason precision_reached), or "
+        "reached: false when the run's duration came first")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale

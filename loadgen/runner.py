@@ -146,6 +146,7 @@ ABORT_MODES = ("hopeless", "saturation")
 ABORT_LOOK_EVERY_S = 2.0  # how often the watcher is asked (each look re-sorts a tier's latencies)
 LIMIT_LOOK_EVERY_S = 1.0  # how often the find-limit controller is asked (its steps last many seconds)
 STOP_LIMIT_FOUND = "limit_found"  # the find-limit controller ended the run: its search is over
+STOP_PRECISION = "precision_reached"  # --until: the watched figure was known well enough
 
 
 @dataclass
@@ -186,6 +187,9 @@ class RunOptions:
     limit: Callable[[Scenario], Limit] | None = None
     find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
     find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
+    # --until: builds the precision watcher (rushhour passes audit.until.UntilWatcher): it ends the run once its
+    # figure is known well enough (``look`` returns run.json's ``until``), else the run's duration is the cap
+    until: Callable[[Scenario], Watch] | None = None
 
 
 @dataclass
@@ -999,6 +1003,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         tail.listeners.append(limit)
         # the first level is set before any process starts: each reads it as it begins
         livescale.write_scale(run_dir, limit.start(0.0), limit.persona, 0)
+    until = options.until(scenario) if options.until is not None else None
+    if until is not None:
+        tail.listeners.append(_GuardedFeed(until, ctx))  # type: ignore[arg-type]
+    precise: dict[str, Any] | None = None
     aborted: dict[str, Any] | None = None
     looked_at = limit_at = time.monotonic()
     log_path = run_dir / "locust.log"
@@ -1046,6 +1054,16 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                         manifest.abort = aborted
                         ctx.save()
                         _say(console, f"[bold red]aborting early[/] at {elapsed:.0f} s: {escape(aborted['message'])}")
+                        _signal(proc.pid, signal.SIGTERM)
+                        forwarded_at = time.monotonic()
+                if (until is not None and precise is None and forwarded_at is None
+                        and time.monotonic() - looked_at >= ABORT_LOOK_EVERY_S):
+                    looked_at = time.monotonic()
+                    precise = until.look(elapsed)
+                    if precise is not None:  # known well enough: the rest of the schedule is not needed
+                        manifest.extra["until"] = precise
+                        ctx.save()
+                        _say(console, f"stopping at {elapsed:.0f} s (--until): {escape(str(precise['message']))}")
                         _signal(proc.pid, signal.SIGTERM)
                         forwarded_at = time.monotonic()
                 if (limit is not None and not limit.done and forwarded_at is None
@@ -1099,6 +1117,11 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
     if aborted is not None and not interrupted:
         stop_reason = str(aborted["stop_reason"])
+    if precise is not None and aborted is None and not interrupted:
+        stop_reason = STOP_PRECISION
+    elif until is not None:  # said, never silent: the cap came first
+        manifest.extra["until"] = {"reached": False, "message": "the run's duration (the cap) ended before the "
+                                   "figure was known as well as --until asked"}
     if limit is not None:
         # every step judged again on all its requests, the late ones included (the drain's last records)
         manifest.extra["find_limit"] = limit.result()

@@ -117,6 +117,9 @@ def print_terminal(summary: Summary, console: Console) -> None:
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    until = summary.run.until
+    if isinstance(until, dict):
+        console.print(Text("--until: " + str(until.get("message") or "-")[:300]), highlight=False)
     answer = limit.found(summary)
     if answer is not None:
         for line in limit.lines(answer):
