@@ -14,7 +14,9 @@ classification (``classify_record``, per route's stack profile) and its interval
 bootstrap quantile). Its requests still in flight when it is decided are counted when they end:
 ``result`` judges every step again on all its requests, and says when a live decision was not borne out.
 A step with fewer than ``min_samples`` finished requests of a tier is extended; still thin, it is not a pass
-(fail closed), and neither is a step where the generator could not send its arrivals (``not_sent``).
+(fail closed), and neither is a step where the generator could not send its arrivals (``not_sent``). A failing
+step whose failing checks' 95 % intervals all reach under their limits is extended too (up to three times) before
+its point verdict is taken: a short window's noise does not end the ramp.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class Verdict:
     checks: list[Check]
     binding: Check | None
     reason: str
+    confident: bool = False  # the binding check's 95 % interval lies wholly on the verdict's side of its limit
 
 
 def judge(step: Step, slos: dict[str, SLO], min_samples: int) -> Verdict:
@@ -147,14 +150,16 @@ def judge(step: Step, slos: dict[str, SLO], min_samples: int) -> Verdict:
     failing = [c for c in checks if not c.passed]
     binding = failing[0] if failing else (checks[0] if checks else None)
     if failing:
-        return Verdict("fail", checks, binding, f"{binding.line() if binding else ''}")
+        sure = any(c.low > c.limit for c in failing)
+        return Verdict("fail", checks, binding, f"{binding.line() if binding else ''}", sure)
     if thin:
         return Verdict("thin", checks, binding, f"too few finished requests (need {min_samples}): {', '.join(thin)}")
     arrivals = step.sent + step.not_sent
     if arrivals and step.not_sent / arrivals > NOT_SENT_SHARE:
         return Verdict("limited", checks, binding, f"the generator could not send {step.not_sent} of {arrivals} "
                                                    "arrivals (no free slot): the load was not offered")
-    return Verdict("pass", checks, binding, binding.line() if binding else "no watched check")
+    sure = all(c.high <= c.limit for c in checks)
+    return Verdict("pass", checks, binding, binding.line() if binding else "no watched check", sure)
 
 
 class LimitController:
@@ -250,7 +255,10 @@ class LimitController:
         if now_s < step.judge_at_s:
             return None
         verdict = judge(step, self.slos, self.cfg.min_samples)
-        if verdict.outcome == "thin" and step.extensions < MAX_EXTENSIONS:
+        # too few requests, or a failure whose interval still reaches under its limit (a short window's noise):
+        # the window grows. A pass is not extended so: the hold re-checks the level it settles on.
+        unsure = verdict.outcome == "thin" or (verdict.outcome == "fail" and not verdict.confident)
+        if unsure and step.extensions < MAX_EXTENSIONS:
             step.extensions += 1
             step.window = (step.window[0], step.window[1] + self.cfg.step_s)
             step.judge_at_s = step.window[1] + self.cfg.lag_s
@@ -298,7 +306,7 @@ class LimitController:
         if now_s < step.window[0] + self.cfg.step_s:
             return None
         verdict = judge(step, self.slos, self.cfg.min_samples)
-        if verdict.outcome == "fail":  # more requests at this level say it fails: step back to the next passing one
+        if verdict.outcome == "fail" and verdict.confident:  # it fails, surely: step back to the next passing level
             step.outcome, step.decided_s = "fail", now_s
             step.window = (step.window[0], now_s)
             self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
@@ -329,6 +337,10 @@ class LimitController:
             last = self.steps[-1]
             last.decided_s = now_s
             last.outcome = judge(last, self.slos, self.cfg.min_samples).outcome
+            if last.kind == "hold" and last.outcome == "fail":  # the held level failed after all: not the answer
+                self.hi = last.scale if self.hi is None else min(self.hi, last.scale)
+                below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+                self.lo = max(below) if below else None
         return None
 
     def binding_check(self) -> tuple[str, str] | None:
