@@ -360,6 +360,7 @@ def _tier_summary(
         share_503=wilson(int((status[sent] == 503).sum()), int(sent.sum())),
         goodput=wilson(int(good[ok].sum()), n_judged),
         goodput_per_s=float(good.sum()) / ctx.rate_s if ctx.rate_s > 0 else 0.0,
+        output_tokens_per_s=_tokens_per_s(attempts, ctx.rate_s),
         latency=_latency(logical, attempts),
         inflation=_inflation(logical, ctx.base),
         saturation=_saturation_slice(logical, ctx),
@@ -597,6 +598,15 @@ def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, met
             detail.append("server: " + ", ".join(signals))
         windows.append(Window(start_s=start, end_s=end, source=source, detail="; ".join(detail)))  # type: ignore[arg-type]
     return spans, windows
+
+
+def _tokens_per_s(attempts: pd.DataFrame, seconds: float) -> float | None:
+    """Output tokens of the served attempts per second (None: none reported its tokens, or no window)."""
+    if "output_tokens" not in attempts.columns or seconds <= 0:
+        return None
+    tokens = attempts.loc[eq(attempts["cls"], "served"), "output_tokens"].to_numpy(dtype=np.float64)
+    tokens = tokens[np.isfinite(tokens)]
+    return round(float(tokens.sum()) / seconds, 3) if len(tokens) else None
 
 
 def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:

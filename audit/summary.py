@@ -297,6 +297,9 @@ class TierSummary(_Model):
     share_503: Rate
     goodput: Rate  # served within the tier's latency SLO
     goodput_per_s: float
+    output_tokens_per_s: float | None = Field(
+        default=None, description="output tokens of the tier's served attempts (as the server reported them) per "
+        "second of the measured window; null when no served attempt reported its tokens")
     latency: Latency
     inflation: Inflation
     saturation: SaturationSlice | None

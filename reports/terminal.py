@@ -117,6 +117,11 @@ def print_terminal(summary: Summary, console: Console) -> None:
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    rates = [(t.name, t.output_tokens_per_s) for t in summary.tiers if t.output_tokens_per_s is not None]
+    if rates:
+        total = sum(r for _, r in rates)
+        console.print(Text("output tokens/s: " + ", ".join(f"{n} {r:,.1f}" for n, r in rates)
+                           + f"; run {total:,.1f}"), highlight=False)
     until = summary.run.until
     if isinstance(until, dict):
         console.print(Text("--until: " + str(until.get("message") or "-")[:300]), highlight=False)

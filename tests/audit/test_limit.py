@@ -111,3 +111,14 @@ def test_a_malformed_answer_renders_as_dashes_never_a_traceback() -> None:
                                                                   "tiers": {"a": {"reached": True}}, "status": 5}):
         assert shown.lines(bad) and isinstance(shown.step_rows(bad), list)
     assert shown.step_rows({"steps": [{"window_s": "z", "scale": "w"}]})[0][2] == "-"
+
+
+def test_output_tokens_per_second_count_served_attempts_only() -> None:
+    import pandas as pd
+
+    from rushhour.audit.build import _tokens_per_s
+
+    attempts = pd.DataFrame({"cls": ["served", "served", "queue_full", "served"],
+                             "output_tokens": [100.0, 50.0, 999.0, float("nan")]})
+    assert _tokens_per_s(attempts, 10.0) == 15.0  # (100 + 50) / 10 s: the refused attempt's count is not output
+    assert _tokens_per_s(attempts.iloc[2:3], 10.0) is None and _tokens_per_s(attempts, 0.0) is None
