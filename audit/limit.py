@@ -114,7 +114,9 @@ class Step:
     window: tuple[float, float]  # judged: requests intended in [start, end)
     judge_at_s: float
     extensions: int = 0
-    tiers: dict[str, TierSoFar] = field(default_factory=dict)
+    # each finished request of a watched tier: (intended_s, tier, outcome, ttft_ms, e2e_ms), outcome 0 served,
+    # 1 not served but a retry may follow, 2 not served; tallied per judgement (``tally``) up to a send time
+    seen: list[tuple[float, str, int, float | None, float | None]] = field(default_factory=list)
     not_sent: int = 0
     sent: int = 0
     outcome: Outcome | None = None  # the live decision
@@ -135,13 +137,35 @@ class Verdict:
     confident: bool = False  # the binding check's 95 % interval lies wholly on the verdict's side of its limit
 
 
-def judge(step: Step, slos: dict[str, SLO], min_samples: int) -> Verdict:
-    """A step's verdict on the requests it has: fail when a check's point figure is over its limit, else thin
-    when a tier has too few requests, limited when the generator could not send, else pass."""
+def tally(step: Step, sent_before_s: float = math.inf) -> dict[str, TierSoFar]:
+    """The step's finished requests per tier, of those intended before ``sent_before_s``."""
+    out: dict[str, TierSoFar] = {}
+    for t_s, tier, outcome, ttft, e2e in step.seen:
+        if t_s >= sent_before_s:
+            continue
+        so_far = out.setdefault(tier, TierSoFar())
+        if outcome == 0:
+            so_far.served += 1
+            if ttft is not None:
+                so_far.ttft_ms.append(ttft)
+            if e2e is not None:
+                so_far.e2e_ms.append(e2e)
+        elif outcome == 1:
+            so_far.pending += 1
+        else:
+            so_far.unserved += 1
+    return out
+
+
+def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: float = math.inf) -> Verdict:
+    """A step's verdict on its requests (those intended before ``sent_before_s``): fail when a check's point figure
+    is over its limit, else thin when a tier has too few requests, limited when the generator could not send,
+    else pass."""
     checks: list[Check] = []
     thin = []
+    tiers = tally(step, sent_before_s)
     for tier, slo in sorted(slos.items()):
-        so_far = step.tiers.get(tier, TierSoFar())
+        so_far = tiers.get(tier, TierSoFar())
         n = so_far.served + so_far.unserved + so_far.pending
         if n < min_samples:
             thin.append(f"{tier} {n}")
@@ -205,18 +229,19 @@ class LimitController:
             return
         profile = self.route_profiles.get(str(record.get("route") or "primary"), self.route_profiles["primary"])
         served = classify_record(profile, record) == "served"
-        so_far = step.tiers.setdefault(tier, TierSoFar())
         sent, first, done = record.get("sent_ns"), record.get("first_token_ns"), record.get("done_ns")
+        ttft = e2e = None
         if served:
-            so_far.served += 1
+            outcome = 0
             if isinstance(sent, int) and isinstance(first, int):
-                so_far.ttft_ms.append((first - sent) / 1e6)
+                ttft = (first - sent) / 1e6
             if isinstance(sent, int) and isinstance(done, int):
-                so_far.e2e_ms.append((done - sent) / 1e6)
+                e2e = (done - sent) / 1e6
         elif int(record.get("attempt") or 1) < self.attempts:
-            so_far.pending += 1  # a retry may still follow: possibly served (as the early-abort watcher counts)
+            outcome = 1  # a retry may still follow: possibly served (as the early-abort watcher counts)
         else:
-            so_far.unserved += 1
+            outcome = 2
+        step.seen.append((intended / NS, tier, outcome, ttft, e2e))
 
     def _step_at(self, t_s: float) -> Step | None:
         for step in reversed(self.steps):
@@ -303,9 +328,10 @@ class LimitController:
             step.window = (step.window[0], now_s - self.cfg.lag_s)
             self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
             return None
-        if now_s < step.window[0] + self.cfg.step_s:
+        if now_s < step.window[0] + self.cfg.step_s + self.cfg.lag_s:
             return None
-        verdict = judge(step, self.slos, self.cfg.min_samples)
+        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer
+        verdict = judge(step, self.slos, self.cfg.min_samples, now_s - self.cfg.lag_s)
         if verdict.outcome == "fail" and verdict.confident:  # it fails, surely: step back to the next passing level
             step.outcome, step.decided_s = "fail", now_s
             step.window = (step.window[0], now_s)
@@ -369,7 +395,7 @@ class LimitController:
             tiers_out = {}
             for tier in self.slos:
                 mine = [c for c in verdict.checks if c.tier == tier]
-                so_far = step.tiers.get(tier, TierSoFar())
+                so_far = tally(step).get(tier, TierSoFar())
                 n = so_far.served + so_far.unserved + so_far.pending
                 ok = bool(mine) and all(c.passed for c in mine) and n >= cfg.min_samples
                 bad = any(not c.passed for c in mine)
@@ -403,8 +429,14 @@ class LimitController:
             held = self.steps[hold["index"]]
             hold_check = next((c for c in judge(held, self.slos, cfg.min_samples).checks
                                if (c.tier, c.check) == binding), None)
-        lo, hi = self.lo, self.hi
+        # the answer from every step judged on all its requests (the live path chose the levels; the late requests
+        # may turn a verdict): the lowest failing level, and the highest passing one below it
+        fails = [s["scale"] for s in steps if s["outcome"] == "fail"]
+        hi = min(fails) if fails else None
+        passes = [s["scale"] for s in steps if s["outcome"] == "pass" and (hi is None or s["scale"] < hi)]
+        lo = max(passes) if passes else None
         return {
+            "live_low_scale": self.lo, "live_high_scale": self.hi,
             "status": self.status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
             "low_scale": lo, "high_scale": hi,
             "low_rps": None if lo is None else round(lo * self.base_rps, 4),

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SIM_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 10, settle_s: 3, lag_s: 2, bisect: 3, "
              "hold_s: 40}\n")
-REAL_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 4, settle_s: 1, lag_s: 1, bisect: 2, "
+REAL_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 4, settle_s: 1, lag_s: 2, bisect: 2, "
               "hold_s: 8, min_samples: 10}\n")
 
 
