@@ -476,6 +476,10 @@ class ChatPersona(Strict):
     max_concurrent_sessions: int = Field(
         default=200, ge=1, le=MAX_SLOTS, description="slots; overflow is recorded not_sent"
     )
+    concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_SLOTS, description="closed loop ('N in flight', as AIPerf's and GuideLLM's "
+        "--concurrency): this many sessions at all times, each user starting the next as soon as one ends (its "
+        "turns, think time between them); the arrival rate is then unused")
     turns: StepDist = Field(
         default_factory=lambda: _spec({"dist": "geometric", "mean": 1.0, "offset": 1}),
         description="turns per session: 1 + geometric, mean 2 (LMSYS ~2; 73 % multi-turn)",
@@ -503,13 +507,16 @@ class ChatPersona(Strict):
 
     def scaled(self, factor: float) -> ChatPersona:
         """The same persona carrying ``factor`` times its load: the arrival rate and the session slots."""
-        return self.model_copy(update={
+        update: dict[str, Any] = {
             "arrival": self.arrival.model_copy(update={"rate": self.arrival.rate * factor}),
-            "max_concurrent_sessions": max(1, round(self.max_concurrent_sessions * factor))})
+            "max_concurrent_sessions": max(1, round(self.max_concurrent_sessions * factor))}
+        if self.concurrency is not None:  # closed loop: the load is the users in flight
+            update["concurrency"] = max(1, round(self.concurrency * factor))
+        return self.model_copy(update=update)
 
     def peak_sockets(self, scale: float) -> float:
-        """Sockets it may hold at once over all processes: one per session slot."""
-        return float(self.max_concurrent_sessions)
+        """Sockets it may hold at once over all processes: one per session slot (closed loop: per user)."""
+        return float(self.concurrency if self.concurrency is not None else self.max_concurrent_sessions)
 
 
 class Subagents(Strict):
