@@ -117,6 +117,8 @@ class Step:
     # each finished request of a watched tier: (intended_s, tier, outcome, ttft_ms, e2e_ms), outcome 0 served,
     # 1 not served but a retry may follow, 2 not served; tallied per judgement (``tally``) up to a send time
     seen: list[tuple[float, str, int, float | None, float | None]] = field(default_factory=list)
+    # each served request's reported output tokens and time per output token: (tier, tokens, tpot_ms)
+    tokens: list[tuple[str, int, float | None]] = field(default_factory=list)
     not_sent: int = 0
     sent: int = 0
     outcome: Outcome | None = None  # the live decision
@@ -242,6 +244,12 @@ class LimitController:
         else:
             outcome = 2
         step.seen.append((intended / NS, tier, outcome, ttft, e2e))
+        out = record.get("output_tokens")
+        if served and isinstance(out, int) and not isinstance(out, bool) and out > 0:
+            tpot = None
+            if isinstance(first, int) and isinstance(done, int) and out > 1 and done > first:
+                tpot = (done - first) / 1e6 / (out - 1)
+            step.tokens.append((tier, out, tpot))
 
     def _step_at(self, t_s: float) -> Step | None:
         for step in reversed(self.steps):
@@ -400,7 +408,7 @@ class LimitController:
                 ok = bool(mine) and all(c.passed for c in mine) and n >= cfg.min_samples
                 bad = any(not c.passed for c in mine)
                 tiers_out[tier] = {"outcome": "fail" if bad else "pass" if ok else "thin", "n": n,
-                                   "checks": [c.line() for c in mine]}
+                                   "checks": [c.line() for c in mine], **step_tokens(step, tier)}
                 if bad:
                     per_tier_fail[tier].append(step.scale)
                 elif ok:
@@ -453,6 +461,17 @@ class LimitController:
             "tiers": limits, "unwatched_tiers": self.unwatched, "steps": steps,
             "settings": cfg.model_dump(mode="json"),
         }
+
+
+def step_tokens(step: Step, tier: str) -> dict[str, float | None]:
+    """A tier's output tokens/s over the step's window (its served requests' reported tokens) and the decode speed
+    a served stream saw, 1000 / TPOT p50 (tokens/s per user): one point of the run's per-tier Pareto."""
+    mine = [(n, tpot) for t, n, tpot in step.tokens if t == tier]
+    span = step.window[1] - step.window[0]
+    tpots = sorted(tp for _, tp in mine if tp is not None and tp > 0)
+    per_user = 1000.0 / float(np.median(tpots)) if tpots else None
+    return {"output_tokens_per_s": round(sum(n for n, _ in mine) / span, 3) if mine and 0 < span < math.inf else None,
+            "tokens_per_s_per_user": None if per_user is None else round(per_user, 3)}
 
 
 def offered_rps(scenario: Scenario, persona: str | None = None) -> float:

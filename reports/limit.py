@@ -11,7 +11,8 @@ from typing import Any
 from rushhour.audit.limit import limit_sentence
 from rushhour.audit.summary import Summary
 
-STEPS_HEADER = ["#", "kind", "load ×", "offered /s", "window s", "live", "judged on all", "sent", "binding check"]
+STEPS_HEADER = ["#", "kind", "load ×", "offered /s", "window s", "live", "judged on all", "sent",
+                "output tok/s (per user)", "binding check"]
 MAX_STEPS = 60  # a report shows this many steps at most (a run's controller tries far fewer)
 
 
@@ -53,6 +54,15 @@ def lines(answer: dict[str, Any]) -> list[str]:
     return out
 
 
+def _tokens(tiers: Any) -> str:
+    """Each tier's output tokens/s at a step, and per user in brackets: ``gold 812 (41)``."""
+    if not isinstance(tiers, dict):
+        return "-"
+    parts = [f"{name} {_num(t.get('output_tokens_per_s'), 4)} ({_num(t.get('tokens_per_s_per_user'), 3)})"
+             for name, t in sorted(tiers.items()) if isinstance(t, dict) and t.get("output_tokens_per_s") is not None]
+    return ", ".join(parts) or "-"
+
+
 def step_rows(answer: dict[str, Any]) -> list[list[str]]:
     """One row per level tried: the ramp, the bisection and the hold."""
     rows = []
@@ -66,6 +76,6 @@ def step_rows(answer: dict[str, Any]) -> list[list[str]]:
         live = str(s.get("live") or "-")
         judged = str(s.get("outcome") or "-") + ("" if s.get("agrees", True) else " (differs)")
         rows.append([str(s.get("index", "-")), str(s.get("kind", "-")), _num(s.get("scale")),
-                     _num(s.get("offered_rps")), span, live, judged, str(s.get("sent", "-")),
+                     _num(s.get("offered_rps")), span, live, judged, str(s.get("sent", "-")), _tokens(s.get("tiers")),
                      str(s.get("reason") or "-")[:200]])
     return rows
