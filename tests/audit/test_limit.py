@@ -122,3 +122,24 @@ def test_output_tokens_per_second_count_served_attempts_only() -> None:
                              "output_tokens": [100.0, 50.0, 999.0, float("nan")]})
     assert _tokens_per_s(attempts, 10.0) == 15.0  # (100 + 50) / 10 s: the refused attempt's count is not output
     assert _tokens_per_s(attempts.iloc[2:3], 10.0) is None and _tokens_per_s(attempts, 0.0) is None
+
+
+def test_a_run_that_cannot_follow_the_controller_is_refused_in_one_line() -> None:
+    import pytest
+
+    from rushhour.audit.limit import LimitController as Controller
+    from rushhour.loadgen.runner import RunOptions, check_find_limit
+    from rushhour.scenarios import ScenarioError
+
+    sc = scenario()
+    with pytest.raises(ScenarioError, match="cannot run the find-limit controller"):
+        check_find_limit(sc, RunOptions(), "s.yaml")  # no controller: never a silent ordinary run
+    with pytest.raises(ScenarioError, match="remote workers cannot follow"):
+        check_find_limit(sc, RunOptions(limit=Controller, expect_workers=2), "s.yaml")
+    closed = sc.model_copy(update={"personas": [sc.personas[0].model_copy(update={"concurrency": 4}),
+                                                sc.personas[1]]})
+    with pytest.raises(ScenarioError, match="chat have no open-loop arrival rate"):
+        check_find_limit(closed, RunOptions(limit=Controller), "s.yaml")
+    check_find_limit(sc, RunOptions(limit=Controller), "s.yaml")  # open-loop chat, local processes: fine
+    with pytest.raises(ValueError, match="unknown persona 'chta'"):
+        scenario(persona="chta")
