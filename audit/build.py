@@ -360,6 +360,7 @@ def _tier_summary(
         share_503=wilson(int((status[sent] == 503).sum()), int(sent.sum())),
         goodput=wilson(int(good[ok].sum()), n_judged),
         goodput_per_s=float(good.sum()) / ctx.rate_s if ctx.rate_s > 0 else 0.0,
+        output_tokens_per_s=_tokens_per_s(attempts, ctx.rate_s),
         latency=_latency(logical, attempts),
         inflation=_inflation(logical, ctx.base),
         saturation=_saturation_slice(logical, ctx),
@@ -599,12 +600,22 @@ def _windows(attempts: pd.DataFrame, ratio: np.ndarray, grid: timeline.Grid, met
     return spans, windows
 
 
+def _tokens_per_s(attempts: pd.DataFrame, seconds: float) -> float | None:
+    """Output tokens of the served attempts per second (None: none reported its tokens, or no window)."""
+    if "output_tokens" not in attempts.columns or seconds <= 0:
+        return None
+    tokens = attempts.loc[eq(attempts["cls"], "served"), "output_tokens"].to_numpy(dtype=np.float64)
+    tokens = tokens[np.isfinite(tokens)]
+    return round(float(tokens.sum()) / seconds, 3) if len(tokens) else None
+
+
 def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:
     """(stop reason, interrupted): run.json's reason; a lost worker makes a 'completed' run ``lost_worker``."""
     reason = manifest.stop_reason or ""
     if workers_lost and reason in ("", "completed"):
         reason = "lost_worker"
-    return reason, reason not in ("", "completed")
+    # limit_found, precision_reached: the find-limit search or --until ended it, as they were asked to
+    return reason, reason not in ("", "completed", "limit_found", "precision_reached")
 
 
 def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
@@ -636,6 +647,8 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         interrupted=interrupted,
         abort=m.abort if stop_reason.startswith("aborted") else None,
         drain_s=float(sc.model_obj.drain_s) if sc.model_obj is not None else None,
+        find_limit=found if isinstance(found := m.extra.get("find_limit"), dict) else None,
+        until=until if isinstance(until := m.extra.get("until"), dict) else None,
         versions={str(k): str(v) for k, v in m.versions.items()},
         command=str(command),
         phases=sc.phases,

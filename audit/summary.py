@@ -297,6 +297,9 @@ class TierSummary(_Model):
     share_503: Rate
     goodput: Rate  # served within the tier's latency SLO
     goodput_per_s: float
+    output_tokens_per_s: float | None = Field(
+        default=None, description="output tokens of the tier's served attempts (as the server reported them) per "
+        "second of the measured window; null when no served attempt reported its tokens")
     latency: Latency
     inflation: Inflation
     saturation: SaturationSlice | None
@@ -528,6 +531,14 @@ class RunInfo(_Model):
                                          "kind, message, at_s, tier, check, bound or signal; the gate fails")
     drain_s: float | None = Field(default=None, description="the scenario's drain after the last phase: requests "
                                   "still in flight after it end 'unfinished'")
+    find_limit: dict[str, Any] | None = Field(
+        default=None, description="a find-limit run's answer (run.json's find_limit, audit/limit.py): status, "
+        "low/high scale and rate (the highest passing and lowest failing level), binding tier and check, the "
+        "hold and its binding figure's interval, per tier its own bracket, and every step tried")
+    until: dict[str, Any] | None = Field(
+        default=None, description="`rushhour run --until`: the watched figure when it was known well enough "
+        "(tier, check, value, low, high, n, half_width, precision, at_s; stop_reason precision_reached), or "
+        "reached: false when the run's duration came first")
     versions: dict[str, str]
     command: str = ""
     phases: list[dict[str, Any]] = Field(default_factory=list)  # name, start_s, end_s, rate_scale

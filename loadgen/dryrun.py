@@ -189,8 +189,13 @@ def _dataset_session(p: ChatPersona) -> tuple[float, float, float]:
     return turns_sum / n, prompt_sum / n, output_sum / n
 
 
-def _chat(p: ChatPersona, sc: Scenario) -> PersonaPlan:
+def _chat(p: ChatPersona, sc: Scenario, ttft_s: float = 0.5, tpot_s: float = 0.02) -> PersonaPlan:
     sessions = sum(p.arrival.rate * ph.rate_scale * ph.duration for ph in sc.phases)
+    if p.concurrency is not None:  # closed loop: sessions follow each other, as fast as the assumed answers allow
+        turns = max(1.0, p.turns.mean_estimate())
+        call_s = ttft_s + p.output_tokens.mean_estimate() * tpot_s
+        session_s = max(1e-3, turns * call_s + (turns - 1) * max(0.0, p.think_time_s.mean_estimate()))
+        sessions = p.concurrency * sc.duration_s / session_s
     if p.dataset is not None:
         turns_mean, prompt_per_session, output_per_session = _dataset_session(p)
         return PersonaPlan(
@@ -353,7 +358,7 @@ def plan(
     personas: list[PersonaPlan] = []
     for persona in scenario.personas:
         if isinstance(persona, ChatPersona):
-            pp = _chat(persona, scenario)
+            pp = _chat(persona, scenario, assumed_ttft_s, assumed_tpot_s)
         elif isinstance(persona, AgentSwarmPersona):
             pp = _agents(persona, scenario, assumed_ttft_s, assumed_tpot_s)
         elif isinstance(persona, AgentTracePersona):

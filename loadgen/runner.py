@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from rushhour import stacks
-from rushhour.loadgen import doomed, procs, runkey
+from rushhour.loadgen import doomed, livescale, procs, runkey
 from rushhour.loadgen.live import ShardTail, progress_line, render
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, killed_line, lost_shards
 from rushhour.loadgen.runkey import new_run_id
@@ -65,6 +65,23 @@ class Watch(Protocol):
     def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
 
     def look(self, elapsed_s: float) -> dict[str, Any] | None: ...
+
+
+class Limit(Protocol):
+    """The find-limit controller (audit/limit.py ``LimitController``): fed by the shard tail, asked for the load."""
+
+    done: bool
+    persona: str | None
+
+    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
+
+    def start(self, now_s: float = 0.0) -> float: ...
+
+    def look(self, now_s: float) -> float | None: ...
+
+    def result(self) -> dict[str, Any]: ...
+
+    def sentence(self) -> str: ...
 
 
 class LiveExporter(Protocol):
@@ -139,6 +156,9 @@ class _GuardedWatch:
 
 ABORT_MODES = ("hopeless", "saturation")
 ABORT_LOOK_EVERY_S = 2.0  # how often the watcher is asked (each look re-sorts a tier's latencies)
+LIMIT_LOOK_EVERY_S = 1.0  # how often the find-limit controller is asked (its steps last many seconds)
+STOP_LIMIT_FOUND = "limit_found"  # the find-limit controller ended the run: its search is over
+STOP_PRECISION = "precision_reached"  # --until: the watched figure was known well enough
 
 
 @dataclass
@@ -177,6 +197,14 @@ class RunOptions:
     # --otlp: each attempt as a span and the per-tier figures over OTLP, built by ``otlp`` (rushhour passes
     # audit.otlp.OtlpExport with the endpoint bound) and fed by the shard tail in this process, never the load's
     otlp: Callable[[Scenario], OtlpSink] | None = None
+    # --find-limit: builds the controller for a scenario with a `find_limit:` (rushhour passes
+    # audit.limit.LimitController); it sets the load of the running processes through loadgen/livescale.py
+    limit: Callable[[Scenario], Limit] | None = None
+    find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
+    find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
+    # --until: builds the precision watcher (rushhour passes audit.until.UntilWatcher): it ends the run once its
+    # figure is known well enough (``look`` returns run.json's ``until``), else the run's duration is the cap
+    until: Callable[[Scenario], Watch] | None = None
 
 
 @dataclass
@@ -258,6 +286,18 @@ def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
         base = scenario.abort or Abort()
         update["abort"] = base.model_copy(update={"hopeless_slo": "hopeless" in options.abort,
                                                   "saturation": "saturation" in options.abort})
+    if options.find_limit and (scenario.find_limit is None or options.find_limit_persona):
+        from rushhour.scenarios.model import FindLimit
+
+        names = [p.name for p in scenario.personas]
+        persona = options.find_limit_persona
+        if persona is not None and persona not in names:
+            raise ScenarioError("--find-limit-persona", [Problem("find_limit.persona", None,
+                                                                 f"unknown persona {persona!r}",
+                                                                 did_you_mean(persona, names) or
+                                                                 f"personas: {', '.join(names)}")])
+        limit = scenario.find_limit or FindLimit()  # --find-limit on a scenario without the block: the defaults
+        update["find_limit"] = limit.model_copy(update={"persona": persona or limit.persona})
     if options.duration:
         try:
             total = parse_duration(options.duration)
@@ -384,6 +424,31 @@ def _iso(ns: int | None = None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def closed_personas(scenario: Scenario) -> list[str]:
+    """The ramped personas the live load scale does not reach (no open-loop arrival rate): a find-limit refuses."""
+    persona = scenario.find_limit.persona if scenario.find_limit else None
+    return [p.name for p in scenario.personas if (persona is None or p.name == persona)
+            and not ((p.kind == "chat" and getattr(p, "concurrency", None) is None)
+                     or (p.kind == "agent_swarm" and getattr(p, "start", "") == "arrivals"))]
+
+
+def check_find_limit(scenario: Scenario, options: RunOptions, where: str) -> None:
+    """``ScenarioError`` unless this run can find a limit: a controller, local processes only (remote workers
+    do not read the run folder's load scale) and personas the live scale reaches (open-loop arrivals)."""
+    if options.limit is None:
+        raise ScenarioError(where, [Problem("find_limit", None, "this caller cannot run the find-limit controller",
+                                            "run it with `rushhour run --find-limit`")])
+    if options.expect_workers:
+        raise ScenarioError("--find-limit", [Problem("find_limit", None, "remote workers cannot follow the "
+                                                     "controller's load (it is set in the run folder)",
+                                                     "run it with local --processes")])
+    closed = closed_personas(scenario)
+    if closed:
+        raise ScenarioError(where, [Problem("find_limit", None, f"persona(s) {', '.join(closed)} have no open-loop "
+                                            "arrival rate the controller can scale (chat, or agent_swarm with "
+                                            "start: arrivals)", "name one persona with find_limit.persona")])
+
+
 def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = None) -> RunResult:
     """Run one scenario end to end; raises ``ScenarioError``/``FileNotFoundError`` for bad input."""
     scenario = apply_overrides(load_scenario(name_or_path), options)
@@ -399,6 +464,8 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         # fail closed: an abort asked for and silently not watched would let a hopeless run go on unseen
         raise ScenarioError(str(name_or_path), [Problem("abort", None, "this caller cannot watch for an early "
                                                         "abort", "run it with `rushhour run`")])
+    if scenario.find_limit is not None:
+        check_find_limit(scenario, options, str(name_or_path))
     if options.expect_workers and not _loopback(options.master_bind) and (
             scenario.target.is_testbed or any(r.url == "testbed" for r in scenario.resilience.fallback)):
         raise ScenarioError("--expect-workers", [Problem("target.url", None, (
@@ -944,8 +1011,18 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     doom = None if options.keep_going else doomed.DoomWatch(routes=routes)  # fail fast: the first attempts alike
     if doom is not None:
         tail.listeners.append(doom)
+    limit = None
+    if options.limit is not None and scenario.find_limit is not None:
+        limit = options.limit(scenario)
+        tail.listeners.append(limit)
+        # the first level is set before any process starts: each reads it as it begins
+        livescale.write_scale(run_dir, limit.start(0.0), limit.persona, 0)
+    until = options.until(scenario) if options.until is not None else None
+    if until is not None:
+        tail.listeners.append(_GuardedFeed(until, ctx))  # type: ignore[arg-type]
+    precise: dict[str, Any] | None = None
     aborted: dict[str, Any] | None = None
-    looked_at = time.monotonic()
+    looked_at = limit_at = time.monotonic()
     log_path = run_dir / "locust.log"
     children: procs.Procs = {}  # Locust's own processes, held by identity
     forwarded_at: float | None = None
@@ -1002,6 +1079,27 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
                         _say(console, f"[bold red]aborting early[/] at {elapsed:.0f} s: {escape(aborted['message'])}")
                         _signal(proc.pid, signal.SIGTERM)
                         forwarded_at = time.monotonic()
+                if (until is not None and precise is None and forwarded_at is None
+                        and time.monotonic() - looked_at >= ABORT_LOOK_EVERY_S):
+                    looked_at = time.monotonic()
+                    precise = until.look(elapsed)
+                    if precise is not None:  # known well enough: the rest of the schedule is not needed
+                        manifest.extra["until"] = precise
+                        ctx.save()
+                        _say(console, f"stopping at {elapsed:.0f} s (--until): {escape(str(precise['message']))}")
+                        _signal(proc.pid, signal.SIGTERM)
+                        forwarded_at = time.monotonic()
+                if (limit is not None and not limit.done and forwarded_at is None
+                        and time.monotonic() - limit_at >= LIMIT_LOOK_EVERY_S):
+                    limit_at = time.monotonic()
+                    changed = limit.look(elapsed)
+                    if changed is not None:
+                        livescale.write_scale(run_dir, changed, limit.persona, int(elapsed * 1000))
+                        _say(console, f"find-limit: load × {changed:.4g} at {elapsed:.0f} s")
+                    if limit.done:  # the search is over: the rest of the schedule is not needed
+                        _say(console, f"find-limit: done at {elapsed:.0f} s: {escape(limit.sentence())}")
+                        _signal(proc.pid, signal.SIGTERM)
+                        forwarded_at = time.monotonic()
                 if doom is not None and aborted is None and forwarded_at is None and (
                         found := doom.look(elapsed)) is not None:
                     aborted = manifest.abort = _name_models(scenario, target_url, found)
@@ -1044,6 +1142,16 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     stop_reason = "interrupted" if interrupted else (tail.stop_reason() or "completed")
     if aborted is not None and not interrupted:
         stop_reason = str(aborted["stop_reason"])
+    if precise is not None and aborted is None and not interrupted:
+        stop_reason = STOP_PRECISION
+    elif until is not None:  # said, never silent: the cap came first
+        manifest.extra["until"] = {"reached": False, "message": "the run's duration (the cap) ended before the "
+                                   "figure was known as well as --until asked"}
+    if limit is not None:
+        # every step judged again on all its requests, the late ones included (the drain's last records)
+        manifest.extra["find_limit"] = limit.result()
+        if limit.done and aborted is None and not interrupted:
+            stop_reason = STOP_LIMIT_FOUND
     if overran and not interrupted:  # a stuck Locust: what its shards say about the stop is not the story
         stop_reason = "overrun_killed" if killed_late_s is not None else "overrun_stopped"
     # a load process killed under it (out of memory, a signal from elsewhere): said by name, never taken for Ctrl-C

@@ -13,7 +13,7 @@ from markupsafe import Markup
 
 from rushhour.audit.judged import tier_state
 from rushhour.audit.summary import UNSERVED_CLASSES, Summary, TierSummary
-from rushhour.reports import charts, control, drops, fmt, sentences, sidebyside, waits
+from rushhour.reports import charts, control, drops, fmt, limit, sentences, sidebyside, waits
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -150,7 +150,10 @@ def context(summary: Summary, table: pd.DataFrame | None = None, csv_text: str |
     fairness_findings = [f for f in summary.findings if f.kind in FAIRNESS_KINDS]
     payload = charts.chart_payload(summary)
     has_fallback = bool(summary.timeline.breaker) or any(r.route != "primary" for r in summary.routes)
+    answer = limit.found(summary)
     return {
+        "find_limit": None if answer is None else {"lines": limit.lines(answer), "header": limit.STEPS_HEADER,
+                                                    "rows": limit.step_rows(answer)},
         "s": summary,
         "run": summary.run,
         "colours": colours,

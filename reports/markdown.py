@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from rushhour.audit.summary import Summary, TokenFidelity
-from rushhour.reports import control, fmt, inconclusive, sentences, sidebyside, waits
+from rushhour.reports import control, fmt, inconclusive, limit, sentences, sidebyside, waits
 
 _SEVERITY = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
@@ -78,6 +78,10 @@ def render_markdown(summary: Summary) -> str:
         out += ([f"> - {_text(summary.validity.cause)}"] if summary.validity.cause else []) + [""]
     story = sentences.headline(summary)[1:]
     out += [f"- {_text(line)}" for line in story] + [""]
+    answer = limit.found(summary)
+    if answer is not None:
+        out += ["### The limit (find-limit)", ""] + [f"- {_text(line)}" for line in limit.lines(answer)] + [""]
+        out += [*md_table(limit.STEPS_HEADER, limit.step_rows(answer), {2, 3, 7}), ""]
 
     out += ["### SLO checks", ""]
     if summary.verdicts:

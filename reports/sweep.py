@@ -12,6 +12,7 @@ from rushhour.reports import fmt
 from rushhour.reports.charts import nice_ticks, tick_label
 from rushhour.reports.page import colours_for, page_css, page_env, write_pages
 from rushhour.studies.knee import StudyResult, SweepResult
+from rushhour.studies.pareto import pareto_points
 
 CHART_W, CHART_H = 380, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 12, 14, 38
@@ -133,13 +134,31 @@ def sweep_charts(result: SweepResult) -> list[dict[str, Any]]:
     return groups
 
 
+def pareto_chart(result: SweepResult) -> Markup:
+    """Output tokens/s per user against per replica, one line per tier through its steps (frontier points ringed)."""
+    points = pareto_points(result.steps)
+    tiers = list(dict.fromkeys(p.tier for p in points))
+    colours = colours_for(tiers)
+    series = [(name, colours[name], [(p.per_replica, p.per_user) for p in points if p.tier == name])
+              for name in tiers]
+    per = "replica" if any(s.replicas for s in result.steps) else "stack"
+    return line_chart(series, x_label=f"output tokens/s per {per}", y_label="output tokens/s per user",
+                      y_fmt="{:.1f}", title="per-tier Pareto: tokens/s per user against per " + per)
+
+
+def pareto_rows(result: SweepResult) -> list[list[str]]:
+    """The Pareto table: tier, step, scale, replicas, per user, per replica, on the frontier."""
+    return [[p.tier, str(p.step), f"{p.scale:.3g}×", str(p.replicas or "–"), f"{p.per_user:.1f}",
+             f"{p.per_replica:.1f}", "yes" if p.frontier else "no"] for p in pareto_points(result.steps)]
+
+
 def render_sweep_html(result: SweepResult) -> str:
     """The sweep report: plain answers, knees, charts and the step table."""
     tiers = list(dict.fromkeys(t.tier for s in result.steps for t in s.tiers))
     return str(page_env().get_template("sweep.html.j2").render(
         kind="sweep", sweep=result, study=None, css=Markup(page_css()), groups=sweep_charts(result),
         colours=colours_for(tiers), tiers=tiers, search=getattr(result, "search", None), knee_words=knee_words,
-        step_words=step_words,
+        step_words=step_words, pareto_chart=pareto_chart(result), pareto_rows=pareto_rows(result),
     ))
 
 
@@ -163,6 +182,12 @@ def render_sweep_markdown(result: SweepResult) -> str:
         interval = f"{_n(k.knee_rps)} … {_n(k.fail_rps)}"
         lines.append(f"| {k.tier} | {k.replicas or '–'} | {knee_words(k.status)} | {interval} | "
                      f"{'yes' if k.confident_pass else 'no'} | {_n(k.drop_onset_rps)} |")
+    pareto = pareto_rows(result)
+    if pareto:
+        lines += ["", "### Per-tier Pareto: output tokens/s per user against per replica", "",
+                  "| tier | step | scale | replicas | tok/s per user | tok/s per replica | frontier |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in pareto]
     lines += ["", "| step | scale | replicas | offered req/s | tier | status | goodput/s | not served | TTFT p99 |",
               "|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     for s in result.steps:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from rushhour.audit.judged import tier_state
 from rushhour.audit.summary import Summary, Verdict
-from rushhour.reports import control, fmt, inconclusive, sentences, waits
+from rushhour.reports import control, fmt, inconclusive, limit, sentences, waits
 
 
 def _verdict_cell(summary: Summary, tier: str) -> Text:
@@ -117,6 +117,24 @@ def print_terminal(summary: Summary, console: Console) -> None:
     for line in sentences.headline(summary)[1:]:
         console.print(Text("  • " + line), highlight=False)
     console.print(tier_table(summary))
+    rates = [(t.name, t.output_tokens_per_s) for t in summary.tiers if t.output_tokens_per_s is not None]
+    if rates:
+        total = sum(r for _, r in rates)
+        console.print(Text("output tokens/s: " + ", ".join(f"{n} {r:,.1f}" for n, r in rates)
+                           + f"; run {total:,.1f}"), highlight=False)
+    until = summary.run.until
+    if isinstance(until, dict):
+        console.print(Text("--until: " + str(until.get("message") or "-")[:300]), highlight=False)
+    answer = limit.found(summary)
+    if answer is not None:
+        for line in limit.lines(answer):
+            console.print(Text("find-limit: " + line), highlight=False)
+        steps = Table(title="find-limit: the levels tried")
+        for col in limit.STEPS_HEADER:
+            steps.add_column(col)
+        for row in limit.step_rows(answer):
+            steps.add_row(*row)
+        console.print(steps)
     _unsure(summary, console)
     _window(summary, console)
     for line in control.lines(summary):

@@ -250,9 +250,19 @@ def run(
     otlp_endpoint: Annotated[str | None, typer.Option(
         help="with or without --otlp: export over OTLP/HTTP to this base URL (e.g. http://127.0.0.1:4318; "
              "/v1/traces and /v1/metrics are added)")] = None,
+    find_limit: Annotated[bool, typer.Option(
+        help="find each tier's limit in this one run: ramp the load, bisect between the last passing and first "
+             "failing step, hold at the limit (the scenario's `find_limit:`, else its defaults; the run's "
+             "duration is the cap)")] = False,
+    find_limit_persona: Annotated[str | None, typer.Option(
+        help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
+    until: Annotated[str | None, typer.Option(
+        help="end the run once a figure is known this well, e.g. 'interactive ttft_ms.p99 ±5%' (its 95 % interval's "
+             "half-width within 5 % of it); the run's duration is the cap")] = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
     from rushhour.audit.early import Watcher
+    from rushhour.audit.limit import LimitController
     from rushhour.audit.live import LiveMetrics
     from rushhour.fits import dry_run_notes
     from rushhour.loadgen.runner import RunOptions, run_scenario
@@ -277,12 +287,15 @@ def run(
         if busy:
             raise _fail(busy)
     otlp_sink = _otlp_sink(otlp_endpoint) if (otlp or otlp_endpoint is not None) and not dry_run else None
+    until_factory = _until(until, scenario) if until else None
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
         abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
         metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics, otlp=otlp_sink,
+        until=until_factory, limit=LimitController, find_limit=find_limit or bool(find_limit_persona),
+        find_limit_persona=find_limit_persona,
     )
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
@@ -329,6 +342,22 @@ def _otlp_sink(endpoint: str | None) -> Callable[[Any], Any]:
             raise
         raise _fail("--otlp needs the OpenTelemetry SDK and exporter: pip install 'rushhour[otel]'") from None
     return functools.partial(OtlpExport, endpoint=endpoint)
+
+
+def _until(spec: str, scenario: str) -> Callable[[Any], Any]:
+    """The ``--until`` watcher's factory, its text and tier checked now (one line and exit 2 when wrong)."""
+    from rushhour.audit.until import UntilWatcher, parse_until
+    from rushhour.scenarios import ScenarioError, load_scenario
+
+    try:
+        tiers = [t.name for t in load_scenario(scenario).tiers]
+    except (ScenarioError, FileNotFoundError):
+        tiers = None  # the run says what is wrong with the scenario itself
+    try:
+        wanted = parse_until(spec, tiers)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    return lambda sc: UntilWatcher(sc, wanted)
 
 
 def _write_gate_files(verdict: Any, junit: Path | None, markdown: Path | None, to_junit: Callable[[Any], str],

@@ -38,8 +38,14 @@ def simulate(
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona's workload × FACTOR too "
                                                        "(repeatable: --grow swarm=5 --grow chat=2)")] = None,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
+    find_limit: Annotated[bool, typer.Option(
+        help="find each tier's limit in this one run, in virtual time: the same controller as `rushhour run "
+             "--find-limit` (the scenario's `find_limit:`, else its defaults)")] = False,
+    find_limit_persona: Annotated[str | None, typer.Option(
+        help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
 ) -> None:
     """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
+    from rushhour.audit.limit import LimitController
     from rushhour.scenarios import ScenarioError
     from rushhour.scenarios.model import MAX_SIM_REPLICAS
     from rushhour.sim.run import SimOptions, parse_grow
@@ -51,7 +57,9 @@ def simulate(
         raise _fail("--scale must be > 0")
     try:
         options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
-                             scale=scale, grow=parse_grow(grow or []))
+                             scale=scale, grow=parse_grow(grow or []),
+                             find_limit=find_limit or bool(find_limit_persona), find_limit_persona=find_limit_persona,
+                             limit=LimitController)
         result = run_sim(scenario, options)
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None

@@ -351,6 +351,33 @@ class Abort(Strict):
         return self.hopeless_slo or self.saturation
 
 
+class FindLimit(Strict):
+    """Find each tier's limit in one run (docs/find-limit.md): ramp the load, bisect, hold at the limit."""
+
+    persona: str | None = Field(default=None, description="ramp this persona's load only; default: the whole "
+                                "mix in proportion")
+    start: float = Field(default=0.25, gt=0, le=1000, description="the first step's load, × the personas' rates")
+    factor: float = Field(default=2.0, gt=1, le=10, description="the coarse ramp: each step's load × this")
+    max_scale: float = Field(default=64.0, gt=0, le=1000, description="the highest load tried")
+    step_s: Seconds = Field(default=15.0, ge=1.0, le=3600.0, description="a step's measurement window")
+    settle_s: Seconds = Field(default=5.0, ge=0.0, le=600.0, description="after each change of load, requests "
+                              "sent this long are not judged (the queue of the level before drains or builds)")
+    lag_s: Seconds = Field(default=5.0, ge=0.0, le=600.0, description="after a window, the load stays while its "
+                           "requests finish; requests sent then are not judged (queue build-up is credited to no step)")
+    bisect: int = Field(default=3, ge=0, le=10, description="bisection steps between the last pass and first fail")
+    precision: float = Field(default=0.05, gt=0, le=1, description="hold until the binding figure's 95 % interval "
+                             "half-width is at most this share of its value")
+    hold_s: Seconds = Field(default=60.0, ge=0.0, le=86_400.0, description="the hold's time cap")
+    min_samples: int = Field(default=20, ge=5, le=100_000, description="finished requests a tier needs in a step "
+                             "for a verdict (a thinner step is not a pass: fail closed)")
+
+    @model_validator(mode="after")
+    def _range(self) -> FindLimit:
+        if self.max_scale < self.start:
+            raise ValueError(f"max_scale {self.max_scale:g} is below start {self.start:g}")
+        return self
+
+
 class Control(Strict):
     """The priority control: twin a sample of a tier's requests with equal-priority copies (docs/audit.md)."""
 
@@ -449,6 +476,10 @@ class ChatPersona(Strict):
     max_concurrent_sessions: int = Field(
         default=200, ge=1, le=MAX_SLOTS, description="slots; overflow is recorded not_sent"
     )
+    concurrency: int | None = Field(
+        default=None, ge=1, le=MAX_SLOTS, description="closed loop ('N in flight', as AIPerf's and GuideLLM's "
+        "--concurrency): this many sessions at all times, each user starting the next as soon as one ends (its "
+        "turns, think time between them); the arrival rate is then unused")
     turns: StepDist = Field(
         default_factory=lambda: _spec({"dist": "geometric", "mean": 1.0, "offset": 1}),
         description="turns per session: 1 + geometric, mean 2 (LMSYS ~2; 73 % multi-turn)",
@@ -476,13 +507,16 @@ class ChatPersona(Strict):
 
     def scaled(self, factor: float) -> ChatPersona:
         """The same persona carrying ``factor`` times its load: the arrival rate and the session slots."""
-        return self.model_copy(update={
+        update: dict[str, Any] = {
             "arrival": self.arrival.model_copy(update={"rate": self.arrival.rate * factor}),
-            "max_concurrent_sessions": max(1, round(self.max_concurrent_sessions * factor))})
+            "max_concurrent_sessions": max(1, round(self.max_concurrent_sessions * factor))}
+        if self.concurrency is not None:  # closed loop: the load is the users in flight
+            update["concurrency"] = max(1, round(self.concurrency * factor))
+        return self.model_copy(update=update)
 
     def peak_sockets(self, scale: float) -> float:
-        """Sockets it may hold at once over all processes: one per session slot."""
-        return float(self.max_concurrent_sessions)
+        """Sockets it may hold at once over all processes: one per session slot (closed loop: per user)."""
+        return float(self.concurrency if self.concurrency is not None else self.max_concurrent_sessions)
 
 
 class Subagents(Strict):
@@ -779,6 +813,8 @@ class Scenario(Strict):
     drain_s: Seconds = Field(default=10.0, description="after the last phase, wait this long for in-flight")
     abort: Abort | None = Field(default=None, description="stop early when an SLO is hopeless or the stack "
                                 "over-saturated (the gate then fails); `rushhour run --abort` overrides it")
+    find_limit: FindLimit | None = Field(default=None, description="find each tier's limit in one run "
+                                         "(`rushhour run --find-limit`): the ramp, the bisection and the hold")
 
     @property
     def duration_s(self) -> float:

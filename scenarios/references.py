@@ -78,6 +78,11 @@ def reference_problems(data: Any) -> list[Reference]:
             elif phase_names.count(name) > 1:
                 problems.append(Reference(loc, f"names phase {name!r}, which is not unique",
                                           "give the phases unique names"))
+    limit = data.get("find_limit")
+    ramped = limit.get("persona") if isinstance(limit, Mapping) else None
+    persona_names = [p["name"] for _, p in _items(data.get("personas")) if isinstance(p.get("name"), str)]
+    if isinstance(ramped, str) and persona_names and ramped not in persona_names:
+        problems.append(_unknown(("find_limit", "persona"), "persona", ramped, persona_names))
     budget = data.get("budget")
     per_tier = budget.get("per_tier") if isinstance(budget, Mapping) else None
     for name in per_tier if isinstance(per_tier, Mapping) else ():

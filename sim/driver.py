@@ -103,6 +103,12 @@ class Env:
         self.stopping = False
         self.counters = {"sent": 0, "not_sent": 0, "attempts": 0, "tasks": 0}
         self._not_sent_window: dict[str, tuple[int, int, int]] = {}  # persona -> (interval start, records, missed)
+        self.live_scale: tuple[float, str | None] = (1.0, None)  # the find-limit controller's (scale, persona)
+
+    def load_scale(self, persona: str) -> float:
+        """The live multiplier of ``persona``'s arrival rate (set by the find-limit controller; else 1)."""
+        scale, only = self.live_scale
+        return scale if only is None or only == persona else 1.0
 
     # ---- clock and identity ----------------------------------------------------------------
     @property

@@ -106,6 +106,9 @@ class SimHost:
     def behind(self, persona: str, t_s: float) -> bool:
         return False  # the simulated generator is never late
 
+    def load_scale(self, persona: str) -> float:
+        return self.env.load_scale(persona)
+
     def flush_shortfall(self, persona: str) -> None:
         pass  # the run flushes every persona's window when arrivals end
 

@@ -11,13 +11,22 @@ import resource
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rushhour.loadgen.runner import RunOptions, apply_overrides, check_mapping, new_run_id
+from rushhour.loadgen.live import ShardTail
+from rushhour.loadgen.runner import (
+    STOP_LIMIT_FOUND,
+    Limit,
+    RunOptions,
+    apply_overrides,
+    check_mapping,
+    closed_personas,
+    new_run_id,
+)
 from rushhour.loadgen.schedule import phase_bounds
 from rushhour.loadgen.ship import merge_budget_usage
 from rushhour.loadgen.testbed_proc import testbed_config
@@ -57,6 +66,10 @@ class SimOptions:
     grow: dict[str, float] = field(default_factory=dict)  # persona name -> its own factor (before ``scale``)
     allow_paths: list[Path] = field(default_factory=list)
     decode_jumps: bool = True  # False: every engine step is an event (the reference the jumps are tested against)
+    find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
+    find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
+    # builds the find-limit controller (rushhour passes audit.limit.LimitController: sim may not import the audit)
+    limit: Callable[[Scenario], Limit] | None = None
 
 
 @dataclass
@@ -117,7 +130,8 @@ def scale_scenario(scenario: Scenario, factor: float, grow: Mapping[str, float] 
 
 def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
     """Load the scenario with the overrides applied; ``ScenarioError``/``FileNotFoundError`` for bad input."""
-    run_options = RunOptions(profile=options.profile, duration=options.duration, seed=options.seed)
+    run_options = RunOptions(profile=options.profile, duration=options.duration, seed=options.seed,
+                             find_limit=options.find_limit, find_limit_persona=options.find_limit_persona)
     scenario = apply_overrides(load_scenario(name_or_path), run_options)
     check_mapping(scenario, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
@@ -182,6 +196,8 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
     env.routes += fallbacks
     t0 = time.perf_counter()
     cpu0 = time.process_time()
+    limit: Limit | None = None
+    limit_tail = ShardTail(run_dir)
     with young_collections_only():
         try:
             env.event("worker_start", worker_index=0, workers=1, pid=os.getpid(), host=socket.gethostname(),
@@ -192,12 +208,20 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
             for route in fallbacks:
                 route.cluster.start()
             host = SimHost(env)
+            limit = _limit(scenario, options, env)
             for persona in scenario.personas:
                 loop.spawn(run_persona(host, persona))
-            loop.run(env.end_ns)
+            hard_stop = env.hard_stop_ns
+            if limit is None:
+                loop.run(env.end_ns)
+            else:
+                limit_tail.listeners.append(limit)
+                stopped = _drive_limit(limit, loop, env, writer, limit_tail)
+                if limit.done:  # the search ended the run: in-flight work is cut, as the real runner's SIGTERM does
+                    hard_stop = stopped
             env.stopping = True  # arrivals end; in-flight work drains until the hard stop
             env.flush_shortfalls()
-            loop.run(env.hard_stop_ns)
+            loop.run(hard_stop)
             env.stop()
             usage = host.budget_usage()
             if usage is not None:  # this process's share and what it used, as a Locust process writes it
@@ -234,12 +258,52 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
     manifest.simulation = stats
     manifest.ended_at = _iso(time.time_ns())
     manifest.stop_reason = host.stop_reason or "completed"
+    if limit is not None:
+        limit_tail.poll()  # the drain's records: every step judged again on all its requests, the late ones too
+        manifest.extra["find_limit"] = limit.result()
+        if limit.done and manifest.stop_reason == "completed":
+            manifest.stop_reason = STOP_LIMIT_FOUND
     if usage is not None:
         manifest.budget_usage = merge_budget_usage(
             [{"name": "budget_usage", "detail": usage, "shard": writer.path.name}])
     manifest.shards = [writer.path.name]
     write_manifest(run_dir, manifest)
     return SimResult(run_dir, 0, stats)
+
+
+LIMIT_LOOK_EVERY_NS = NS  # the controller is asked every virtual second, as the real runner asks it
+
+
+def _limit(scenario: Scenario, options: SimOptions, env: Env) -> Limit | None:
+    """The find-limit controller, its first level set, when the scenario has a `find_limit:` (else None)."""
+    if scenario.find_limit is None:
+        return None
+    if options.limit is None:
+        raise ValueError("this caller cannot run the find-limit controller: run it with `rushhour simulate "
+                         "--find-limit`")
+    closed = closed_personas(scenario)
+    if closed:
+        raise ValueError(f"find_limit: persona(s) {', '.join(closed)} have no open-loop arrival rate the controller "
+                         "can scale (chat, or agent_swarm with start: arrivals); name one with find_limit.persona")
+    limit = options.limit(scenario)
+    env.live_scale = (limit.start(0.0), limit.persona)
+    return limit
+
+
+def _drive_limit(limit: Limit, loop: Loop, env: Env, writer: ShardWriter, tail: ShardTail) -> int:
+    """Run the schedule a virtual second at a time, feeding the controller the records written so far and
+    setting the load it asks for; the virtual time at which it ended (the search done, or the schedule's end)."""
+    t = 0
+    while t < env.end_ns and not limit.done:
+        t = min(t + LIMIT_LOOK_EVERY_NS, env.end_ns)
+        loop.run(t)
+        writer.flush()
+        tail.poll()
+        changed = limit.look(t / NS)
+        if changed is not None:
+            env.live_scale = (changed, limit.persona)
+            env.event("load_scale", scale=changed, persona=limit.persona)
+    return t
 
 
 def _fallback(scenario: Scenario, fb: Route, loop: Loop, options: SimOptions) -> SimRoute:

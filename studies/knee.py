@@ -117,6 +117,9 @@ class TierStep(_Model):
     ttft_p99_ms: float | None
     ttft_p99_ci: tuple[float, float] | None
     e2e_p99_ms: float | None
+    tpot_p50_ms: float | None = Field(default=None, description="served requests' time per output token, p50")
+    output_tokens_per_s: float | None = Field(default=None, description="served attempts' reported output tokens "
+                                              "per second of the measured window")
     status: Status
     confident: bool
     checks: list[Check] = Field(default_factory=list)
@@ -174,6 +177,7 @@ def step_from_summary(summary: Summary, index: int, scale: float, replicas: int 
                            if k in UNSERVED_CLASSES and r.value},
             unfinished=tier.by_class.get("unfinished", 0),
             ttft_p99_ms=ttft.p99, ttft_p99_ci=(ci[0], ci[1]) if ci else None, e2e_p99_ms=tier.latency.e2e_ms.p99,
+            tpot_p50_ms=tier.latency.tpot_ms.p50, output_tokens_per_s=tier.output_tokens_per_s,
             status=status, confident=confident, checks=checks,
         ))
     return Step(

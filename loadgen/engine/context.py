@@ -104,6 +104,7 @@ class WorkerContext:
     shortfalls: dict[str, Any] = field(default_factory=dict)  # persona -> personas.common.Shortfall
     host: Any = None  # loadgen.engine.personas.drive.EngineHost: this context as the shared personas' host
     group: Any = None  # the worker's gevent Group of in-flight work: control twins join it (drain, cancel)
+    load_scale: Any = None  # loadgen.livescale.LiveScale in a find-limit run: the controller's multiplier
     stopping: bool = False  # no new arrivals (the schedule ended, or a stop was asked)
     stop_reason: str | None = None
 

@@ -24,7 +24,7 @@ from locust import runners as locust_runners
 from locust.env import Environment
 from locust.exception import StopUser
 
-from rushhour.loadgen import prompts, runkey, ship, tokens
+from rushhour.loadgen import livescale, prompts, runkey, ship, tokens
 from rushhour.loadgen.engine import sealed
 from rushhour.loadgen.engine.bridge import request_event
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
@@ -322,6 +322,8 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     prompts.warm()  # before the anchor: building the prompt base lazily stalled the loop at the first arrival
     writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock, role=role)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
+    if remote is None and livescale.scale_path(run_dir).exists():  # a find-limit run: the runner sets the load
+        ctx.load_scale = livescale.LiveScale(run_dir)
     _attach_guards(ctx, master)
     ctx.event("worker_start", worker_index=worker_index, workers=workers, pid=os.getpid(), host=socket.gethostname())
     return ctx

@@ -65,7 +65,8 @@ def _arrivals(host: Host, persona: AgentSwarmPersona) -> Flow:
     tenants = host.scenario.tier(persona.tier).tenant_ids
     active = [0]
     try:
-        for instance, t in open_loop(host, rate, lambda: rng.expovariate(1.0)):  # task arrivals are Poisson
+        # task arrivals are Poisson
+        for instance, t in open_loop(host, rate, lambda: rng.expovariate(1.0), persona.name):
             yield Wait(int(t * NS))
             if host.stopping:
                 return

@@ -13,7 +13,10 @@ from rushhour.scenarios.model import ChatPersona
 
 
 def run_chat(host: Host, persona: ChatPersona) -> Flow:
-    """Arrival loop of one chat persona in this process (its share of the rate)."""
+    """Arrival loop of one chat persona in this process (its share of the rate), or its closed loop."""
+    if persona.concurrency is not None:
+        yield from closed_loop(host, persona)
+        return
     rng = host.rng(persona.name, host.worker_index, "arrivals")
     rate = worker_share(persona.arrival.rate, host.workers)
     slots = worker_slots(persona.max_concurrent_sessions, host.workers, host.worker_index)
@@ -23,7 +26,7 @@ def run_chat(host: Host, persona: ChatPersona) -> Flow:
         load_dataset(persona.dataset.path, persona.dataset.format, persona.dataset.limit)
     active = [0]
     try:
-        for instance, t in open_loop(host, rate, lambda: unit_work(persona.arrival, rng)):
+        for instance, t in open_loop(host, rate, lambda: unit_work(persona.arrival, rng), persona.name):
             yield Wait(int(t * NS))
             if host.stopping:
                 return
@@ -41,6 +44,27 @@ def run_chat(host: Host, persona: ChatPersona) -> Flow:
             yield Spawn(counted(session(host, persona, instance, tenant, system, intended_ns), active))
     finally:
         host.flush_shortfall(persona.name)
+
+
+def closed_loop(host: Host, persona: ChatPersona) -> Flow:
+    """``concurrency`` users (this process's share), each running sessions back to back until arrivals end: a
+    session's first request is intended the moment the one before ended (there is no arrival to be late for)."""
+    users = worker_slots(persona.concurrency or 1, host.workers, host.worker_index)
+    tenants = host.scenario.tier(persona.tier).tenant_ids
+    system = host.text(f"system:{persona.name}", persona.system_prompt_tokens) if persona.system_prompt_tokens else ""
+    if persona.dataset is not None:
+        load_dataset(persona.dataset.path, persona.dataset.format, persona.dataset.limit)
+    for user in range(users):
+        yield Spawn(_user(host, persona, user, users, tenants, system))
+
+
+def _user(host: Host, persona: ChatPersona, user: int, users: int, tenants: list[str], system: object) -> Flow:
+    """One closed-loop user: session after session; instances numbered apart per user (user + k × users, from 1)."""
+    instance = user + 1
+    while not host.stopping and host.now_ns() < end_ns(host):
+        tenant = host.rng(persona.name, host.worker_index, instance).choice(tenants)
+        yield from session(host, persona, instance, tenant, system, host.now_ns())
+        instance += users
 
 
 def _dialog(host: Host, persona: ChatPersona, instance: int) -> Dialog | None:

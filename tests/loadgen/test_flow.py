@@ -88,6 +88,9 @@ class FakeHost:
     def behind(self, persona: str, t_s: float) -> bool:
         return False
 
+    def load_scale(self, persona: str) -> float:
+        return 1.0
+
     def flush_shortfall(self, persona: str) -> None: ...
     def text(self, key: str, tokens: int) -> str:
         return prompts.text(key, tokens)

@@ -91,6 +91,10 @@ class EngineHost:
     def behind(self, persona: str, t_s: float) -> bool:
         return common.behind(self.ctx, persona, t_s)
 
+    def load_scale(self, persona: str) -> float:
+        live = self.ctx.load_scale
+        return 1.0 if live is None else float(live.of(persona))
+
     def flush_shortfall(self, persona: str) -> None:
         found = self.ctx.shortfalls.get(persona)
         if found is not None:

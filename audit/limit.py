@@ -1,0 +1,506 @@
+"""Find each tier's limit in one run: a pure controller fed by records and a clock (docs/find-limit.md).
+
+The real runner (``loadgen/runner.py``, through ``RunOptions.limit``) and the simulator (``sim/run.py``) feed
+it every request record their shard tail reads and ask ``look(now_s)`` every second; it answers with the load
+scale to set (× the personas' rates, or one persona's) and says when it is ``done``. It ramps the load
+(``start`` × ``factor``ᵏ), bisects between the last passing and the first failing step, then holds at the
+highest passing level until the binding figure's 95 % interval is as narrow as asked, or the hold's cap.
+
+Honest about lag: each step is a measurement window of its own. After a change of load, requests sent
+during ``settle_s`` are not judged (the queue of the level before drains or builds); after the window the
+load stays for ``lag_s`` while the window's requests finish, and requests sent then are judged in no step.
+A step is judged only on requests *intended* (scheduled to be sent) inside its window, by the audit's own
+classification (``classify_record``, per route's stack profile) and its interval functions (Wilson,
+bootstrap quantile). Its requests still in flight when it is decided are counted when they end:
+``result`` judges every step again on all its requests, and says when a live decision was not borne out.
+A step with fewer than ``min_samples`` finished requests of a tier is extended; still thin, it is not a pass
+(fail closed), and neither is a step where the generator could not send its arrivals (``not_sent``). A failing
+step whose failing checks' 95 % intervals all reach under their limits is extended too (up to three times) before
+its point verdict is taken: a short window's noise does not end the ramp.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from rushhour.audit import text
+from rushhour.audit.classify import classify_record
+from rushhour.audit.early import TierSoFar
+from rushhour.audit.stats import QUANTILES, bootstrap_quantile_ci, sorted_quantiles, wilson
+from rushhour.scenarios.model import SLO, FindLimit, Scenario
+
+NS = 1e9
+MAX_EXTENSIONS = 3  # a thin step's window is extended this many times (by step_s) at most
+NOT_SENT_SHARE = 0.01  # a step whose generator could not send more than this share of its arrivals is no pass
+Outcome = Literal["pass", "fail", "thin", "limited"]
+
+
+@dataclass
+class Check:
+    """One SLO check of one tier on one step's requests: the point figure, its 95 % interval, the verdict."""
+
+    tier: str
+    check: str  # "ttft_ms.p99", "max_drop_rate"
+    limit: float
+    value: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def passed(self) -> bool:
+        return self.value <= self.limit
+
+    @property
+    def ratio(self) -> float:
+        """How close to its limit (1 = at it): orders the checks, the binding one first."""
+        return self.value / self.limit if self.limit > 0 else (math.inf if self.value > 0 else 0.0)
+
+    def half_width(self) -> float:
+        """The 95 % interval's half-width relative to the figure (to the limit for a share, which may be 0)."""
+        base = self.limit if self.check == "max_drop_rate" else self.value
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or base <= 0:
+            return math.inf
+        return (self.high - self.low) / 2 / base
+
+    def line(self) -> str:
+        fmt = (lambda v: text.pct(v, 1)) if self.check == "max_drop_rate" else text.ms
+        return (f"{self.tier} {self.check} {fmt(self.value)} [{fmt(self.low)}, {fmt(self.high)}] "
+                f"{'≤' if self.passed else '>'} {fmt(self.limit)} (n={self.n})")
+
+
+def tier_checks(tier: str, slo: SLO, so_far: TierSoFar) -> list[Check]:
+    """The checks the controller watches (drop rate, TTFT and end-to-end percentiles and max), point and interval."""
+    out = []
+    n = so_far.served + so_far.unserved + so_far.pending
+    if slo.max_drop_rate is not None and n:
+        rate = wilson(so_far.unserved, n)
+        out.append(Check(tier, "max_drop_rate", slo.max_drop_rate, rate.value or 0.0,
+                         rate.low if rate.low is not None else math.nan,
+                         rate.high if rate.high is not None else math.nan, n))
+    for metric, values in (("ttft_ms", so_far.ttft_ms), ("e2e_ms", so_far.e2e_ms)):
+        spec = getattr(slo, metric)
+        if spec is None or not values:
+            continue
+        arr = np.sort(np.asarray(values, dtype=np.float64))
+        for key, limit in spec.items():
+            if key == "max":
+                out.append(Check(tier, f"{metric}.max", limit, float(arr[-1]), float(arr[-1]), float(arr[-1]),
+                                 len(arr)))
+            elif key in QUANTILES:
+                low, high = bootstrap_quantile_ci(arr, QUANTILES[key])
+                value = float(sorted_quantiles(arr, [QUANTILES[key]])[0])
+                out.append(Check(tier, f"{metric}.{key}", limit, value, float(low), float(high), len(arr)))
+    return out
+
+
+def watched(slo: SLO) -> bool:
+    """Does the tier have a check the controller watches?"""
+    return slo.max_drop_rate is not None or bool(slo.ttft_ms) or bool(slo.e2e_ms)
+
+
+@dataclass
+class Step:
+    """One level tried: when it was set, its measurement window, its requests per tier, its verdict."""
+
+    index: int
+    kind: Literal["ramp", "bisect", "hold"]
+    scale: float
+    set_s: float
+    window: tuple[float, float]  # judged: requests intended in [start, end)
+    judge_at_s: float
+    extensions: int = 0
+    # each finished request of a watched tier: (intended_s, tier, outcome, ttft_ms, e2e_ms), outcome 0 served,
+    # 1 not served but a retry may follow, 2 not served; tallied per judgement (``tally``) up to a send time
+    seen: list[tuple[float, str, int, float | None, float | None]] = field(default_factory=list)
+    # each served request's reported output tokens and time per output token: (tier, tokens, tpot_ms)
+    tokens: list[tuple[str, int, float | None]] = field(default_factory=list)
+    not_sent: int = 0
+    sent: int = 0
+    outcome: Outcome | None = None  # the live decision
+    decided_s: float | None = None
+
+    def holds(self, t_s: float) -> bool:
+        return self.window[0] <= t_s < self.window[1]
+
+
+@dataclass
+class Verdict:
+    """A step judged: its outcome, the binding check (the failing one nearest… or the one nearest its limit)."""
+
+    outcome: Outcome
+    checks: list[Check]
+    binding: Check | None
+    reason: str
+    confident: bool = False  # the binding check's 95 % interval lies wholly on the verdict's side of its limit
+
+
+def tally(step: Step, sent_before_s: float = math.inf) -> dict[str, TierSoFar]:
+    """The step's finished requests per tier, of those intended before ``sent_before_s``."""
+    out: dict[str, TierSoFar] = {}
+    for t_s, tier, outcome, ttft, e2e in step.seen:
+        if t_s >= sent_before_s:
+            continue
+        so_far = out.setdefault(tier, TierSoFar())
+        if outcome == 0:
+            so_far.served += 1
+            if ttft is not None:
+                so_far.ttft_ms.append(ttft)
+            if e2e is not None:
+                so_far.e2e_ms.append(e2e)
+        elif outcome == 1:
+            so_far.pending += 1
+        else:
+            so_far.unserved += 1
+    return out
+
+
+def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: float = math.inf) -> Verdict:
+    """A step's verdict on its requests (those intended before ``sent_before_s``): fail when a check's point figure
+    is over its limit, else thin when a tier has too few requests, limited when the generator could not send,
+    else pass."""
+    checks: list[Check] = []
+    thin = []
+    tiers = tally(step, sent_before_s)
+    for tier, slo in sorted(slos.items()):
+        so_far = tiers.get(tier, TierSoFar())
+        n = so_far.served + so_far.unserved + so_far.pending
+        if n < min_samples:
+            thin.append(f"{tier} {n}")
+        checks += tier_checks(tier, slo, so_far)
+    checks.sort(key=lambda c: -c.ratio)
+    failing = [c for c in checks if not c.passed]
+    binding = failing[0] if failing else (checks[0] if checks else None)
+    if failing:
+        sure = any(c.low > c.limit for c in failing)
+        return Verdict("fail", checks, binding, f"{binding.line() if binding else ''}", sure)
+    if thin:
+        return Verdict("thin", checks, binding, f"too few finished requests (need {min_samples}): {', '.join(thin)}")
+    arrivals = step.sent + step.not_sent
+    if arrivals and step.not_sent / arrivals > NOT_SENT_SHARE:
+        return Verdict("limited", checks, binding, f"the generator could not send {step.not_sent} of {arrivals} "
+                                                   "arrivals (no free slot): the load was not offered")
+    sure = all(c.high <= c.limit for c in checks)
+    return Verdict("pass", checks, binding, binding.line() if binding else "no watched check", sure)
+
+
+class LimitController:
+    """Fed with a run's records while it goes; ``look`` says which load scale to set, ``done`` when it is over."""
+
+    def __init__(self, scenario: Scenario, settings: FindLimit | None = None) -> None:
+        self.cfg = settings or scenario.find_limit or FindLimit()
+        self.persona = self.cfg.persona
+        self.slos = {t.name: t.slo for t in scenario.tiers if watched(t.slo)}
+        self.unwatched = sorted({t.name for t in scenario.tiers} - set(self.slos))
+        self.attempts = scenario.resilience.retries.max_attempts
+        self.route_profiles = {"primary": scenario.target.profile}
+        self.route_profiles.update({r.name: r.profile for r in scenario.resilience.fallback})
+        self.base_rps = offered_rps(scenario, self.persona)
+        self.cap_s = scenario.duration_s
+        self.steps: list[Step] = []
+        self.lo: float | None = None  # the highest passing level so far
+        self.hi: float | None = None  # the lowest failing level so far
+        self.bisections_left = self.cfg.bisect
+        self.hold_from_s: float | None = None
+        self.done = False
+        self.status = "running"
+        self.hold_end = ""
+        self.scale = self.cfg.start
+
+    # ---- the records ---------------------------------------------------------------------------
+    def feed(self, record: dict[str, Any], shard: str = "") -> None:
+        """Take one record line (the shard tail's): a request counts in the step whose window it was intended in."""
+        if record.get("kind") != "request" or record.get("control") or record.get("twin_of"):
+            return
+        intended = record.get("intended_ns")
+        if not isinstance(intended, int):
+            return
+        step = self._step_at(intended / NS)
+        if step is None:
+            return
+        if record.get("not_sent"):
+            step.not_sent += 1
+            return
+        step.sent += 1
+        tier = str(record.get("tier", "?"))
+        if tier not in self.slos:
+            return
+        profile = self.route_profiles.get(str(record.get("route") or "primary"), self.route_profiles["primary"])
+        served = classify_record(profile, record) == "served"
+        sent, first, done = record.get("sent_ns"), record.get("first_token_ns"), record.get("done_ns")
+        ttft = e2e = None
+        if served:
+            outcome = 0
+            if isinstance(sent, int) and isinstance(first, int):
+                ttft = (first - sent) / 1e6
+            if isinstance(sent, int) and isinstance(done, int):
+                e2e = (done - sent) / 1e6
+        elif int(record.get("attempt") or 1) < self.attempts:
+            outcome = 1  # a retry may still follow: possibly served (as the early-abort watcher counts)
+        else:
+            outcome = 2
+        step.seen.append((intended / NS, tier, outcome, ttft, e2e))
+        out = record.get("output_tokens")
+        if served and isinstance(out, int) and not isinstance(out, bool) and out > 0:
+            tpot = None
+            if isinstance(first, int) and isinstance(done, int) and out > 1 and done > first:
+                tpot = (done - first) / 1e6 / (out - 1)
+            step.tokens.append((tier, out, tpot))
+
+    def _step_at(self, t_s: float) -> Step | None:
+        for step in reversed(self.steps):
+            if step.holds(t_s):
+                return step
+            if step.window[1] <= t_s:
+                return None
+        return None
+
+    # ---- the clock -----------------------------------------------------------------------------
+    def start(self, now_s: float = 0.0) -> float:
+        """The first step begins: the scale to set now."""
+        self._begin("ramp", self.cfg.start, now_s)
+        return self.scale
+
+    def _begin(self, kind: Literal["ramp", "bisect", "hold"], scale: float, now_s: float) -> None:
+        w0 = now_s + self.cfg.settle_s
+        w1 = math.inf if kind == "hold" else w0 + self.cfg.step_s
+        self.steps.append(Step(len(self.steps), kind, scale, now_s, (w0, w1), w1 + self.cfg.lag_s))
+        self.scale = scale
+        if kind == "hold":
+            self.hold_from_s = now_s
+
+    def look(self, now_s: float) -> float | None:
+        """The new scale when the load changes now, else None (``done`` turns True when the search is over)."""
+        if self.done:
+            return None
+        if not self.steps:
+            return self.start(now_s)
+        step = self.steps[-1]
+        if step.kind == "hold":
+            return self._look_hold(step, now_s)
+        if now_s >= self.cap_s - self.cfg.lag_s and step.outcome is None:
+            self._finish("cap", now_s)  # the run's own end comes before the step could be decided
+            return None
+        if now_s < step.judge_at_s:
+            return None
+        verdict = judge(step, self.slos, self.cfg.min_samples)
+        # too few requests, or a failure whose interval still reaches under its limit (a short window's noise):
+        # the window grows. A pass is not extended so: the hold re-checks the level it settles on.
+        unsure = verdict.outcome == "thin" or (verdict.outcome == "fail" and not verdict.confident)
+        if unsure and step.extensions < MAX_EXTENSIONS:
+            step.extensions += 1
+            step.window = (step.window[0], step.window[1] + self.cfg.step_s)
+            step.judge_at_s = step.window[1] + self.cfg.lag_s
+            return None
+        step.outcome, step.decided_s = verdict.outcome, now_s
+        step.window = (step.window[0], min(step.window[1], now_s - self.cfg.lag_s))
+        if verdict.outcome == "pass":
+            self.lo = step.scale if self.lo is None else max(self.lo, step.scale)
+        else:
+            self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+        return self._next(step, now_s)
+
+    def _next(self, step: Step, now_s: float) -> float | None:
+        cfg = self.cfg
+        if self.hi is None:  # still ramping: every step so far passed
+            if step.scale >= cfg.max_scale:
+                self.status = "above_range"
+                return self._hold_or_finish(now_s)
+            self._begin("ramp", min(step.scale * cfg.factor, cfg.max_scale), now_s)
+            return self.scale
+        if self.lo is None:
+            self.status = "below_range"  # the first level already failed: the limit is below ``start``
+            self._finish("below_range", now_s)
+            return None
+        if self.bisections_left > 0 and self.hi / self.lo > 1.0 + 1e-9:
+            self.bisections_left -= 1
+            self._begin("bisect", math.sqrt(self.lo * self.hi), now_s)
+            return self.scale
+        self.status = "within"
+        return self._hold_or_finish(now_s)
+
+    def _hold_or_finish(self, now_s: float) -> float | None:
+        if self.cfg.hold_s <= 0 or self.lo is None:
+            self._finish(self.status, now_s)
+            return None
+        self._begin("hold", self.lo, now_s)
+        return self.scale
+
+    def _look_hold(self, step: Step, now_s: float) -> float | None:
+        capped = now_s - (self.hold_from_s or now_s) >= self.cfg.settle_s + self.cfg.hold_s + self.cfg.lag_s
+        if capped or now_s >= self.cap_s - self.cfg.lag_s:
+            step.window = (step.window[0], now_s - self.cfg.lag_s)
+            self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
+            return None
+        if now_s < step.window[0] + self.cfg.step_s + self.cfg.lag_s:
+            return None
+        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer
+        verdict = judge(step, self.slos, self.cfg.min_samples, now_s - self.cfg.lag_s)
+        if verdict.outcome == "fail" and verdict.confident:  # it fails, surely: step back to the next passing level
+            step.outcome, step.decided_s = "fail", now_s
+            step.window = (step.window[0], now_s)
+            self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+            below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+            self.lo = max(below) if below else None
+            if self.lo is None:
+                self.status = "below_range"
+                self._finish("below_range", now_s, "the hold failed and no lower level passed")
+                return None
+            self._begin("hold", self.lo, now_s)
+            return self.scale
+        binding = self.binding_check()
+        if binding is None:
+            return None
+        found = next((c for c in verdict.checks if (c.tier, c.check) == binding), None)
+        if found is not None and found.n >= self.cfg.min_samples and found.half_width() <= self.cfg.precision:
+            step.window = (step.window[0], now_s)
+            self._finish(self.status, now_s, "precision reached")
+            return None
+        return None
+
+    def _finish(self, status: str, now_s: float, why: str = "") -> None:
+        self.done = True
+        if self.status == "running":
+            self.status = status
+        self.hold_end = why
+        if self.steps and self.steps[-1].outcome is None:
+            last = self.steps[-1]
+            last.decided_s = now_s
+            last.outcome = judge(last, self.slos, self.cfg.min_samples).outcome
+            if last.kind == "hold" and last.outcome == "fail":  # the held level failed after all: not the answer
+                self.hi = last.scale if self.hi is None else min(self.hi, last.scale)
+                below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+                self.lo = max(below) if below else None
+        return None
+
+    def binding_check(self) -> tuple[str, str] | None:
+        """(tier, check) that failed at the lowest failing level: what binds first."""
+        failing = [s for s in self.steps if s.outcome == "fail"]
+        if not failing:
+            return None
+        low = min(failing, key=lambda s: s.scale)
+        verdict = judge(low, self.slos, self.cfg.min_samples)
+        return (verdict.binding.tier, verdict.binding.check) if verdict.binding else None
+
+    def sentence(self) -> str:
+        """The answer so far, in one line (the terminal's)."""
+        return limit_sentence(self.result())
+
+    # ---- the answer ----------------------------------------------------------------------------
+    def result(self) -> dict[str, Any]:
+        """Every step judged again on all its requests (late ones included), the limit per tier and the binding
+        check: run.json's ``find_limit``."""
+        cfg = self.cfg
+        steps: list[dict[str, Any]] = []
+        per_tier_pass: dict[str, list[float]] = {t: [] for t in self.slos}
+        per_tier_fail: dict[str, list[float]] = {t: [] for t in self.slos}
+        for step in self.steps:
+            verdict = judge(step, self.slos, cfg.min_samples)
+            tiers_out = {}
+            for tier in self.slos:
+                mine = [c for c in verdict.checks if c.tier == tier]
+                so_far = tally(step).get(tier, TierSoFar())
+                n = so_far.served + so_far.unserved + so_far.pending
+                ok = bool(mine) and all(c.passed for c in mine) and n >= cfg.min_samples
+                bad = any(not c.passed for c in mine)
+                tiers_out[tier] = {"outcome": "fail" if bad else "pass" if ok else "thin", "n": n,
+                                   "checks": [c.line() for c in mine], **step_tokens(step, tier)}
+                if bad:
+                    per_tier_fail[tier].append(step.scale)
+                elif ok:
+                    per_tier_pass[tier].append(step.scale)
+            steps.append({
+                "index": step.index, "kind": step.kind, "scale": round(step.scale, 6),
+                "offered_rps": round(step.scale * self.base_rps, 4), "set_s": round(step.set_s, 3),
+                "window_s": [round(step.window[0], 3), round(step.window[1], 3)],
+                "live": step.outcome, "outcome": verdict.outcome, "reason": verdict.reason,
+                "agrees": step.outcome in (None, verdict.outcome), "sent": step.sent, "not_sent": step.not_sent,
+                "tiers": tiers_out})
+        limits = {}
+        for tier in self.slos:
+            fails = per_tier_fail[tier]
+            first_fail = min(fails) if fails else None
+            passes = [s for s in per_tier_pass[tier] if first_fail is None or s < first_fail]
+            low = max(passes) if passes else None
+            limits[tier] = {"low_scale": low, "high_scale": first_fail,
+                            "low_rps": None if low is None else round(low * self.base_rps, 4),
+                            "high_rps": None if first_fail is None else round(first_fail * self.base_rps, 4),
+                            "reached": first_fail is not None}
+        binding = self.binding_check()
+        hold = next((s for s in reversed(steps) if s["kind"] == "hold"), None)  # the last: where the search ended
+        hold_check = None
+        if hold is not None and binding is not None:
+            held = self.steps[hold["index"]]
+            hold_check = next((c for c in judge(held, self.slos, cfg.min_samples).checks
+                               if (c.tier, c.check) == binding), None)
+        # the answer from every step judged on all its requests (the live path chose the levels; the late requests
+        # may turn a verdict): the lowest failing level, and the highest passing one below it
+        fails = [s["scale"] for s in steps if s["outcome"] == "fail"]
+        hi = min(fails) if fails else None
+        passes = [s["scale"] for s in steps if s["outcome"] == "pass" and (hi is None or s["scale"] < hi)]
+        lo = max(passes) if passes else None
+        return {
+            "live_low_scale": self.lo, "live_high_scale": self.hi,
+            "status": self.status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
+            "low_scale": lo, "high_scale": hi,
+            "low_rps": None if lo is None else round(lo * self.base_rps, 4),
+            "high_rps": None if hi is None else round(hi * self.base_rps, 4),
+            "binding": None if binding is None else {"tier": binding[0], "check": binding[1]},
+            "hold": None if hold is None else {
+                "scale": hold["scale"], "window_s": hold["window_s"], "ended": self.hold_end,
+                "precision": cfg.precision, "outcome": hold["outcome"],
+                "check": None if hold_check is None else {
+                    "line": hold_check.line(), "value": hold_check.value, "low": hold_check.low,
+                    "high": hold_check.high, "n": hold_check.n,
+                    "half_width": round(hold_check.half_width(), 4) if math.isfinite(hold_check.half_width())
+                    else None}},
+            "tiers": limits, "unwatched_tiers": self.unwatched, "steps": steps,
+            "settings": cfg.model_dump(mode="json"),
+        }
+
+
+def step_tokens(step: Step, tier: str) -> dict[str, float | None]:
+    """A tier's output tokens/s over the step's window (its served requests' reported tokens) and the decode speed
+    a served stream saw, 1000 / TPOT p50 (tokens/s per user): one point of the run's per-tier Pareto."""
+    mine = [(n, tpot) for t, n, tpot in step.tokens if t == tier]
+    span = step.window[1] - step.window[0]
+    tpots = sorted(tp for _, tp in mine if tp is not None and tp > 0)
+    per_user = 1000.0 / float(np.median(tpots)) if tpots else None
+    return {"output_tokens_per_s": round(sum(n for n, _ in mine) / span, 3) if mine and 0 < span < math.inf else None,
+            "tokens_per_s_per_user": None if per_user is None else round(per_user, 3)}
+
+
+def offered_rps(scenario: Scenario, persona: str | None = None) -> float:
+    """The open-loop arrival rate the scale multiplies (sessions or tasks per second, at scale 1)."""
+    total = 0.0
+    for p in scenario.personas:
+        if persona is not None and p.name != persona:
+            continue
+        rate = getattr(getattr(p, "arrival", None), "rate", None) or getattr(p, "task_rate", None)
+        if isinstance(rate, int | float):
+            total += float(rate)
+    return total
+
+
+def limit_sentence(found: dict[str, Any]) -> str:
+    """One line: the limit, the binding tier and check, the steps tried."""
+    status, lo, hi = found.get("status"), found.get("low_scale"), found.get("high_scale")
+    rps = found.get("base_rps") or 0.0
+    tried = len(found.get("steps") or [])
+
+    def at(scale: float | None) -> str:
+        return "-" if scale is None else f"{text.plain(scale)}× ({text.plain(round(scale * rps, 3))}/s)"
+
+    binding = found.get("binding") or {}
+    who = f"; {binding.get('tier')} binds first on {binding.get('check')}" if binding else ""
+    if status == "below_range":
+        return f"limit below the first level {at(found.get('high_scale'))}: it already failed{who} ({tried} step(s))"
+    if status == "above_range":
+        return f"no tier failed up to {at(lo)}: the limit is above the range ({tried} step(s))"
+    if lo is None or hi is None:
+        return f"limit not found ({status}; {tried} step(s))"
+    return f"highest sustainable load {at(lo)}, first failing {at(hi)}{who} ({tried} step(s))"

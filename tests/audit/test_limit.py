@@ -1,0 +1,145 @@
+"""The find-limit controller (audit/limit.py) on a made-up stack whose TTFT grows with the load, and its channel."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rushhour.audit.limit import LimitController, limit_sentence
+from rushhour.loadgen import livescale
+from rushhour.scenarios.model import Scenario
+
+NS = 1_000_000_000
+
+
+def scenario(**limit: Any) -> Scenario:
+    return Scenario.model_validate({
+        "name": "limit", "target": {"url": "testbed"},
+        "tiers": [{"name": "interactive", "slo": {"ttft_ms": {"p90": 1000}, "max_drop_rate": 0.05}},
+                  {"name": "batch"}],
+        "personas": [{"kind": "chat", "name": "chat", "tier": "interactive", "arrival": {"rate": 10}},
+                     {"kind": "chat", "name": "bulk", "tier": "batch", "arrival": {"rate": 2}}],
+        "phases": [{"name": "peak", "duration": 400}],
+        "find_limit": {"start": 1, "factor": 2, "max_scale": 16, "step_s": 5, "settle_s": 2, "lag_s": 2,
+                       "bisect": 3, "hold_s": 30, **limit}})
+
+
+def record(t_s: float, ttft_ms: float, status: int = 200) -> dict[str, Any]:
+    sent = int(t_s * NS)
+    return {"kind": "request", "tier": "interactive", "intended_ns": sent, "sent_ns": sent, "status": status,
+            "complete": status == 200, "first_token_ns": sent + int(ttft_ms * 1e6),
+            "done_ns": sent + int(ttft_ms * 1e6) + 1000, "attempt": 1, "route": "primary"}
+
+
+def drive(ctl: LimitController, ttft_at: Any, cap_s: int = 400) -> list[tuple[float, float]]:
+    """A stack answering at once, its TTFT ttft_at(scale, i); returns the (time, scale) changes."""
+    scale = ctl.start(0.0)
+    changes = [(0.0, scale)]
+    for t in range(cap_s):
+        n = round(10 * scale)
+        for i in range(n):
+            ctl.feed(record(t + i / n, ttft_at(scale, i)))
+        changed = ctl.look(t + 1.0)
+        if changed is not None:
+            scale = changed
+            changes.append((t + 1.0, scale))
+        if ctl.done:
+            break
+    return changes
+
+
+def test_ramp_bisect_hold_bracket_the_limit() -> None:
+    ctl = LimitController(scenario())
+    # TTFT = 100 ms × scale² (± spread): its p90 crosses 1,000 ms near scale √10 ≈ 3.16
+    changes = drive(ctl, lambda s, i: 100 * s * s * (0.9 + 0.02 * (i % 10)))
+    found = ctl.result()
+    assert found["status"] == "within" and ctl.done
+    assert found["low_scale"] < math.sqrt(10 / 1.08) < found["high_scale"] <= 4.0
+    assert found["binding"] == {"tier": "interactive", "check": "ttft_ms.p90"}
+    kinds = [s["kind"] for s in found["steps"]]
+    assert kinds[:3] == ["ramp", "ramp", "ramp"] and "bisect" in kinds and kinds[-1] == "hold"
+    assert [round(s, 3) for _, s in changes[:3]] == [1.0, 2.0, 4.0]
+    assert found["hold"]["scale"] == round(found["low_scale"], 6) and found["hold"]["check"]["n"] >= 20
+    assert found["tiers"]["interactive"]["low_rps"] == round(found["low_scale"] * 12, 4)  # both personas' rates
+    assert "interactive binds first on ttft_ms.p90" in limit_sentence(found)
+
+
+def test_requests_sent_while_settling_count_in_no_step() -> None:
+    ctl = LimitController(scenario())
+    ctl.start(0.0)
+    ctl.feed(record(1.0, 50))  # in the first 2 s of settling: no step's
+    ctl.feed(record(3.0, 50))  # in the window [2, 7)
+    ctl.feed(record(8.0, 50))  # after the window, while it drains (lag): no step's either
+    assert ctl.steps[0].sent == 1
+
+
+def test_a_first_step_that_fails_says_the_limit_is_below_the_range() -> None:
+    ctl = LimitController(scenario())
+    drive(ctl, lambda s, i: 5000.0)
+    found = ctl.result()
+    assert found["status"] == "below_range" and found["low_scale"] is None and found["high_scale"] == 1.0
+    assert "below the first level" in limit_sentence(found)
+
+
+def test_a_thin_step_is_extended_then_never_a_pass() -> None:
+    ctl = LimitController(scenario(min_samples=10_000))
+    drive(ctl, lambda s, i: 10.0)
+    found = ctl.result()
+    assert found["steps"][0]["outcome"] == "thin" and found["low_scale"] is None  # fail closed
+    assert found["steps"][0]["window_s"][1] - found["steps"][0]["window_s"][0] > 5  # extended first
+
+
+def test_the_scale_file_is_read_back_and_hostile_content_keeps_the_last_good_scale(tmp_path: Path) -> None:
+    clock = [0.0]
+    live = livescale.LiveScale(tmp_path, clock=lambda: clock[0])
+    assert live.of("chat") == 1.0  # no file yet
+    livescale.write_scale(tmp_path, 2.5, "chat", 1)
+    clock[0] += 1
+    assert live.of("chat") == 2.5 and live.of("bulk") == 1.0
+    livescale.scale_path(tmp_path).write_text('{"scale": 1e309, "persona": null}')
+    clock[0] += 1
+    assert live.of("chat") == 2.5
+    for bad in (b"[]", b"x" * 5000, b'{"scale": -1}', b'{"scale": true}', b'{"scale": 2, "persona": 3}'):
+        assert livescale.parse_scale(bad) is None
+
+
+def test_a_malformed_answer_renders_as_dashes_never_a_traceback() -> None:
+    from rushhour.reports import limit as shown
+
+    for bad in ({}, {"tiers": [1], "hold": "x", "steps": "y"}, {"steps": [{"window_s": "z", "scale": "w"}, 3],
+                                                                  "tiers": {"a": {"reached": True}}, "status": 5}):
+        assert shown.lines(bad) and isinstance(shown.step_rows(bad), list)
+    assert shown.step_rows({"steps": [{"window_s": "z", "scale": "w"}]})[0][2] == "-"
+
+
+def test_output_tokens_per_second_count_served_attempts_only() -> None:
+    import pandas as pd
+
+    from rushhour.audit.build import _tokens_per_s
+
+    attempts = pd.DataFrame({"cls": ["served", "served", "queue_full", "served"],
+                             "output_tokens": [100.0, 50.0, 999.0, float("nan")]})
+    assert _tokens_per_s(attempts, 10.0) == 15.0  # (100 + 50) / 10 s: the refused attempt's count is not output
+    assert _tokens_per_s(attempts.iloc[2:3], 10.0) is None and _tokens_per_s(attempts, 0.0) is None
+
+
+def test_a_run_that_cannot_follow_the_controller_is_refused_in_one_line() -> None:
+    import pytest
+
+    from rushhour.audit.limit import LimitController as Controller
+    from rushhour.loadgen.runner import RunOptions, check_find_limit
+    from rushhour.scenarios import ScenarioError
+
+    sc = scenario()
+    with pytest.raises(ScenarioError, match="cannot run the find-limit controller"):
+        check_find_limit(sc, RunOptions(), "s.yaml")  # no controller: never a silent ordinary run
+    with pytest.raises(ScenarioError, match="remote workers cannot follow"):
+        check_find_limit(sc, RunOptions(limit=Controller, expect_workers=2), "s.yaml")
+    closed = sc.model_copy(update={"personas": [sc.personas[0].model_copy(update={"concurrency": 4}),
+                                                sc.personas[1]]})
+    with pytest.raises(ScenarioError, match="chat have no open-loop arrival rate"):
+        check_find_limit(closed, RunOptions(limit=Controller), "s.yaml")
+    check_find_limit(sc, RunOptions(limit=Controller), "s.yaml")  # open-loop chat, local processes: fine
+    with pytest.raises(ValueError, match="unknown persona 'chta'"):
+        scenario(persona="chta")

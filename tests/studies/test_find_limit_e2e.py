@@ -1,0 +1,81 @@
+"""`--find-limit` end to end, the CLI as a process: in virtual time its bracket meets `sweep --search`'s on the
+same scenario in less load time (158 against 216 virtual seconds: not the third the issue asks for, see
+docs/find-limit.md); in real time it finds the testbed's limit in one short run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.studies.test_search_e2e import SCENARIO
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+SIM_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 10, settle_s: 3, lag_s: 2, bisect: 3, "
+             "hold_s: 40}\n")
+REAL_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 4, settle_s: 1, lag_s: 2, bisect: 2, "
+              "hold_s: 8, min_samples: 10}\n")
+
+
+def scenario(tmp_path: Path, duration: str, limit: str = "") -> Path:
+    """The search e2e's scenario (a tiny testbed replica), batch with an SLO of its own, phases as long as asked."""
+    text = SCENARIO.replace("  - name: batch\n    priority: 0\n",
+                            "  - name: batch\n    priority: 0\n    slo: {max_drop_rate: 0.5}\n")
+    path = tmp_path / f"s{len(limit)}.yaml"
+    path.write_text(text.replace("duration: 30s", f"duration: {duration}") + limit)
+    return path
+
+
+def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
+                         timeout=timeout)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    return run
+
+
+def found_in(out: Path) -> dict:
+    (run_dir,) = out.iterdir()
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["stop_reason"] == "limit_found"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["run"]["find_limit"] == manifest["find_limit"]  # the audit carries the answer as run.json says
+    return manifest["find_limit"]
+
+
+def test_simulated_find_limit_agrees_with_the_search_in_less_load_time(tmp_path: Path) -> None:
+    one = cli("simulate", str(scenario(tmp_path, "300s", SIM_LIMIT)), "--find-limit", "--out", str(tmp_path / "one"))
+    found = found_in(tmp_path / "one")
+    # the answer in every report: the terminal's lines and steps, Markdown's section, HTML's section
+    assert "find-limit: highest sustainable load" in one.stdout and "the levels tried" in one.stdout
+    (run_dir,) = (tmp_path / "one").iterdir()
+    assert "### The limit (find-limit)" in (run_dir / "report.md").read_text()
+    assert 'id="find-limit"' in (run_dir / "report.html").read_text()
+    cli("sweep", str(scenario(tmp_path, "300s")), "--search", "--simulate", "--scale", "1..8", "--step-duration",
+        "20s", "--warmup", "5s", "--max-probes", "8", "--precision", "0.1", "--out", str(tmp_path / "search"))
+    (root,) = (tmp_path / "search").glob("sweep-*")
+    search = json.loads((root / "sweep.json").read_text())["search"]
+    assert found["status"] == search["status"] == "within"
+    # the two brackets hold a common load: the limit the one run found is where the search put it
+    assert found["low_scale"] < search["fail_scale"] and search["pass_scale"] < found["high_scale"], (found, search)
+    steps = {s["kind"] for s in found["steps"]}
+    assert steps == {"ramp", "bisect", "hold"} and found["binding"]["tier"] in ("interactive", "batch")
+    # load time, in virtual seconds (deterministic, not the busy machine's clock): the search's probes each ran
+    # warm-up + step + drain; the one run ended where its last step was decided
+    one_s = max(s["window_s"][1] for s in found["steps"]) + found["settings"]["lag_s"]
+    search_s = len(search["probes"]) * (5 + 20 + 2)
+    assert one_s < search_s, (one_s, search_s)
+
+
+def test_real_find_limit_on_the_testbed_in_one_short_run(tmp_path: Path) -> None:
+    run = cli("run", str(scenario(tmp_path, "50s", REAL_LIMIT)), "--find-limit", "--out", str(tmp_path / "real"),
+              timeout=240)
+    assert "find-limit: load × 2" in run.stderr + run.stdout
+    found = found_in(tmp_path / "real")
+    assert found["status"] in ("within", "above_range") and found["low_scale"] is not None
+    assert found["steps"][0]["scale"] == 1.0 and len(found["steps"]) >= 3
+    assert all(s["sent"] > 0 for s in found["steps"])
+    assert "find-limit" in (run.stdout + run.stderr) and "highest sustainable load" in run.stdout + run.stderr
