@@ -33,6 +33,8 @@ def simulate(
                                         callback=flags.scale)] = 1.0,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona's workload × FACTOR too "
                                                        "(repeatable: --grow swarm=5 --grow chat=2)")] = None,
+    preset: Annotated[str | None, typer.Option(help="the replicas' preset: a built-in name or a calibrated preset's "
+                                              ".yaml (`rushhour calibrate`); default: the scenario's")] = None,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
 ) -> None:
     """Run a scenario in virtual time against the testbed's model: same records, audit and reports, in seconds."""
@@ -47,7 +49,7 @@ def simulate(
         raise _fail("--scale must be > 0")
     try:
         options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
-                             scale=scale, grow=parse_grow(grow or []))
+                             scale=scale, grow=parse_grow(grow or []), preset=preset)
         result = run_sim(scenario, options)
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -94,6 +96,8 @@ def plan(
     seed: Annotated[int | None, typer.Option(help="override the scenario seed (same for every cell)",
                                              callback=flags.seed)] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="folder for runs")] = Path("runs"),
+    preset: Annotated[str | None, typer.Option(help="the replicas' preset: a built-in name or a calibrated preset's "
+                                              ".yaml (`rushhour calibrate`); default: the scenario's")] = None,
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
     import datetime as dt
@@ -113,7 +117,7 @@ def plan(
         ladder = replica_ladder(replicas)
         scales = parse_scales(scale, steps)
         grown = parse_grow(grow or [])
-        base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown))
+        base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown, preset=preset))
         for s in scales:  # every cell within the limits before the first one runs
             scale_scenario(base, s)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
