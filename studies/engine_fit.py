@@ -1,8 +1,9 @@
 """The replica model's step-time coefficients fitted to a real engine's probe requests (pure).
 
 The simulator's step model (testbed/presets.py): step_s = base_s + per_seq_s·decode_seqs + per_kv_token_s·kv_tokens
-+ prefill_per_token_s·prefill_tokens. A request's measured time spans whole steps, so it is the model's four terms
-summed over those steps; each request is one row [steps, Σ decode seqs, Σ KV tokens, Σ prefill tokens] → seconds.
++ prefill_per_token_s·prefill_tokens (+ prefill_step_s for a step holding any prefill). A request's measured time
+spans whole steps, so it is the model's terms summed over those steps; each request is one row [steps, Σ decode
+seqs, Σ KV tokens, Σ prefill tokens, steps with prefill] → seconds.
 The rows come from what the engine and the client recorded (``observations``); the fit is weighted least squares
 on relative error, no coefficient below zero, intervals by bootstrap, and its error (per-request MAPE, Pearson r)
 is measured on held-out probes only, as BLIS reports a fit. A fit the model cannot carry is refused, not written.
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-COEFFICIENTS = ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s")
+COEFFICIENTS = ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s", "prefill_step_s")
 MAX_MAPE = 0.20  # a held-out request predicted off by more than this on average: the model does not carry it
 MIN_HELDOUT = 3  # fewer held-out requests of a kind measure no error
 SAME_STEP_NS = 2_000_000  # two first tokens this close came out of one engine step (vLLM emits a step at once)
@@ -42,11 +43,12 @@ class Observation:
     decode_seqs: float
     kv_tokens: float
     prefill_tokens: float
+    prefill_steps: float  # steps among them that held any prompt chunk
     seconds: float
 
     def row(self) -> list[float]:
         """The design row, in ``COEFFICIENTS`` order."""
-        return [self.steps, self.decode_seqs, self.kv_tokens, self.prefill_tokens]
+        return [self.steps, self.decode_seqs, self.kv_tokens, self.prefill_tokens, self.prefill_steps]
 
 
 @dataclass(frozen=True)
@@ -122,9 +124,6 @@ def fit(observations: Sequence[Observation], heldout: Iterable[str], *, max_mape
     if np.linalg.matrix_rank(x / y[:, None]) < x.shape[1]:
         raise FitError("the probes do not separate the coefficients (collinear design): vary batch and context")
     coef, pinned = _solve(x, y)
-    if coef[0] <= 0:
-        raise FitError("no time per step left once the other terms are fitted: the engine is not stepped "
-                       "as the simulator's model is")
     rng = np.random.default_rng(seed)
     draws = np.empty((bootstrap, x.shape[1]))
     for b in range(bootstrap):
@@ -146,6 +145,9 @@ def fit(observations: Sequence[Observation], heldout: Iterable[str], *, max_mape
         intervals={name: (float(low[i]), float(high[i])) for i, name in enumerate(COEFFICIENTS)},
         pinned_zero=tuple(COEFFICIENTS[i] for i in pinned), train_n=len(train), heldout_n=len(test),
         mape=_mape(pred, yt), pearson_r=_pearson(pred, yt), train_mape=_mape(x @ coef, y), kinds=tuple(kinds))
+    if coef[0] <= 0:
+        raise FitError("the replica model does not carry this engine: no time per step is left once the other "
+                       "terms are fitted (its steps do not grow as the model's do)", result)
     bad = [k for k in kinds if k.mape > max_mape]
     if bad:
         worst = max(bad, key=lambda k: k.mape)
@@ -201,6 +203,12 @@ def _kv_at(m: Measured, t_ns: float) -> float:
     return m.prompt_tokens + done
 
 
+def _clusters(times: list[int]) -> int:
+    """How many engine steps these first tokens came out of (those within ``SAME_STEP_NS`` of the previous: one)."""
+    ordered = sorted(times)
+    return sum(1 for i, t in enumerate(ordered) if i == 0 or t - ordered[i - 1] > SAME_STEP_NS)
+
+
 def observations(requests: Sequence[Measured], max_num_batched_tokens: int) -> list[Observation]:
     """Each request's prefill and decode as rows, from every request of the same run (pure).
 
@@ -220,7 +228,7 @@ def observations(requests: Sequence[Measured], max_num_batched_tokens: int) -> l
             out.append(Observation(
                 m.probe, "prefill", chunks, float(len(decoding)),
                 kv_own + sum(_kv_at(o, t) for o in decoding) + sum(o.prompt_tokens for o in sharing),
-                float(m.prompt_tokens + sum(o.prompt_tokens for o in sharing)), m.prefill_s))
+                float(m.prompt_tokens + sum(o.prompt_tokens for o in sharing)), float(chunks), m.prefill_s))
         steps = m.output_tokens - 1
         if m.itl_s is None or steps < 1 or m.last_token_ns <= m.first_token_ns:
             continue
@@ -229,6 +237,7 @@ def observations(requests: Sequence[Measured], max_num_batched_tokens: int) -> l
         seqs = float(steps)
         kv = steps * (m.prompt_tokens + (m.output_tokens + 1) / 2)
         prefill = 0.0
+        prefill_at: list[int] = []
         for o in others:
             a, b = max(lo, o.first_token_ns), min(hi, o.last_token_ns)
             if b > a:
@@ -238,5 +247,7 @@ def observations(requests: Sequence[Measured], max_num_batched_tokens: int) -> l
             if lo + SAME_STEP_NS < o.first_token_ns <= hi:
                 prefill += o.prompt_tokens
                 kv += o.prompt_tokens
-        out.append(Observation(m.probe, "decode", float(steps), seqs, kv, prefill, m.itl_s * steps))
+                prefill_at.append(o.first_token_ns)
+        out.append(Observation(m.probe, "decode", float(steps), seqs, kv, prefill, float(_clusters(prefill_at)),
+                               m.itl_s * steps))
     return out

@@ -2,7 +2,7 @@
 
 Step time model (one engine step = one decode token for every running sequence plus a slice of
 prefill): step_s = base_s + per_seq_s * decode_seqs + per_kv_token_s * kv_tokens_in_use
-                  + prefill_per_token_s * prefill_tokens.
+                  + prefill_per_token_s * prefill_tokens (+ prefill_step_s when the step holds any prefill).
 Each number carries its source; "assumed" marks a round guess of the right order of magnitude. A preset may
 also be a YAML file that ``rushhour calibrate`` wrote (``load_preset_file``): the same type, with a
 ``calibration`` saying which server its numbers were fitted to, each coefficient's interval and the fit's error.
@@ -42,6 +42,9 @@ class Calibration:
     sources: dict[str, str] = field(default_factory=dict, hash=False)
     # kind of request ("prefill", "decode") → its held-out MAPE
     mape_by_kind: dict[str, float] = field(default_factory=dict, hash=False)
+    # median client TTFT − engine queue − engine prefill: the server's time before a first token outside its engine
+    # steps (HTTP, tokenising, hand-offs), which the replica model has not; None = unmeasured
+    first_token_overhead_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ class Preset:
     per_kv_token_s: float
     prefill_per_token_s: float
     block_tokens: int = 16  # vLLM default block size (vllm CacheConfig.block_size)
+    # a step holding any prompt chunk costs this more, once (a calibrated engine's; the datasheet presets have none)
+    prefill_step_s: float = 0.0
+    # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs; measured as client
+    # TTFT − engine queue − engine prefill): the simulator delays each request's arrival at the engine by it
+    front_end_s: float = 0.0
     calibration: Calibration | None = None  # a calibrated preset's provenance and error (None: a built-in)
     schema: str = PRESET_SCHEMA
 
@@ -139,7 +147,8 @@ def check_preset(preset: Preset) -> Preset:
     for name in ("max_num_seqs", "kv_capacity_tokens", "max_num_batched_tokens", "block_tokens"):
         if getattr(preset, name) < 1:
             raise ConfigError(f"{name}: must be >= 1, got {getattr(preset, name)}")
-    for name in ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s"):
+    for name in ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s", "prefill_step_s",
+                 "front_end_s"):
         value = getattr(preset, name)
         if not math.isfinite(value) or value < 0 or value > 3600:
             raise ConfigError(f"{name}: must be a finite number of seconds in [0, 3600], got {value!r}")
