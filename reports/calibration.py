@@ -50,7 +50,8 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
         out += [f"| all | {fit.get('heldout_n')} | {fit.get('mape', 0):.1%} | "
                 f"{'—' if r_all is None else f'{r_all:.3f}'} |", "",
                 f"Fitted on {fit.get('train_n')} requests (their own error: MAPE {fit.get('train_mape', 0):.1%}).", ""]
-    out += ["## Capacity", "", "| number | value | source |", "|---|---:|---|"]
+    out += [f"Fitted on prompts up to {report.get('max_prompt_tokens')} tokens: a longer prompt is extrapolated.", "",
+            "## Capacity", "", "| number | value | source |", "|---|---:|---|"]
     sources = report.get("sources") or {}
     for name, value in (report.get("capacity") or {}).items():
         out.append(f"| `{name}` | {value:,} | {sources.get(name, 'default')} |")

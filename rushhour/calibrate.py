@@ -121,7 +121,7 @@ def server_facts(target: str) -> Facts:
 
 def prefill_probes(max_prompt: int, reps: int, quick: bool) -> list[Probe]:
     """One request alone per prompt size, sizes doubling up to ``max_prompt`` (two warm-up requests first)."""
-    sizes = [32, 128, 512, 1024, 2048] if quick else [32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072]
+    sizes = [32, 128, 384, 768, 1024] if quick else [32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048]
     sizes = [s for s in sizes if s <= max_prompt] or [max_prompt]
     out = [Probe("warmup", "warmup", 64, 8, 1), Probe("warmup", "warmup", 256, 8, 1)]
     out += [Probe(f"prefill-{p}", "prefill", p, 1, 1) for p in sizes for _ in range(reps)]
@@ -134,7 +134,7 @@ def decode_probes(max_num_seqs: int, max_prompt: int, tokens: int, quick: bool) 
         batches = list(range(1, max_num_seqs + 1))
     else:
         batches = sorted({min(max_num_seqs, 2**i) for i in range(0, 1 + math.ceil(math.log2(max_num_seqs)))})
-    contexts = [64, min(1024, max_prompt)] if quick else [64, min(384, max_prompt), min(1536, max_prompt)]
+    contexts = [64, min(768, max_prompt)] if quick else [64, min(384, max_prompt), max_prompt]
     return [Probe(f"decode-{n}x{c}", "decode", c, tokens, n) for c in dict.fromkeys(contexts) for n in batches]
 
 
@@ -273,7 +273,7 @@ class Settings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     kv_capacity_tokens: int | None = None
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = 1024
     decode_tokens: int = 48
     gap_s: float = 0.5
     quick: bool = False
@@ -359,6 +359,7 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
         "served": sum(1 for _, r in all_pairs if r.get("status") == 200),
         "engine_timing": sum(1 for _, r in all_pairs if r.get("metrics_time_to_first_token_ms") is not None),
         "first_token_overhead_ms": first_token_overhead_ms(all_pairs), "sources": sources,
+        "max_prompt_tokens": max_prompt,
         "capacity": {"max_num_seqs": seqs, "kv_capacity_tokens": kv, "max_num_batched_tokens": batched,
                      "block_tokens": facts.block_tokens or 16},
     }
@@ -389,7 +390,7 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
             intervals={k: [float(f"{v:.6g}") for v in result.intervals[k]] for k in COEFFICIENTS},
             pinned_zero=list(result.pinned_zero), sources=sources,
             mape_by_kind={k.kind: round(k.mape, 4) for k in result.kinds},
-            first_token_overhead_ms=report["first_token_overhead_ms"])))
+            first_token_overhead_ms=report["first_token_overhead_ms"], max_prompt_tokens=max_prompt)))
     return Outcome(preset, report)
 
 
@@ -410,7 +411,9 @@ def command(
         "said as assumed)")] = None,
     kv_capacity_tokens: Annotated[int | None, typer.Option(
         min=1, max=10**9, help="KV cache tokens (default: from vllm:cache_config_info)")] = None,
-    max_prompt_tokens: Annotated[int, typer.Option(min=16, max=1_000_000, help="largest probe prompt")] = 2048,
+    max_prompt_tokens: Annotated[int, typer.Option(
+        min=16, max=1_000_000, help="largest probe prompt: the preset is fitted up to it (a longer prompt is "
+        "extrapolated; vLLM on CPU grows faster than linearly past ~1,000 tokens)")] = 1024,
     decode_tokens: Annotated[int, typer.Option(min=4, max=4096, help="tokens each decode probe asks for")] = 48,
     gap: Annotated[float, typer.Option(min=0.05, max=60.0, help="seconds between probes")] = 0.5,
     max_mape: Annotated[float, typer.Option(min=0.01, max=1.0, help="refuse a fit whose held-out requests are "

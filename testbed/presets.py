@@ -45,6 +45,7 @@ class Calibration:
     # median client TTFT − engine queue − engine prefill: the server's time before a first token outside its engine
     # steps (HTTP, tokenising, hand-offs), which the replica model has not; None = unmeasured
     first_token_overhead_ms: float | None = None
+    max_prompt_tokens: int | None = None  # the largest prompt probed: the fit holds up to it, beyond is extrapolated
 
 
 @dataclass(frozen=True)
