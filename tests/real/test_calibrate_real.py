@@ -33,7 +33,7 @@ def _simulated(scenario: Path, out: Path, *preset: str) -> dict[str, Any]:
 
 
 def _ttft_p50(summary: dict[str, Any], tier: str) -> float:
-    return float(tiers(summary)[tier]["latency"]["ttft_ms"]["p50"])  # type: ignore[index]
+    return float(tiers(summary)[tier]["latency"]["ttft_ms"]["p50"])
 
 
 def test_calibrate_then_predict_a_held_out_run(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -59,7 +59,7 @@ def test_calibrate_then_predict_a_held_out_run(vllm_server, tmp_path) -> None:  
     calibrated = _simulated(scenario, tmp_path / "sim-cal", "--preset", str(preset_file))
     builtin = _simulated(scenario, tmp_path / "sim-tiny")
     assert calibrated["run"]["calibration"]["sha256"] and builtin["run"]["calibration"] is None
-    figures = {name: {t: (_ttft_p50(s, t), tiers(s)[t]["drop_rate"]["value"])  # type: ignore[index]
+    figures = {name: {t: (_ttft_p50(s, t), tiers(s)[t]["drop_rate"]["value"])
                       for t in ("interactive", "batch")}
                for name, s in (("real", real), ("calibrated", calibrated), ("builtin", builtin))}
     print(json.dumps(figures, indent=1))
