@@ -175,6 +175,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default=None, help="a running vLLM started by engines/serve.py (default: start one)")
     ap.add_argument("--quick", action="store_true", help="calibrate with --quick")
+    # this 2-core machine is shared: the engine's own step times vary ~15-20 % between repeats of one probe (the
+    # calibration page's repeat noise), so the command's default 20 % refuses most fits here; the page records the
+    # actual held-out error either way
+    ap.add_argument("--max-mape", default="0.35", help="passed to rushhour calibrate")
     ap.add_argument("--peak", type=float, default=20.0, help="seconds of load per held-out run")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
@@ -189,7 +193,7 @@ def main() -> int:
     try:
         preset = work / "calibrated.yaml"
         cal = _rushhour("calibrate", "--target", url, "--runs", str(work / "calibration"), "--out", str(preset),
-                        *(["--quick"] if args.quick else []))
+                        "--max-mape", args.max_mape, *(["--quick"] if args.quick else []))
         print(cal.stderr[-3000:], cal.stdout[-1000:])
         if cal.returncode != 0:
             print(f"calibration refused or failed (exit {cal.returncode}): nothing to predict with")

@@ -49,7 +49,11 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
         r_all = fit.get("pearson_r")
         out += [f"| all | {fit.get('heldout_n')} | {fit.get('mape', 0):.1%} | "
                 f"{'—' if r_all is None else f'{r_all:.3f}'} |", "",
-                f"Fitted on {fit.get('train_n')} requests (their own error: MAPE {fit.get('train_mape', 0):.1%}).", ""]
+                f"Fitted on {fit.get('train_n')} requests (their own error: MAPE {fit.get('train_mape', 0):.1%}).",
+                "", "The engine's own repeat noise (requests of one probe, each against their mean, per step): "
+                + ("unmeasured (no probe repeated)." if fit.get("noise_mape") is None else
+                   f"MAPE {fit['noise_mape']:.1%}. A held-out error near it is the engine's noise, which no fit "
+                   "removes; well above it, a misfit."), ""]
     out += [f"Fitted on prompts up to {report.get('max_prompt_tokens')} tokens: a longer prompt is extrapolated.", "",
             "## Capacity", "", "| number | value | source |", "|---|---:|---|"]
     sources = report.get("sources") or {}

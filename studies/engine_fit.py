@@ -74,6 +74,9 @@ class Fit:
     pearson_r: float | None
     train_mape: float
     kinds: tuple[KindError, ...] = field(default=())
+    # the engine's own repeat noise: requests of one probe and kind timed per step, each against their mean (MAPE);
+    # a held-out error near it is noise the model cannot remove, not a misfit (None: no probe repeated)
+    noise_mape: float | None = None
 
 
 # --------------------------------------------------------------------------- the fit
@@ -144,7 +147,8 @@ def fit(observations: Sequence[Observation], heldout: Iterable[str], *, max_mape
         coefficients={name: float(coef[i]) for i, name in enumerate(COEFFICIENTS)},
         intervals={name: (float(low[i]), float(high[i])) for i, name in enumerate(COEFFICIENTS)},
         pinned_zero=tuple(COEFFICIENTS[i] for i in pinned), train_n=len(train), heldout_n=len(test),
-        mape=_mape(pred, yt), pearson_r=_pearson(pred, yt), train_mape=_mape(x @ coef, y), kinds=tuple(kinds))
+        mape=_mape(pred, yt), pearson_r=_pearson(pred, yt), train_mape=_mape(x @ coef, y), kinds=tuple(kinds),
+        noise_mape=noise(rows))
     if coef[0] <= 0:
         raise FitError("the replica model does not carry this engine: no time per step is left once the other "
                        "terms are fitted (its steps do not grow as the model's do)", result)
@@ -155,6 +159,17 @@ def fit(observations: Sequence[Observation], heldout: Iterable[str], *, max_mape
                        f"predicted {worst.mape:.0%} off on average (limit {max_mape:.0%}; {worst.n} requests)",
                        result)
     return result
+
+
+def noise(observations: Sequence[Observation]) -> float | None:
+    """The repeat noise: each request's time per step against the mean of its probe and kind (MAPE), None without
+    repeats."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for o in observations:
+        if o.seconds > 0 and o.steps > 0:
+            groups.setdefault((o.probe, o.kind), []).append(o.seconds / o.steps)
+    devs = [abs(v - float(np.mean(vs))) / float(np.mean(vs)) for vs in groups.values() if len(vs) > 1 for v in vs]
+    return float(np.mean(devs)) if devs else None
 
 
 def predict(coefficients: Mapping[str, float], obs: Observation) -> float:

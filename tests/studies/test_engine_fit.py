@@ -47,6 +47,7 @@ def test_known_coefficients_come_back_within_their_intervals() -> None:
         assert low <= TRUE[name] <= high, (name, result.intervals[name], result.coefficients[name])
         assert low < result.coefficients[name] < high
     assert result.mape < 0.05 and result.pearson_r is not None and result.pearson_r > 0.99
+    assert result.noise_mape is not None and 0.005 < result.noise_mape < 0.03  # the 2 % noise the probes were given
     assert result.heldout_n == 3 + 3 + 8 + 3 + 6 and {k.kind for k in result.kinds} == {"prefill", "decode"}
     obs = Observation("x", "decode", 10, 40, 5000, 0, 0, 1.0)
     assert predict(result.coefficients, obs) == pytest.approx(
