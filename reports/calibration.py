@@ -64,7 +64,8 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
             "- The server's time before a first token outside its engine steps (HTTP, tokenising, hand-offs): "
             + ("unmeasured; the preset has none (`front_end_s: 0`), so the simulator's TTFT is short by it." if
                overhead is None else
-               f"median {overhead:.1f} ms per request (client TTFT − engine queue − engine prefill), the preset's "
+               f"median {overhead:.1f} ms per request sent alone (client TTFT − engine queue − engine prefill), "
+               "the preset's "
                "`front_end_s`: the simulator delays each request's arrival at the engine by it. One median for "
                "every request: a server whose front end slows with load or prompt size is not modelled."), ""]
     return "\n".join(out)

@@ -247,13 +247,17 @@ def discovered_seqs(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> tuple[int,
 
 
 def first_token_overhead_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> float | None:
-    """Median of client TTFT − engine queue − engine prefill over served probes: the server's time outside its
-    engine steps before a first token (HTTP, tokenising, scheduling hand-offs), which the replica model has not."""
+    """Median of client TTFT − engine queue − engine prefill over the prefill probes (each request alone): the
+    server's time outside its engine steps before a first token (HTTP, tokenising, hand-offs), unloaded.
+
+    Only requests sent alone: in a burst the front end takes requests in turn, and vLLM stamps a request queued
+    when its engine core takes it in, between steps, so waiting for a running step shows here too (tens of ms
+    more, measured) — the simulator counts that wait as engine queue, so it must not be counted twice."""
     gaps = []
-    for _, r in pairs:
+    for p, r in pairs:
         q, pre = r.get("metrics_queue_time_ms"), r.get("metrics_time_to_first_token_ms")
-        if r.get("status") == 200 and q is not None and pre is not None and isinstance(r.get("first_token_ns"), int) \
-                and isinstance(r.get("sent_ns"), int):
+        timed = isinstance(r.get("first_token_ns"), int) and isinstance(r.get("sent_ns"), int)
+        if p.kind == "prefill" and r.get("status") == 200 and q is not None and pre is not None and timed:
             gaps.append((r["first_token_ns"] - r["sent_ns"]) / 1e6 - float(q) - float(pre))
     return round(statistics.median(gaps), 3) if gaps else None
 
