@@ -398,6 +398,23 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
     return Outcome(preset, report)
 
 
+def preset_note(preset: str) -> str:
+    """One line for a plan's notes: the calibrated preset its cells rest on and its error, or that the built-in
+    numbers are not calibrated."""
+    from rushhour.testbed.presets import provenance
+
+    found = provenance(preset)
+    if found is None:
+        return (f"replicas: the built-in preset {preset!r} (datasheet-derived and assumed step times, not calibrated "
+                "against a real engine: `rushhour calibrate`)")
+    if not found.get("calibrated"):
+        return f"replicas: the preset file {found['file']}, which holds no calibration"
+    r = found.get("pearson_r")
+    return (f"replicas: the calibrated preset {found['name']} ({found['file']}, sha256 {found['sha256'][:12]}), "
+            f"fitted to {found['engine']} at {found['server']} on {found['date']}: held-out requests "
+            f"{float(found['mape']):.1%} off on average (MAPE){'' if r is None else f', Pearson r {float(r):.3f}'}")
+
+
 # --------------------------------------------------------------------------- the verb
 
 

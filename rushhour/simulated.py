@@ -131,7 +131,9 @@ def plan(
                   f"{base.duration_s:g} s ({status()})", highlight=False)
     started = time.monotonic()
     done: list[Step] = []
-    notes: list[str] = []
+    from rushhour.calibrate import preset_note
+
+    notes: list[str] = [preset_note(base.target.testbed.preset)]  # what every cell's replicas rest on, and how good
     not_run = 0
     if grown:  # said where the plan's answers are read: they are for the grown workload
         notes.append("personas grown before every scale: " + ", ".join(f"{n} ×{f:g}" for n, f in grown.items()))
