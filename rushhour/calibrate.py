@@ -99,7 +99,9 @@ def server_facts(target: str) -> Facts:
         pass
     try:
         page = _get(base + "/metrics")
-    except CalibrationError:
+    except CalibrationError as exc:
+        if facts.model is None and facts.engine == "unknown":  # nothing answered: say so, not "give --model"
+            raise CalibrationError(f"cannot reach the server: {exc}") from None
         return facts
     match = CACHE_INFO.search(page)
     if match:
