@@ -4,7 +4,7 @@ A quick calibration (few probes) must find what the server is (vLLM 0.32, 4 sequ
 512 blocks × 128 tokens) from its answers and metrics, keep its probe runs audited and sealed, and write a
 preset the simulator takes. Then one held-out scenario runs for real and in virtual time with the same seed: on
 the calibrated preset the simulator must come closer to the real TTFT than on the built-in ``tiny`` preset
-(a relative check, no timed bound), and agree on who was not served within loose bounds.
+(a relative check), within a factor of 2 of it, and agree on who was not served within 15 points.
 """
 
 from __future__ import annotations
@@ -67,5 +67,7 @@ def test_calibrate_then_predict_a_held_out_run(vllm_server, tmp_path) -> None:  
         want, want_drop = figures["real"][tier]
         got, got_drop = figures["calibrated"][tier]
         assert abs(got - want) < abs(figures["builtin"][tier][0] - want), figures  # calibration helped
-        assert abs(got - want) <= 0.5 * want, figures  # and lands within half of the real p50
+        # and within a factor of 2 of the real p50: this shared 2-core host swings the engine's step time by up to 2×
+        # between the calibration and the run (docs/capacity.md "Calibrated against a real engine")
+        assert want / 2 <= got <= 2 * want, figures
         assert abs(float(got_drop) - float(want_drop)) <= 0.15, figures  # not served within 15 points
