@@ -618,6 +618,12 @@ def _stop_reason(manifest: RunManifest, workers_lost: int) -> tuple[str, bool]:
     return reason, reason not in ("", "completed", "limit_found", "precision_reached")
 
 
+def _calibration(m: RunManifest) -> dict[str, Any] | None:
+    """run.json's calibrated preset (a simulated run's), as plain data; None when there is none."""
+    found = (m.simulation or {}).get("calibration") if isinstance(m.simulation, dict) else None
+    return dict(found) if isinstance(found, dict) else None
+
+
 def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: int = 0) -> RunInfo:
     m = data.manifest
     stop_reason, interrupted = _stop_reason(m, workers_lost)
@@ -643,6 +649,7 @@ def _run_info(data: RunData, sc: RunScenario, duration_s: float, workers_lost: i
         duration_s=duration_s,
         processes=max(m.processes, data.processes),
         mode=m.mode or "real",
+        calibration=_calibration(m),
         stop_reason=stop_reason,
         interrupted=interrupted,
         abort=m.abort if stop_reason.startswith("aborted") else None,

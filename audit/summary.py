@@ -524,6 +524,10 @@ class RunInfo(_Model):
     processes: int
     mode: str = Field(default="real", description="real: load sent in real time; simulated: the scenario against "
                       "the testbed's model in virtual time (rushhour simulate)")
+    calibration: dict[str, Any] | None = Field(
+        default=None, description="a simulated run whose replicas rest on a calibrated preset (`rushhour calibrate`): "
+        "its file and SHA-256, the server and engine it was fitted to, the date, and its held-out error (mape, "
+        "pearson_r); null: a built-in preset's datasheet numbers")
     stop_reason: str = Field(default="", description="run.json's stop_reason: completed, interrupted, budget, …")
     interrupted: bool = Field(default=False, description="the run did not end on its schedule (stop_reason is "
                               "not 'completed'): Ctrl-C, a budget stop, a lost worker, an overrun")

@@ -159,6 +159,7 @@ def context(summary: Summary, table: pd.DataFrame | None = None, csv_text: str |
         "colours": colours,
         "verdict_line": sentences.verdict_line(summary),
         "gate_word": sentences.gate_word(summary),
+        "preset_line": sentences.preset_line(summary),
         # the unclassified lines have their own box under the verdict
         "headline": [line for line in sentences.headline(summary)[1:]
                      if line not in sentences.unclassified_lines(summary)],

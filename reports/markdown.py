@@ -63,7 +63,8 @@ def render_markdown(summary: Summary) -> str:
     run = summary.run
     out = [f"## rushhour · {_text(run.scenario)} · {_status_badge(summary)}", ""]
     if run.mode == "simulated":
-        out += [f"> **{SIMULATED}**: the scenario ran against the testbed's model of the stack, not a live one.", ""]
+        out += [f"> **{SIMULATED}**: the scenario ran against the testbed's model of the stack, not a live one.",
+                f"> {_text(sentences.preset_line(summary))}", ""]
     out += [f"**{_text(sentences.verdict_line(summary))}**", ""]
     if not summary.validity.valid:
         out += [

@@ -46,6 +46,25 @@ def _not_judged(summary: Summary) -> tuple[list[str], list[str]]:
     return blocking, [name for name, st in states if st.state == "not_judged" and st.allowed]
 
 
+def preset_line(summary: Summary) -> str:
+    """What a simulated run's replicas rest on: a calibrated preset (fitted to which engine, how well), or the
+    built-in numbers, said as such; "" for a real run."""
+    run = summary.run
+    if run.mode != "simulated":
+        return ""
+    cal = run.calibration
+    if not cal:
+        return ("The replicas ran on a built-in preset: datasheet-derived and assumed step times, not calibrated "
+                "against a real engine (`rushhour calibrate`).")
+    if not cal.get("calibrated"):
+        return f"The replicas ran on the preset file {cal.get('file')}, which holds no calibration."
+    r = cal.get("pearson_r")
+    return (f"The replicas ran on the calibrated preset {cal.get('name')} ({cal.get('file')}, sha256 "
+            f"{str(cal.get('sha256', ''))[:12]}), fitted to {cal.get('engine')} at {cal.get('server')} on "
+            f"{cal.get('date')}: held-out requests predicted {float(cal.get('mape') or 0):.1%} off on average "
+            f"(MAPE, {cal.get('heldout')} requests){'' if r is None else f', Pearson r {float(r):.3f}'}.")
+
+
 def gate_word(summary: Summary) -> str:
     """The run's badge: PASS, FAIL, INCONCLUSIVE, NOT JUDGED (a tier's checks all vacuous), NO SLOs or INVALID."""
     if not summary.validity.valid:

@@ -133,6 +133,8 @@ def sweep(
                                          "straddles a threshold, before it is called inconclusive",
                                          callback=flags.repeats)] = 1,
     simulate: Annotated[bool, typer.Option(help="run every step in virtual time against the testbed's model")] = False,
+    preset: Annotated[str | None, typer.Option(help="with --simulate: the replicas' preset, a built-in name or a "
+                                              "calibrated preset's .yaml (`rushhour calibrate`)")] = None,
 ) -> None:
     """Run a ladder of load levels (and replica counts); report every tier's knee and a plain answer.
 
@@ -140,11 +142,13 @@ def sweep(
     """
     import time
 
+    if preset is not None and not simulate:
+        raise _fail("--preset sets the simulated replicas' numbers: add --simulate (a real run measures its own)")
     if search:
         if replicas:
             raise _fail("--search finds one boundary: drop --replicas (run one search per replica count)")
         _search(scenario, scale, step_duration, warmup, mode, seed, out_dir, processes, precision, max_probes,
-                repeats, simulate)
+                repeats, simulate, preset)
 
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
@@ -155,7 +159,7 @@ def sweep(
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
     try:
-        base = load_scenario(scenario)
+        base = _with_preset(load_scenario(scenario), preset)
         plan = plan_sweep(base, parse_scales(scale, steps), out_dir=out_dir, replicas=parse_replicas(replicas),
                           mode=mode, step_duration_s=parse_duration(step_duration),  # type: ignore[arg-type]
                           warmup_s=parse_duration(warmup), seed=seed)
@@ -184,7 +188,7 @@ def sweep(
 
 def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: str, seed: int | None,
             out_dir: Path, processes: int, precision: float, max_probes: int, repeats: int,
-            simulate: bool = False) -> None:
+            simulate: bool = False, preset: str | None = None) -> None:
     """``sweep --search``: probe, audit, judge with intervals, bisect; write sweep.json with ``search``."""
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
@@ -196,7 +200,7 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
     if mode not in ("steady", "scale"):
         raise _fail(f"--mode {mode!r}: use steady or scale")
     try:
-        base = load_scenario(scenario)
+        base = _with_preset(load_scenario(scenario), preset)
         scales = parse_scales(scale, 2)
         settings = SearchSettings(low=min(scales), high=max(scales), precision=precision, max_probes=max_probes,
                                   repeats=repeats)
@@ -262,6 +266,8 @@ def study(
     quick: Annotated[bool, typer.Option("--quick", help="shorthand for --grid quick")] = False,
     from_dir: Annotated[Path | None, typer.Option("--from", help="re-analyse a study folder, run nothing")] = None,
     simulate: Annotated[bool, typer.Option(help="run every cell in virtual time against the testbed's model")] = False,
+    preset: Annotated[str | None, typer.Option(help="with --simulate: the replicas' preset, a built-in name or a "
+                                              "calibrated preset's .yaml (`rushhour calibrate`)")] = None,
     replicas: Annotated[int | None, typer.Option(help="replicas of every cell (default: the base scenario's)",
                                                 callback=flags.sim_replicas)] = None,
     scale: Annotated[float, typer.Option(help="the base workload × this (with --replicas: the study at scale)",
@@ -286,7 +292,9 @@ def study(
             chosen = dataclasses.replace(chosen, duration_s=parse_duration(duration))
         if k:
             chosen = dataclasses.replace(chosen, k=flags.tier_counts(k))
-        base = load_scenario(scenario)
+        if preset is not None and not simulate:
+            raise ValueError("--preset sets the simulated replicas' numbers: add --simulate")
+        base = _with_preset(load_scenario(scenario), preset)
         if replicas is not None or scale != 1.0:
             base = _at_scale(base, replicas, scale)
         plan = existing_study(from_dir) if from_dir else plan_study(base, chosen, out_dir=out_dir, seed=seed)
@@ -322,6 +330,15 @@ def study(
     for kind, path in paths.items():
         out.print(f"{kind:<9} {path.resolve()}", highlight=False)
     raise typer.Exit(EXIT_OK if all(s.error is None for s in plan.steps) else EXIT_USAGE)
+
+
+def _with_preset(base: Any, preset: str | None) -> Any:
+    """The base scenario's testbed on ``preset`` (--preset; the simulator is imported only then)."""
+    if preset is None:
+        return base
+    from rushhour.sim.run import with_preset
+
+    return with_preset(base, preset)
 
 
 def _at_scale(base: Any, replicas: int | None, scale: float) -> Any:

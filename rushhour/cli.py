@@ -91,6 +91,9 @@ def _register_capacity() -> None:
 
     app.command("simulate")(simulated.simulate)
     app.command("plan")(simulated.plan)
+    from rushhour import calibrate
+
+    app.command("calibrate")(calibrate.command)
 
 
 _register_capacity()

@@ -37,6 +37,8 @@ def simulate(
                                         callback=flags.scale)] = 1.0,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona's workload × FACTOR too "
                                                        "(repeatable: --grow swarm=5 --grow chat=2)")] = None,
+    preset: Annotated[str | None, typer.Option(help="the replicas' preset: a built-in name or a calibrated preset's "
+                                              ".yaml (`rushhour calibrate`); default: the scenario's")] = None,
     report: Annotated[bool, typer.Option(help="audit and render reports at the end")] = True,
     find_limit: Annotated[bool, typer.Option(
         help="find each tier's limit in this one run, in virtual time: the same controller as `rushhour run "
@@ -57,7 +59,7 @@ def simulate(
         raise _fail("--scale must be > 0")
     try:
         options = SimOptions(out_dir=out_dir, duration=duration, seed=seed, profile=profile, replicas=replicas,
-                             scale=scale, grow=parse_grow(grow or []),
+                             scale=scale, grow=parse_grow(grow or []), preset=preset,
                              find_limit=find_limit or bool(find_limit_persona), find_limit_persona=find_limit_persona,
                              limit=LimitController)
         result = run_sim(scenario, options)
@@ -121,6 +123,8 @@ def plan(
     batch_agents: Annotated[int | None, typer.Option(help="with --from-planner: agents of the mix's batch swarm "
                                                           "(default 10 per replica; 0: none)",
                                                      callback=flags.batch_agents)] = None,
+    preset: Annotated[str | None, typer.Option(help="the replicas' preset: a built-in name or a calibrated preset's "
+                                              ".yaml (`rushhour calibrate`); default: the scenario's")] = None,
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
     import datetime as dt
@@ -136,6 +140,8 @@ def plan(
 
     if scenario is None and from_planner is None:
         raise _fail("give a SCENARIO, or --from-planner FILE (an llm-d-planner recommendation)")
+    if preset is not None and from_planner is not None:
+        raise _fail("--preset and --from-planner both name the replicas' preset: give one")
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
     imported = None
@@ -155,7 +161,8 @@ def plan(
             assert scenario is not None
             ladder = replica_ladder(replicas or "8..512")
             scales = parse_scales(scale or "1..10", steps)
-            base, source = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown)), scenario
+            base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown, preset=preset))
+            source = scenario
             gpus = gpus_per_replica or 1
         for s in scales:  # every cell within the limits before the first one runs
             scale_scenario(base, s)
@@ -167,7 +174,9 @@ def plan(
     console.print(f"plan {plan_id}: {len(ladder)} replica counts × {len(scales)} scales = {cells} simulated runs of "
                   f"{base.duration_s:g} s ({status()})", highlight=False)
     started = time.monotonic()
-    notes: list[str] = []
+    from rushhour.calibrate import preset_note
+
+    notes: list[str] = [preset_note(base.target.testbed.preset)]  # what every cell's replicas rest on, and how good
     profile_step = None
     if imported is not None:
         notes += imported.notes

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -261,11 +262,20 @@ class SLO(Strict):
 class TestbedOptions(Strict):
     """Options for the embedded testbed when ``target.url`` is ``testbed``."""
 
-    preset: str = "tiny"
+    preset: str = Field(default="tiny", description="a built-in preset's name, or the .yaml file `rushhour "
+                        "calibrate` wrote (a relative path is taken from the current folder)")
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     speed: float = Field(default=1.0, gt=0, description="time scale of the simulated GPUs")
     config: dict[str, Any] = Field(default_factory=dict, description="extra testbed config keys")
     faults: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("preset")
+    @classmethod
+    def _preset_file_absolute(cls, value: str) -> str:
+        # a calibrated preset's file, named once: the testbed process and the simulator read the same file
+        if value.lower().endswith((".yaml", ".yml")):
+            return str(Path(value).expanduser().absolute())
+        return value
 
 
 class MetricsOptions(Strict):

@@ -226,6 +226,10 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
     else:
         cl = route.classify(req.tier, req.tenant)
     prompt_tokens = max(1, -(-size // BYTES_PER_TOKEN))  # testbed.tokens.count_tokens of those bytes
+    front_s = cluster.engine.params.front_end_s
+    if front_s > 0:  # a calibrated server's front end: the engine sees the request this much after it was sent
+        yield Sleep(now + int(front_s * NS))
+        now = env.now
     max_model_len = cluster.engine.params.kv_capacity_tokens
     flow = stack.flow
     if (flow is not None and not stack.faults.faults and now >= stack.ready_ns
@@ -246,7 +250,8 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
     ttft_s, patience = t.ttft_s, False
     if req.patience_s is not None and req.patience_s < ttft_s:
         ttft_s, patience = max(req.patience_s, 0.001), True
-    deadlines = Deadlines(now + int(ttft_s * NS), now + int(t.total_s * NS), patience)
+    sent = rec.sent_ns
+    deadlines = Deadlines(sent + int(ttft_s * NS), sent + int(t.total_s * NS), patience)
     ex.service_tier = cl.service_tier if isinstance(prof, OpenAIProfile) else None
     inj = stack.faults.error_for_arrival(now)
     if prompt_tokens + req.max_tokens > max_model_len:

@@ -49,6 +49,7 @@ from rushhour.sim.driver import Env, SimRoute, sim_route
 from rushhour.sim.loop import NS, Loop, VirtualClock
 from rushhour.sim.personas import SimHost, run_persona
 from rushhour.testbed.config import FaultSpec, TestbedConfig, from_dict
+from rushhour.testbed.presets import get_preset, provenance
 
 MODE = "simulated"
 
@@ -65,6 +66,7 @@ class SimOptions:
     scale: float = 1.0  # the workload × this: chat and task arrival rates, swarm sizes, replay speed
     grow: dict[str, float] = field(default_factory=dict)  # persona name -> its own factor (before ``scale``)
     allow_paths: list[Path] = field(default_factory=list)
+    preset: str | None = None  # the replicas' preset: a built-in name or a calibrated preset's .yaml (--preset)
     decode_jumps: bool = True  # False: every engine step is an event (the reference the jumps are tested against)
     find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
     find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
@@ -136,7 +138,19 @@ def prepare(name_or_path: str | Path, options: SimOptions) -> Scenario:
     check_mapping(scenario, str(name_or_path))
     scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
     scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
-    return scale_scenario(scenario, options.scale, options.grow)
+    return scale_scenario(with_preset(scenario, options.preset), options.scale, options.grow)
+
+
+def with_preset(scenario: Scenario, preset: str | None) -> Scenario:
+    """The scenario's testbed on ``preset`` (None: as it is); a preset file is read and checked now, so a bad one is
+    one line before anything runs (ValueError)."""
+    if preset is None:
+        return scenario
+    get_preset(preset)
+    testbed = scenario.target.testbed.model_copy(update={"preset": preset})
+    testbed = type(testbed).model_validate(testbed.model_dump())  # a file's path made absolute, as in a scenario
+    target = scenario.target.model_copy(update={"testbed": testbed})
+    return revalidate(scenario.model_copy(update={"target": target}), f"--preset {preset}")
 
 
 def _iso(ns: int) -> str:
@@ -245,6 +259,9 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
         "not_modelled": not_modelled(scenario),
         "code": compiled.status(),  # the same records either way (tests/sim/test_compiled.py); not the same speed
     }
+    calibrated = provenance(cfg.preset)
+    if calibrated is not None:  # a calibrated preset's file: which one, fitted to what, how good (the audit shows it)
+        stats["calibration"] = calibrated
     if not scenario.target.is_testbed:  # a real stack's URL: what ran is the testbed's imitation of its profile
         stats["imitates"] = (f"the target {scenario.target.url} was not contacted: its profile "
                              f"{scenario.target.profile!r} ran as the testbed's imitation ({cfg.profile}, "

@@ -41,6 +41,10 @@ class EngineParams:
     per_kv_token_s: float
     prefill_per_token_s: float
     prefix_cache: bool = True
+    prefill_step_s: float = 0.0  # once for a step holding any prompt chunk (a calibrated engine's; 0 = none)
+    # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs): the simulator
+    # delays each request's arrival at the engine by it (the testbed's own HTTP server has its own); 0 = none
+    front_end_s: float = 0.0
 
 
 class Replica:
@@ -257,6 +261,8 @@ class Replica:
             else:
                 prefill += c
         dur = p.base_s + p.per_seq_s * decode + p.per_kv_token_s * kv + p.prefill_per_token_s * prefill
+        if prefill:  # a real engine's prefill step costs more than its tokens (vLLM on CPU: another attention path)
+            dur += p.prefill_step_s
         return dur * self.slow_factor
 
     def _token(self, job: Job, computed: int, now: int) -> None:

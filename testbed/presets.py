@@ -2,13 +2,50 @@
 
 Step time model (one engine step = one decode token for every running sequence plus a slice of
 prefill): step_s = base_s + per_seq_s * decode_seqs + per_kv_token_s * kv_tokens_in_use
-                  + prefill_per_token_s * prefill_tokens.
-Each number carries its source; "assumed" marks a round guess of the right order of magnitude.
+                  + prefill_per_token_s * prefill_tokens (+ prefill_step_s when the step holds any prefill).
+Each number carries its source; "assumed" marks a round guess of the right order of magnitude. A preset may
+also be a YAML file that ``rushhour calibrate`` wrote (``load_preset_file``): the same type, with a
+``calibration`` saying which server its numbers were fitted to, each coefficient's interval and the fit's error.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rushhour.testbed.typed import ConfigError, from_dict
+
+MAX_FILE_BYTES = 64 * 1024  # a preset file is a few dozen lines: anything larger is not one
+FILE_SUFFIXES = (".yaml", ".yml")
+PRESET_SCHEMA = "rushhour.preset/1"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Where a calibrated preset's numbers come from and how well they predict its engine (rushhour calibrate)."""
+
+    server: str  # the URL probed (scheme, host, port, path: never a credential)
+    engine: str  # what the server said it runs, e.g. "vllm 0.32.0"
+    date: str  # when, ISO 8601 UTC
+    folder: str  # the calibration's folder: its probe runs, audited and sealed
+    requests: int  # requests the coefficients were fitted on
+    heldout: int  # requests of held-out probes the error was measured on
+    mape: float  # held-out per-request mean absolute percentage error (0.05 = 5 %)
+    pearson_r: float | None  # held-out predicted vs measured (None: too few to correlate)
+    # coefficient → [low, high], its 95 % bootstrap interval
+    intervals: dict[str, list[float]] = field(default_factory=dict, hash=False)
+    # coefficient → held at zero because the data put it below (the rest refitted)
+    pinned_zero: list[str] = field(default_factory=list, hash=False)
+    # capacity number → where it came from: "server metrics …", "flag", "probes …"
+    sources: dict[str, str] = field(default_factory=dict, hash=False)
+    # kind of request ("prefill", "decode") → its held-out MAPE
+    mape_by_kind: dict[str, float] = field(default_factory=dict, hash=False)
+    # median client TTFT − engine queue − engine prefill: the server's time before a first token outside its engine
+    # steps (HTTP, tokenising, hand-offs), which the replica model has not; None = unmeasured
+    first_token_overhead_ms: float | None = None
+    max_prompt_tokens: int | None = None  # the largest prompt probed: the fit holds up to it, beyond is extrapolated
 
 
 @dataclass(frozen=True)
@@ -25,6 +62,13 @@ class Preset:
     per_kv_token_s: float
     prefill_per_token_s: float
     block_tokens: int = 16  # vLLM default block size (vllm CacheConfig.block_size)
+    # a step holding any prompt chunk costs this more, once (a calibrated engine's; the datasheet presets have none)
+    prefill_step_s: float = 0.0
+    # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs; measured as client
+    # TTFT − engine queue − engine prefill): the simulator delays each request's arrival at the engine by it
+    front_end_s: float = 0.0
+    calibration: Calibration | None = None  # a calibrated preset's provenance and error (None: a built-in)
+    schema: str = PRESET_SCHEMA
 
 
 PRESETS: dict[str, Preset] = {
@@ -83,9 +127,88 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+def is_preset_file(name: str) -> bool:
+    """A preset named by a YAML file's path, not a built-in name."""
+    return name.lower().endswith(FILE_SUFFIXES)
+
+
 def get_preset(name: str) -> Preset:
-    """Look up a preset by name, naming the known ones on error."""
+    """A built-in preset by name, or a preset file by its path (.yaml); ValueError in one line naming the problem."""
+    if is_preset_file(name):
+        return load_preset_file(Path(name))
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})") from None
+        raise ValueError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))}, or a calibrated "
+                         "preset's .yaml file)") from None
+
+
+def check_preset(preset: Preset) -> Preset:
+    """The numbers a replica can run on: positive capacities, finite non-negative step terms, a step > 0."""
+    for name in ("max_num_seqs", "kv_capacity_tokens", "max_num_batched_tokens", "block_tokens"):
+        if getattr(preset, name) < 1:
+            raise ConfigError(f"{name}: must be >= 1, got {getattr(preset, name)}")
+    for name in ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s", "prefill_step_s",
+                 "front_end_s"):
+        value = getattr(preset, name)
+        if not math.isfinite(value) or value < 0 or value > 3600:
+            raise ConfigError(f"{name}: must be a finite number of seconds in [0, 3600], got {value!r}")
+    if preset.base_s <= 0:
+        raise ConfigError("base_s: must be > 0 (an engine step takes time)")
+    if preset.schema != PRESET_SCHEMA:
+        raise ConfigError(f"schema: expected {PRESET_SCHEMA!r}, got {preset.schema!r}")
+    return preset
+
+
+def load_preset_file(path: Path) -> Preset:
+    """A preset from its YAML file (hostile input: bounded, typed, checked); ValueError in one line."""
+    import yaml  # lazily: the testbed's server imports this module and never needs YAML for a built-in
+
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"preset file {path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"preset file {path}: larger than {MAX_FILE_BYTES // 1024} KiB, not a preset")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"preset file {path}: not YAML ({first})") from None
+    try:
+        return check_preset(from_dict(Preset, data))
+    except (ConfigError, RecursionError) as exc:
+        raise ValueError(f"preset file {path}: {exc}") from None
+
+
+def preset_dict(preset: Preset) -> dict[str, Any]:
+    """The preset as plain data, in field order (what ``load_preset_file`` reads back)."""
+    out = {f.name: getattr(preset, f.name) for f in fields(preset)}
+    out["calibration"] = asdict(preset.calibration) if preset.calibration is not None else None
+    return out
+
+
+def dump_preset(preset: Preset, header: str = "") -> str:
+    """The preset as YAML text, with ``header`` as comment lines on top."""
+    import yaml
+
+    lines = "".join(f"# {line}\n" for line in header.splitlines())
+    return lines + yaml.safe_dump(preset_dict(check_preset(preset)), sort_keys=False, allow_unicode=True)
+
+
+def provenance(name: str) -> dict[str, Any] | None:
+    """What a run's replicas rest on when ``name`` is a calibrated preset's file: the file and its SHA-256, the
+    server and engine it was fitted to, when, and how well it predicted held-out requests; None for a built-in."""
+    import hashlib
+
+    if not is_preset_file(name):
+        return None
+    preset = load_preset_file(Path(name))
+    cal = preset.calibration
+    out: dict[str, Any] = {"file": name, "name": preset.name,
+                           "sha256": hashlib.sha256(Path(name).read_bytes()).hexdigest()}
+    if cal is None:
+        return {**out, "calibrated": False}
+    return {**out, "calibrated": True, "server": cal.server, "engine": cal.engine, "date": cal.date,
+            "mape": cal.mape, "pearson_r": cal.pearson_r, "requests": cal.requests, "heldout": cal.heldout}

@@ -31,7 +31,8 @@ def engine_params(cfg: TestbedConfig) -> EngineParams:
         max_num_batched_tokens=cfg.max_num_batched_tokens or p.max_num_batched_tokens,
         block_tokens=cfg.block_tokens or p.block_tokens,
         base_s=p.base_s, per_seq_s=p.per_seq_s, per_kv_token_s=p.per_kv_token_s,
-        prefill_per_token_s=p.prefill_per_token_s, prefix_cache=cfg.prefix_cache,
+        prefill_per_token_s=p.prefill_per_token_s, prefix_cache=cfg.prefix_cache, prefill_step_s=p.prefill_step_s,
+        front_end_s=p.front_end_s,
     )
 
 

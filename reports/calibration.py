@@ -1,0 +1,71 @@
+"""The page of a ``rushhour calibrate``: what was probed, the fitted coefficients with intervals, the held-out error."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MEANING = {
+    "base_s": "time of every engine step",
+    "per_seq_s": "per decoding sequence in the step",
+    "per_kv_token_s": "per KV-cache token in use",
+    "prefill_per_token_s": "per prompt token computed in the step",
+    "prefill_step_s": "once for a step holding any prompt chunk",
+}
+
+
+def _num(value: object) -> str:
+    return "—" if value is None else f"{float(value):.4g}"  # type: ignore[arg-type]
+
+
+def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> str:
+    """The calibration's Markdown page (ends with a newline)."""
+    fit = report.get("fit") or {}
+    refused = report.get("refused")
+    out = [f"# rushhour calibrate · {report.get('engine')} at {report.get('server')}", ""]
+    if refused:
+        out += ["> [!CAUTION]", f"> **No preset written.** {refused}.",
+                "> The simulator's replica model cannot stand for this engine as measured; its answers would "
+                "mislead.", ""]
+    else:
+        out += [f"Preset written: `{preset_file}` (use it: `rushhour plan SCENARIO --preset {preset_file}`).", ""]
+    out += [f"- date: {report.get('date')}; model `{report.get('model')}`",
+            f"- probes: {report.get('probes')} ({len(report.get('heldout_probes') or [])} held out: "
+            f"{', '.join(report.get('heldout_probes') or []) or 'none'}); {report.get('requests')} requests, "
+            f"{report.get('served')} served, {report.get('engine_timing')} with the engine's own timing",
+            f"- probe runs (audited, sealed): {', '.join(f'`{r}`' for r in report.get('runs') or [])}", ""]
+    if fit:
+        out += ["## Step time: step_s = Σ coefficient × term", "",
+                "| coefficient | term | value | 95 % interval (bootstrap) |", "|---|---|---:|---|"]
+        for name, value in (fit.get("coefficients") or {}).items():
+            low, high = (fit.get("intervals") or {}).get(name, (None, None))
+            pinned = " (held at 0: the data put it below)" if name in (fit.get("pinned_zero") or []) else ""
+            out.append(f"| `{name}` | {MEANING.get(name, '')} | {_num(value)}{pinned} | [{_num(low)}, {_num(high)}] |")
+        out += ["", "## Error on held-out probes (never fitted on)", "",
+                "| requests | n | MAPE | Pearson r |", "|---|---:|---:|---:|"]
+        for kind in fit.get("kinds") or []:
+            r = kind.get("pearson_r")
+            out.append(f"| {kind['kind']} | {kind['n']} | {kind['mape']:.1%} | {'—' if r is None else f'{r:.3f}'} |")
+        r_all = fit.get("pearson_r")
+        out += [f"| all | {fit.get('heldout_n')} | {fit.get('mape', 0):.1%} | "
+                f"{'—' if r_all is None else f'{r_all:.3f}'} |", "",
+                f"Fitted on {fit.get('train_n')} requests (their own error: MAPE {fit.get('train_mape', 0):.1%}).",
+                "", "The engine's own repeat noise (requests of one probe, each against their mean, per step): "
+                + ("unmeasured (no probe repeated)." if fit.get("noise_mape") is None else
+                   f"MAPE {fit['noise_mape']:.1%}. A held-out error near it is the engine's noise, which no fit "
+                   "removes; well above it, a misfit."), ""]
+    out += [f"Fitted on prompts up to {report.get('max_prompt_tokens')} tokens: a longer prompt is extrapolated.", "",
+            "## Capacity", "", "| number | value | source |", "|---|---:|---|"]
+    sources = report.get("sources") or {}
+    for name, value in (report.get("capacity") or {}).items():
+        out.append(f"| `{name}` | {value:,} | {sources.get(name, 'default')} |")
+    overhead = report.get("first_token_overhead_ms")
+    out += ["", "## Outside the engine's steps", "",
+            "- The server's time before a first token outside its engine steps (HTTP, tokenising, hand-offs): "
+            + ("unmeasured; the preset has none (`front_end_s: 0`), so the simulator's TTFT is short by it." if
+               overhead is None else
+               f"median {overhead:.1f} ms per request sent alone (client TTFT − engine queue − engine prefill), "
+               "the preset's "
+               "`front_end_s`: the simulator delays each request's arrival at the engine by it. One median for "
+               "every request: a server whose front end slows with load or prompt size is not modelled."), ""]
+    return "\n".join(out)

@@ -1,0 +1,86 @@
+"""A calibrated preset's file (testbed/presets.py): it loads into the same ``Preset`` a built-in name gives, a hostile
+file is one line, and a simulated run on it says which preset and calibration it rests on; its two extra terms
+(a prefill step's cost, the server's front end) change the simulated times as the model says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rushhour.testbed.presets import PRESETS, Calibration, dump_preset, get_preset, load_preset_file
+
+from .sim_helpers import SATURATED, cli, only_run
+
+CAL = Calibration(server="http://127.0.0.1:8000", engine="vllm 0.32.0", date="2026-12-06T23:00:00+00:00",
+                  folder="runs/calibrate-x", requests=60, heldout=20, mape=0.12, pearson_r=0.95,
+                  intervals={"base_s": [0.001, 0.003]}, sources={"max_num_seqs": "flag --max-num-seqs"})
+
+
+def _write(path: Path, **changes: object) -> Path:
+    preset = dataclasses.replace(PRESETS["tiny"], name="cal", calibration=CAL, **changes)  # type: ignore[arg-type]
+    path.write_text(dump_preset(preset, "test"))
+    return path
+
+
+def test_a_preset_file_round_trips_into_the_same_type(tmp_path: Path) -> None:
+    path = _write(tmp_path / "cal.yaml", front_end_s=0.05, prefill_step_s=0.01)
+    loaded = get_preset(str(path))
+    assert loaded == load_preset_file(path) and loaded.calibration == CAL and loaded.front_end_s == 0.05
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("name: x\nbogus: 1\n", "bogus: unknown key"),
+    ("[1, 2", "not YAML"),
+    ("x" * 70_000, "larger than 64 KiB"),
+])
+def test_a_hostile_preset_file_is_one_line(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=says) as err:
+        load_preset_file(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_negative_coefficient_or_a_missing_file_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "neg.yaml")
+    path.write_text(path.read_text().replace("per_seq_s: 0.0002", "per_seq_s: -0.5"))
+    with pytest.raises(ValueError, match="per_seq_s: must be a finite number"):
+        load_preset_file(path)
+    with pytest.raises(ValueError, match="cannot read it"):
+        get_preset(str(tmp_path / "missing.yaml"))
+
+
+def _simulate(tmp_path: Path, name: str, *extra: str) -> dict[str, object]:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SATURATED)
+    proc = cli("simulate", str(scenario), "--out", str(tmp_path / name), "--duration", "6s", *extra)
+    assert proc.returncode == 0, proc.stderr
+    run = only_run(tmp_path / name)
+    return {"summary": json.loads((run / "summary.json").read_text()), "report": (run / "report.md").read_text()}
+
+
+def test_a_simulated_run_says_which_preset_it_rests_on(tmp_path: Path) -> None:
+    plain = _simulate(tmp_path, "plain")
+    assert plain["summary"]["run"]["calibration"] is None  # type: ignore[index]
+    assert "not calibrated against a real engine" in str(plain["report"])
+    path = _write(tmp_path / "cal.yaml", front_end_s=0.2)
+    slow = _simulate(tmp_path, "cal", "--preset", str(path))
+    cal = slow["summary"]["run"]["calibration"]  # type: ignore[index]
+    assert cal["engine"] == "vllm 0.32.0" and cal["mape"] == 0.12 and len(cal["sha256"]) == 64
+    assert "fitted to vllm 0.32.0 at http://127.0.0.1:8000" in str(slow["report"])
+
+    def p50(result: dict[str, object]) -> float:
+        tier = next(t for t in result["summary"]["tiers"] if t["name"] == "batch")  # type: ignore[index]
+        return float(tier["latency"]["ttft_ms"]["p50"])
+
+    # the front end delays every arrival at the engine by 0.2 s (at speed 0.1 the scenario's testbed runs
+    # its steps 10× slower, not its front end): the served batch requests' TTFT grows by about that
+    assert 150 <= p50(slow) - p50(plain) <= 600, (p50(plain), p50(slow))
+
+
+def test_a_bad_preset_flag_is_one_line(tmp_path: Path) -> None:
+    proc = cli("simulate", "ci-smoke", "--out", str(tmp_path), "--preset", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 2 and "nope.yaml" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,43 @@
+"""``rushhour calibrate``'s probe design (pure) and its one-line refusals, without a server."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from rushhour.calibrate import decode_probes, heldout, laid_out, prefill_probes, public_url, trace_rows
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_probes_are_laid_out_alone_and_every_kind_is_held_out_somewhere() -> None:
+    probes = laid_out([*prefill_probes(1024, 2, quick=False), *decode_probes(4, 1024, 32, quick=False)], 0.5,
+                      {"prefill": 0.5, "decode": 3.0})
+    assert all(b.at_s > a.at_s for a, b in itertools.pairwise(probes))
+    assert max(p.prompt for p in probes) == 1024 and {p.count for p in probes if p.kind == "decode"} == {1, 2, 3, 4}
+    held = heldout(probes)
+    assert any(h.startswith("prefill-") for h in held) and any(h.startswith("decode-") for h in held)
+    assert not any(h.startswith("warmup") for h in held)
+    text, rows = trace_rows(probes)
+    assert text.splitlines()[0] == "TIMESTAMP,ContextTokens,GeneratedTokens"
+    assert len(rows) == len(text.splitlines()) - 1 == sum(p.count for p in probes)
+    assert rows[0].kind == "warmup" and rows[-1].name == probes[-1].name  # row n of the trace is probe rows[n]
+
+
+def test_a_url_is_named_without_its_credentials() -> None:
+    assert public_url("http://user:secret@10.0.0.1:8000/v1/?key=abc#x") == "http://10.0.0.1:8000/v1"
+
+
+def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "rushhour.cli", "calibrate", "--target", f"http://127.0.0.1:{port}",
+                           "--runs", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert proc.returncode == 2 and "cannot reach the server" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing probed, nothing written
