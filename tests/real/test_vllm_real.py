@@ -1,4 +1,5 @@
-"""A saturating rushhour run against a real vLLM 0.32: the audit's classes equal vLLM's own counters.
+"""A saturating rushhour run against a real vLLM (each release in engines/releases.toml): the audit's
+classes equal vLLM's own counters.
 
 vLLM labels no tier (no priority label on its counters), so the comparison is in total; per tier the
 test checks that every tier was turned away and that no rejection is failed, transport or unclassified.
@@ -16,7 +17,8 @@ SERVED_REASONS = ("stop", "length", "repetition")  # FinishReason: abort and err
 TIERS = ("interactive", "batch")
 
 
-def test_saturated_vllm_counts_equal_the_audit(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_saturated_vllm_counts_equal_the_audit(vllm_release, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    vllm_server = vllm_release  # every release in engines/releases.toml: pinned and extra
     url = vllm_server.url + "/metrics"
 
     def idle(samples: list[tuple[str, dict[str, str], float]]) -> bool:
