@@ -373,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             release = serve.release(name.split("-", 1)[0], name)
             use[release.engine] = release.name
         for name, job in jobs.items():
-            # "all" with --release: the jobs that start a chosen release (the pinned ones' folders stay)
-            if args.which == name or (args.which == "all" and (not use or set(use) & set(JOB_ENGINES[name]))):
+            # "all" with --release: the jobs whose every engine is a chosen release (the pinned folders stay)
+            chosen = set(use) or set(JOB_ENGINES[name])
+            if args.which == name or (args.which == "all" and set(JOB_ENGINES[name]) <= chosen):
                 print(f"{name}:")
                 job(args.out, use)
     except serve.EngineError as exc:
