@@ -95,6 +95,7 @@ def _release_engine(name: str) -> str:
 
 
 def _start_release(name: str) -> Callable[[Path], object]:
+    """A start like the pinned twin's (vllm_server, litellm_server), on release ``name``."""
     if name.startswith("vllm-"):
         return lambda logs: serve.start_vllm(log_dir=logs / name, cpu=SERVES_ON, pin_when_ready=True,
                                              release_name=name)
@@ -110,6 +111,8 @@ for _release in RELEASES:
 def _release_params(engine: str) -> list[object]:
     return [pytest.param(r.name, id=r.name, marks=() if r.pinned else (pytest.mark.extra_release,))
             for r in RELEASES if r.engine == engine]
+
+
 _WANTED: set[str] = set()  # the engines the selected tests use (filled when collection is final)
 
 
