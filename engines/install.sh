@@ -40,12 +40,11 @@ install_one() {  # install_one NAME: a listed release into its venv
   echo "$name: installed in $((SECONDS - start)) s"
 }
 
+PINNED_VLLM="$(awk '$2 == "vllm" && $5 == "pinned" {print $1}' <<<"$LISTED")"
+
 tiny_model() {  # the tiny Llama beside the venvs, built with the pinned vLLM venv's torch/transformers
-  local pinned dir
-  pinned="$(awk '$2 == "vllm" && $5 == "pinned" {print $1}' <<<"$LISTED")"
-  install_one "$pinned"
-  dir="$ENGINES/tiny-llama"
-  "$ENGINES/$pinned/bin/python" "$HERE/tiny_model.py" "$dir" >/dev/null 2> >(grep -v -E "Writing model shards" >&2)
+  local dir="$ENGINES/tiny-llama"
+  "$ENGINES/$PINNED_VLLM/bin/python" "$HERE/tiny_model.py" "$dir" >/dev/null 2> >(grep -v -E "Writing model shards" >&2)
   echo "tiny model: $dir"
 }
 
@@ -70,8 +69,10 @@ for arg in "$@"; do
   fi
   while read -r name; do wanted+=("$name"); done <<<"$found"
 done
+# every vLLM release serves the tiny model, which the pinned vLLM's venv builds: that venv comes first
+case " ${wanted[*]} " in *" vllm-"*) wanted=("$PINNED_VLLM" "${wanted[@]}"); model=1 ;; esac
+declare -A done_=()
 for name in "${wanted[@]}"; do
-  install_one "$name"
-  case "$name" in vllm-*) model=1 ;; esac
+  if [ -z "${done_[$name]:-}" ]; then install_one "$name"; done_[$name]=1; fi
 done
 if [ -n "${model:-}" ]; then tiny_model; fi
