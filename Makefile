@@ -24,8 +24,10 @@ demo: $(STAMP)
 compile: $(STAMP)
 	$(BIN)/python -m rushhour.sim.compiled build --quiet --best-effort
 
-## engines: install the real vLLM and LiteLLM the `real` tests run against, in their own venvs
-## (cached in ~/.cache/rushhour/engines; the first time takes ~5 minutes, later calls return at once)
+## engines: install every vLLM and LiteLLM release of engines/releases.toml (the pinned ones and the extras)
+## the `real` tests run against, each in its own venv (cached in ~/.cache/rushhour/engines; the first time
+## takes 6–12 minutes: the pinned pair 175 s on an idle 2-core machine, the extra pair 715 s on
+## a busy one; later calls return at once)
 engines:
 	bash engines/install.sh all
 

@@ -1,12 +1,14 @@
 """Record raw wire fixtures from the real vLLM and LiteLLM: every rejection shape they produce, one command.
 
     python engines/record_fixtures.py [vllm|vllm-tools|vllm-no-tools|litellm|gateway|all] [--out tests/fixtures/real]
+    python engines/record_fixtures.py vllm --release vllm-0.31.0     # a release of engines/releases.toml
 
 Starts each server (engines/serve.py), drives it into each shape (queue full, token backlog, the
 error inside a 200 stream, capacity and quota 429s, auth 401, served answers) and writes one JSON per
 shape under ``<out>/<stack>-<version>/``: status, lower-case headers, the body exactly as received
 (de-chunked; SSE streams verbatim), the server and version, and the class the audit must give it.
-After a version bump (engines/*.lock) re-run it and commit the new folder.
+Each engine's pinned release by default; ``--release NAME`` (once per engine) records another release listed
+in engines/releases.toml, in its own folder. After a new release or lock, re-run it and commit the folder.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def in_band(answer: Answer) -> bool:
 
 
 Pick = Callable[[Answer], bool]
+Releases = dict[str, str]  # engine → the release to record (absent: its pinned one)
 
 
 class Recorder:
@@ -154,10 +157,10 @@ def long_prompt(words: int) -> str:
     return " ".join(f"queue{i}" for i in range(words))
 
 
-def record_vllm(out: Path) -> list[str]:
+def record_vllm(out: Path, use: Releases) -> list[str]:
     limits = serve.VllmLimits(max_num_seqs=4, max_num_queued_reqs=8, max_num_queued_tokens=2000,
                               max_model_len=2048)
-    server = serve.start_vllm(limits=limits)
+    server = serve.start_vllm(limits=limits, release_name=use.get("vllm"))
     try:
         rec = Recorder(out, "vllm", server.version, "vllm", "vllm")
         url, path = server.url, "/v1/chat/completions"
@@ -198,14 +201,14 @@ def _key(tier: str, i: int = 0) -> dict[str, str]:
     return {"authorization": f"Bearer sk-tier-{tier}-rec{i}"}
 
 
-def record_litellm(out: Path) -> list[str]:
+def record_litellm(out: Path, use: Releases) -> list[str]:
     tiers: dict[str, dict[str, int | None]] = {
         "interactive": {"max_parallel_requests": 50, "rpm_limit": None},
         "batch": {"max_parallel_requests": 2, "rpm_limit": None},
         "quota": {"max_parallel_requests": None, "rpm_limit": 2},
     }
     deployment = serve.LitellmDeployment(max_parallel_requests=4, mock_delay_s=0.5)
-    server = serve.start_litellm(deployment=deployment, tiers=tiers)
+    server = serve.start_litellm(deployment=deployment, tiers=tiers, release_name=use.get("litellm"))
     try:
         rec = Recorder(out, "litellm", server.version, "litellm", "litellm proxy")
         url, path = server.url, "/v1/chat/completions"
@@ -247,14 +250,15 @@ def record_litellm(out: Path) -> list[str]:
         server.stop()
 
 
-def record_gateway(out: Path) -> list[str]:
+def record_gateway(out: Path, use: Releases) -> list[str]:
     """LiteLLM in front of the tiny vLLM: how the engine's 503s look behind the gateway."""
     limits = serve.VllmLimits(max_num_seqs=2, max_num_queued_reqs=4, max_num_queued_tokens=2000, max_model_len=2048)
-    engine = serve.start_vllm(limits=limits)
+    engine = serve.start_vllm(limits=limits, release_name=use.get("vllm"))
     try:
         tiers: dict[str, dict[str, int | None]] = {"interactive": {"max_parallel_requests": 100, "rpm_limit": None}}
         gateway = serve.start_litellm(deployment=serve.LitellmDeployment(max_parallel_requests=100,
-                                                                          upstream=engine.url), tiers=tiers)
+                                                                          upstream=engine.url), tiers=tiers,
+                                      release_name=use.get("litellm"))
         try:
             rec = Recorder(out, "litellm-vllm", f"{gateway.version}-{engine.version}", "litellm",
                            f"litellm proxy {gateway.version} → vllm {engine.version}")
@@ -289,9 +293,9 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 
 
-def record_vllm_tools(out: Path) -> list[str]:
+def record_vllm_tools(out: Path, use: Releases) -> list[str]:
     """Tool calls as vLLM streams them (hermes parser; ``tool_choice: required``, so the random model calls)."""
-    server = serve.start_vllm(tool_call_parser="hermes")
+    server = serve.start_vllm(tool_call_parser="hermes", release_name=use.get("vllm"))
     try:
         rec = Recorder(out, "vllm", server.version, "vllm", "vllm", cases="vllm-200-*tool-call.json")
         url, path = server.url, "/v1/chat/completions"
@@ -331,9 +335,9 @@ def record_vllm_tools(out: Path) -> list[str]:
 VLLM_NO_TOOLS = "tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"
 
 
-def record_vllm_no_tools(out: Path) -> list[str]:
+def record_vllm_no_tools(out: Path, use: Releases) -> list[str]:
     """What vLLM started without a tool-call parser answers a request that offers tools (as agents send them)."""
-    server = serve.start_vllm()
+    server = serve.start_vllm(release_name=use.get("vllm"))
     try:
         rec = Recorder(out, "vllm", server.version, "vllm", "vllm", cases="vllm-400-*tools-refused.json")
         url, path = server.url, "/v1/chat/completions"
@@ -347,20 +351,33 @@ def record_vllm_no_tools(out: Path) -> list[str]:
         server.stop()
 
 
+JOB_ENGINES = {"vllm": ("vllm",), "vllm-tools": ("vllm",), "vllm-no-tools": ("vllm",), "litellm": ("litellm",),
+               "gateway": ("vllm", "litellm")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("which", nargs="?", default="all",
                         choices=["vllm", "vllm-tools", "vllm-no-tools", "litellm", "gateway", "all"])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--release", action="append", default=[],
+                        help="record this release of engines/releases.toml (vllm-0.31.0) instead of its engine's "
+                             "pinned one; once per engine")
     args = parser.parse_args(argv)
     jobs = {"vllm": record_vllm, "vllm-tools": record_vllm_tools, "vllm-no-tools": record_vllm_no_tools,
             "litellm": record_litellm,
             "gateway": record_gateway}
     try:
+        use: Releases = {}
+        for name in args.release:
+            release = serve.release(name.split("-", 1)[0], name)
+            use[release.engine] = release.name
         for name, job in jobs.items():
-            if args.which in (name, "all"):
+            # "all" with --release: the jobs whose every engine is a chosen release (the pinned folders stay)
+            chosen = set(use) or set(JOB_ENGINES[name])
+            if args.which == name or (args.which == "all" and set(JOB_ENGINES[name]) <= chosen):
                 print(f"{name}:")
-                job(args.out)
+                job(args.out, use)
     except serve.EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

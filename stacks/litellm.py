@@ -1,6 +1,6 @@
 """LiteLLM proxy: a gateway with per-key tiers; capacity 429s kept apart from quota 429s.
 
-Texts read in LiteLLM 1.106.12 (the pinned engine, engines/litellm.lock) and 1.110.2, identical in both:
+Texts read in LiteLLM 1.106.12 (the pinned engine, engines/releases.toml) and 1.110.2, identical in both:
 litellm/types/router.py ``RouterErrors``, router_utils/client_initalization_utils.py,
 proxy/hooks/parallel_request_limiter.py and parallel_request_limiter_v3.py, ``CommonProxyErrors``.
 Errors are OpenAI-shaped: ``{"error": {"message", "type", "param", "code": "429"}}``; messages of the router carry a

@@ -1,8 +1,8 @@
 """Wire fixtures recorded from real servers → the loadgen's response parser → the audit's class.
 
-The fixtures under tests/fixtures/real/<stack>-<version>/ are raw answers of a real vLLM 0.32, a real
-LiteLLM proxy and LiteLLM in front of vLLM (engines/record_fixtures.py records them again after a
-version bump). Each names the class the audit must give it; a rejection must never come out as
+The fixtures under tests/fixtures/real/<stack>-<version>/ are raw answers of each real vLLM and LiteLLM
+proxy release of engines/releases.toml and of LiteLLM in front of vLLM (engines/record_fixtures.py records
+them again after a version bump). Each names the class the audit must give it; a rejection must never come out as
 ``failed``, ``transport`` or ``unclassified``.
 """
 
@@ -116,7 +116,8 @@ def test_recorded_answers_get_their_class(parsed: list[dict[str, object]]) -> No
 
 def test_tools_refused_by_vllm_is_named(parsed: list[dict[str, object]]) -> None:
     rows = [r for r in parsed if "tools-refused" in str(r["file"])]
-    assert len(rows) == 2
+    vllm_folders = [p for p in FIXTURES.glob("vllm-*") if p.name[5:6].isdigit()]
+    assert vllm_folders and len(rows) == 2 * len(vllm_folders)  # streamed and not, per recorded vLLM release
     for row in rows:
         facts = {k: v for k, v in row["facts"].items() if k != "complete"}  # type: ignore[union-attr]
         assert named_cause(str(row["profile"]), **facts) == TOOLS_REFUSED, row  # type: ignore[arg-type]

@@ -77,6 +77,42 @@ ENGINES: dict[str, tuple[str, Callable[[Path], object]]] = {
     "litellm_server": ("LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm).",
                        lambda logs: serve.start_litellm(log_dir=logs / "litellm")),
 }
+
+
+# The release matrix (engines/releases.toml): the pinned releases are the engines above; each extra release
+# runs only the classification and counter tests, through the ``vllm_release`` / ``litellm_release`` fixtures
+# (one test id per release, e.g. ``[vllm-0.31.0]``, marker ``extra_release``), on a server of its own started
+# like its pinned twin (``vllm_server``, ``litellm_server``). A broken release file fails the collection.
+RELEASES = serve.releases.load()
+RELEASE_TWIN = {"vllm": "vllm_server", "litellm": "litellm_server"}  # the pinned engine each release stands in for
+
+
+def _release_engine(name: str) -> str:
+    """The ENGINES key serving release ``name``: the pinned twin itself, or ``<twin>[<release>]``."""
+    release = serve.releases.find(name, RELEASES)
+    twin = RELEASE_TWIN[release.engine]
+    return twin if release.pinned else f"{twin}[{release.name}]"
+
+
+def _start_release(name: str) -> Callable[[Path], object]:
+    """A start like the pinned twin's (vllm_server, litellm_server), on release ``name``."""
+    if name.startswith("vllm-"):
+        return lambda logs: serve.start_vllm(log_dir=logs / name, cpu=SERVES_ON, pin_when_ready=True,
+                                             release_name=name)
+    return lambda logs: serve.start_litellm(log_dir=logs / name, release_name=name)
+
+
+for _release in RELEASES:
+    if not _release.pinned:
+        ENGINES[_release_engine(_release.name)] = (
+            f"{RELEASE_TWIN[_release.engine]} on the extra release {_release.name}.", _start_release(_release.name))
+
+
+def _release_params(engine: str) -> list[object]:
+    return [pytest.param(r.name, id=r.name, marks=() if r.pinned else (pytest.mark.extra_release,))
+            for r in RELEASES if r.engine == engine]
+
+
 _WANTED: set[str] = set()  # the engines the selected tests use (filled when collection is final)
 
 
@@ -101,6 +137,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # after -k/-m deselection and every plugin's reordering: only what will run
     for item in session.items:
         _WANTED.update(name for name in getattr(item, "fixturenames", ()) if name in ENGINES)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        _WANTED.update(_release_engine(params[f"{engine}_release"]) for engine in RELEASE_TWIN
+                       if f"{engine}_release" in params)
 
 
 def _servers(value: object) -> list[object]:
@@ -160,5 +199,19 @@ def _engine_fixture(name: str) -> object:
 
 
 # vllm_server, fcfs_vllm, tool_vllm, gateway, litellm_server: one fixture per engine, as the tests name them
+# (the extra releases' engines are reached through the release fixtures below)
 for _name in ENGINES:
-    globals()[_name] = _engine_fixture(_name)
+    if _name.isidentifier():
+        globals()[_name] = _engine_fixture(_name)
+
+
+@pytest.fixture(scope="session", params=_release_params("vllm"))
+def vllm_release(request: pytest.FixtureRequest, engine_pool: EnginePool) -> object:
+    """vllm_server on each vLLM release in engines/releases.toml (the pinned one is vllm_server itself)."""
+    return engine_pool.get(_release_engine(request.param))
+
+
+@pytest.fixture(scope="session", params=_release_params("litellm"))
+def litellm_release(request: pytest.FixtureRequest, engine_pool: EnginePool) -> object:
+    """litellm_server on each LiteLLM release in engines/releases.toml (the pinned one is litellm_server itself)."""
+    return engine_pool.get(_release_engine(request.param))

@@ -1,5 +1,6 @@
-"""A saturating rushhour run against a real LiteLLM proxy: per tier (= key alias), the audit's classes
-equal LiteLLM's own Prometheus counters; capacity 429s and quota 429s land in different classes."""
+"""A saturating rushhour run against a real LiteLLM proxy (each release in engines/releases.toml): per tier
+(= key alias), the audit's classes equal LiteLLM's own Prometheus counters; capacity 429s and quota 429s land
+in different classes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ ROUTE = "/v1/chat/completions"
 TIERS = ("interactive", "batch")
 
 
-def test_saturated_litellm_counts_equal_the_audit_per_tier(litellm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_saturated_litellm_counts_equal_the_audit_per_tier(litellm_release, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    litellm_server = litellm_release  # every release in engines/releases.toml: pinned and extra
     url = litellm_server.url + "/metrics"
     auth = {"authorization": f"Bearer {KEYS['RH_LITELLM_KEY_INTERACTIVE']}"}
 

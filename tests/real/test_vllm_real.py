@@ -1,7 +1,10 @@
-"""A saturating rushhour run against a real vLLM 0.32: the audit's classes equal vLLM's own counters.
+"""A saturating rushhour run against a real vLLM (each release in engines/releases.toml): the audit's
+classes equal vLLM's own counters.
 
 vLLM labels no tier (no priority label on its counters), so the comparison is in total; per tier the
 test checks that every tier was turned away and that no rejection is failed, transport or unclassified.
+A release without ``vllm:admission_rejections_total`` (0.31: its ``lacks`` in engines/releases.toml) has its
+served answers compared with the counter and its rejections checked by class only.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ SERVED_REASONS = ("stop", "length", "repetition")  # FinishReason: abort and err
 TIERS = ("interactive", "batch")
 
 
-def test_saturated_vllm_counts_equal_the_audit(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_saturated_vllm_counts_equal_the_audit(vllm_release, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    vllm_server = vllm_release  # every release in engines/releases.toml: pinned and extra
     url = vllm_server.url + "/metrics"
 
     def idle(samples: list[tuple[str, dict[str, str], float]]) -> bool:
@@ -42,12 +46,18 @@ def test_saturated_vllm_counts_equal_the_audit(vllm_server, tmp_path) -> None:  
     print(json.dumps({"vllm_counters": server, "audit": per_tier, "status_by_class": status}, indent=1))
 
     assert sum(attempts(summary, t, "served") for t in TIERS) == server["served"], (server, per_tier)
-    assert sum(attempts(summary, t, "queue_full") for t in TIERS) == server["rejected"], (server, per_tier)
-    assert server["rejected"] > 0, "the run did not saturate vLLM's admission limits"
+    checks = summary["crosscheck"]
+    if REJECTIONS in vllm_server.info["lacks"]:
+        # a release without the counter (vLLM 0.31; engines/releases.toml says so): its rejections are checked by
+        # class only, and neither this test nor rushhour's cross-check may claim a match with a counter it lacks
+        assert not any(name == REJECTIONS for name, _, _ in after), f"{vllm_server.version} has {REJECTIONS}"
+        assert not any(str(c["metric"]).startswith(REJECTIONS) for c in checks), checks  # type: ignore[union-attr]
+    else:
+        assert sum(attempts(summary, t, "queue_full") for t in TIERS) == server["rejected"], (server, per_tier)
+        assert server["rejected"] > 0, "the run did not saturate vLLM's admission limits"
     for tier in TIERS:
         assert attempts(summary, tier, "queue_full") > 0, f"{tier}: never turned away ({per_tier[tier]})"
         for cls in (*NEVER_FOR_A_REJECTION, "timeout", "not_sent"):
             assert attempts(summary, tier, cls) == 0, f"{tier}: {cls} in {per_tier[tier]}"
     # rushhour's own cross-check (its scraper, the vLLM profile's counter checks) agrees too.
-    checks = summary["crosscheck"]
     assert checks and all(c["matches"] for c in checks), checks  # type: ignore[union-attr]
