@@ -181,6 +181,11 @@ def crosscheck(
     for check in stack.metrics.checks:
         found = counter_series(metrics, check)
         if found is None:
+            # the server exposes none of the counter's names (an older release, a metric turned off): the check
+            # was not made, and a reader must not take its silence for agreement
+            missing = unmeasured(check, sent, stack.name)
+            if missing is not None:
+                findings.append(missing)
             continue
         name, frame = found
         if len(frame) == 0:
@@ -233,6 +238,18 @@ def crosscheck(
                           "server": server, "in_flight_tolerance": pending, "profile": stack.name},
                 ))
     return checks, findings
+
+
+def unmeasured(check: CounterCheck, sent: pd.DataFrame, profile: str) -> Finding | None:
+    """The finding for a counter check the server's metrics cannot answer, when the client counted events for it."""
+    client = client_count(sent, check.client)
+    if client == 0:
+        return None
+    names = " / ".join(check.names)
+    return Finding(kind="crosscheck_unmeasured", severity="info", tier=None,
+                   message=f"not cross-checked: the client counted {client} {check.client} but the server exposes no "
+                           f"{names}, so no server count agrees or disagrees with it",
+                   data={"metric": names, "client_count": check.client, "client": client, "profile": profile})
 
 
 def _primary(frame: pd.DataFrame) -> pd.DataFrame:

@@ -56,7 +56,7 @@ def parse_until(spec: str, tiers: list[str] | None = None) -> Until:
         raise ValueError(f"--until: {metric}.{key} is not watched (metrics: {', '.join(METRICS)}; percentiles: "
                          f"{', '.join(QUANTILES)})")
     if not 0 < pct < 100:
-        raise ValueError(f"--until: the margin must be between 0 and 100 %, got {pct:g} %")
+        raise ValueError(f"--until: the margin must be between 0 and 100 %, got {text.plain(pct)} %")
     if tiers is not None and tier not in tiers:
         raise ValueError(f"--until: no tier {tier!r} in the scenario (its tiers: {', '.join(tiers)})")
     return Until(tier, metric, key, pct / 100)

@@ -16,6 +16,7 @@ import pytest
 
 from rushhour.audit.crosscheck import crosscheck
 from rushhour.audit.metrics import load_metrics
+from rushhour.audit.summary import Finding
 from rushhour.loadgen.scrape import parse_metrics_text, profile_filter
 
 S = 1_000_000_000
@@ -175,11 +176,21 @@ def test_litellm_unlabelled_tiers_compare_in_total(tmp_path: Path) -> None:
     assert len(findings) == 2 and "status:429" in findings[0].message and "rate_limited" in findings[1].message
 
 
-def test_no_counters_no_checks(tmp_path: Path) -> None:
+def test_a_counter_the_server_lacks_is_named_never_taken_for_agreement(tmp_path: Path) -> None:
+    """No counter, no check: but the client's 3 served have no server count to agree with, and the audit says
+    so (an older release without the family, a metric turned off) rather than staying silent."""
     page = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 0\n"
     _write_scrapes(tmp_path, "vllm", [(60 * S, page)])
-    assert crosscheck(_vllm_client(3, 0, 0, 0), {"interactive": 1, "batch": 0}, load_metrics(tmp_path, None),
-                      profile="vllm") == ([], [])
+    checks, findings = crosscheck(_vllm_client(3, 0, 0, 0), {"interactive": 1, "batch": 0},
+                                  load_metrics(tmp_path, None), profile="vllm")
+    assert checks == []
+    served = [f for f in findings if f.data.get("metric") == "vllm:request_success_total"]
+    assert [f.kind for f in findings] == ["crosscheck_unmeasured"] and len(served) == 1
+    assert "not cross-checked" in served[0].message and "3 served" in served[0].message
+
+
+def _mismatches(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.kind == "crosscheck"]
 
 
 def test_a_server_with_earlier_traffic_is_compared_from_the_baseline(tmp_path: Path) -> None:
@@ -290,7 +301,7 @@ def test_llmd_revocations_per_priority_match_the_429_path(tmp_path: Path) -> Non
     got = {(c.tier, c.priority): (c.client, c.server, c.matches) for c in checks
            if c.metric == "llm_d_epp_flow_control_revocations_issued_total"}
     assert got == {("batch", -1): (3, 3.0, True), ("bulk", -5): (1, 1.0, True)}
-    assert findings == []
+    assert _mismatches(findings) == []
 
 
 def test_llmd_revoked_streams_are_tolerance_not_counted(tmp_path: Path) -> None:
@@ -300,9 +311,9 @@ def test_llmd_revoked_streams_are_tolerance_not_counted(tmp_path: Path) -> None:
     rows = [("batch", 429, "preempted", False)] * 2 + [("batch", 200, "failed", False)]
     checks, findings = crosscheck(_attempts(rows), {"batch": -1}, load_metrics(tmp_path, None), profile="llm-d")
     (check,) = [c for c in checks if c.metric == "llm_d_epp_flow_control_revocations_issued_total"]
-    assert (check.client, check.server, check.matches) == (2, 3.0, True) and findings == []
+    assert (check.client, check.server, check.matches) == (2, 3.0, True) and _mismatches(findings) == []
     rows = [("batch", 429, "preempted", False)] * 2 + [("batch", 200, "served", False)]
     checks, findings = crosscheck(_attempts(rows), {"batch": -1}, load_metrics(tmp_path, None), profile="llm-d")
     (check,) = [c for c in checks if c.metric == "llm_d_epp_flow_control_revocations_issued_total"]
     assert (check.client, check.server, check.matches) == (2, 3.0, False)
-    assert len(findings) == 1 and "preempted" in findings[0].message
+    assert len(_mismatches(findings)) == 1 and "preempted" in _mismatches(findings)[0].message
