@@ -52,6 +52,10 @@ def test_saturated_vllm_counts_equal_the_audit(vllm_release, tmp_path) -> None: 
         # class only, and neither this test nor rushhour's cross-check may claim a match with a counter it lacks
         assert not any(name == REJECTIONS for name, _, _ in after), f"{vllm_server.version} has {REJECTIONS}"
         assert not any(str(c["metric"]).startswith(REJECTIONS) for c in checks), checks  # type: ignore[union-attr]
+        # and the audit says that the client's rejections were not cross-checked, rather than staying silent
+        unmeasured = [f for f in summary["findings"] if f["kind"] == "crosscheck_unmeasured"]  # type: ignore[union-attr]
+        assert any(REJECTIONS in str(f["data"]["metric"]) and f["data"]["client_count"] == "queue_full"
+                   for f in unmeasured), summary["findings"]
     else:
         assert sum(attempts(summary, t, "queue_full") for t in TIERS) == server["rejected"], (server, per_tier)
         assert server["rejected"] > 0, "the run did not saturate vLLM's admission limits"
