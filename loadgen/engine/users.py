@@ -659,23 +659,26 @@ def _write_start(environment: Environment, **_: Any) -> None:
     state.start_ns = time.monotonic_ns()  # Locust's -t runs from here, the probes' time included
     host = environment.host or ""
     scenario = scenario_for(user_classes(environment), host, _planned_s(opts), base=locustfile_dir(opts))
-    calibration = _calibrate(scenario, host, opts.rh_run_id, Path(opts.rh_run_dir))
-    # the anchor is the test's start (a web-UI test may start long after Locust did), after the idle probes;
-    # the spawn message that follows carries it, with the run id and folder, to every worker
-    anchor = Anchor.now()
-    set_anchor(opts, anchor.mono_ns, anchor.wall_ns)
     master = bool(getattr(opts, "master", False))
     manifest = RunManifest(
         run_id=opts.rh_run_id, scenario_name=scenario.name, scenario_source=str(getattr(opts, "locustfile", "") or ""),
         scenario=scenario.model_dump(mode="json"), seed=scenario.seed, target_url=host, profile=scenario.target.profile,
         model=scenario.target.model, dialect=scenario.target.dialect, duration_s=None, drain_s=0.0,
         processes=int(getattr(opts, "expect_workers", 1) or 1) if master else 1,
-        versions=versions("locust", "rushhour", "gevent"),
-        command_line=list(sys.argv), hostname=socket.gethostname(), mono_anchor_ns=anchor.mono_ns,
-        wall_anchor_ns=anchor.wall_ns, started_at=_iso(anchor.wall_ns), schedule_starts_at=_iso(anchor.wall_ns),
-        locust_pid=os.getpid(), extra={"locust_native": True}, calibration=calibration,
+        versions=versions("locust", "rushhour", "gevent"), command_line=list(sys.argv),
+        hostname=socket.gethostname(), started_at=_iso(), locust_pid=os.getpid(), extra={"locust_native": True},
     )
     state.manifest = manifest
+    # written before the idle probes: a test that ends during them (-t shorter than the probes, a stop) still
+    # leaves a run.json, and _finish says it was interrupted there, not a folder the audit cannot read
+    write_manifest(Path(opts.rh_run_dir), manifest)
+    manifest.calibration = _calibrate(scenario, host, opts.rh_run_id, Path(opts.rh_run_dir))
+    # the anchor is the test's start (a web-UI test may start long after Locust did), after the idle probes;
+    # the spawn message that follows carries it, with the run id and folder, to every worker
+    anchor = Anchor.now()
+    set_anchor(opts, anchor.mono_ns, anchor.wall_ns)
+    manifest.mono_anchor_ns, manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
+    manifest.started_at = manifest.schedule_starts_at = _iso(anchor.wall_ns)
     write_manifest(Path(opts.rh_run_dir), manifest)
     if master and environment.runner is not None:  # before the spawn message: the workers' first asks find it
         _install_master_parts(environment, scenario, Path(opts.rh_run_dir))
@@ -769,6 +772,9 @@ def _finish(environment: Environment, **_: Any) -> None:
     if manifest is None or manifest.ended_at:
         return
     opts: Any = environment.parsed_options
+    if manifest.mono_anchor_ns is None:  # the test ended during the idle probes: its clock never started
+        _interrupted_in_calibration(environment, manifest, Path(opts.rh_run_dir))
+        return
     now = time.monotonic_ns()
     anchor = int(manifest.mono_anchor_ns or 0)
     stopped = state.stopping_ns if state.stopping_ns is not None else now
@@ -805,6 +811,19 @@ def _finish(environment: Environment, **_: Any) -> None:
         os.write(2, f"rushhour: run folder {opts.rh_run_dir} (rushhour audit {opts.rh_run_dir})\n".encode())
 
 
+
+
+def _interrupted_in_calibration(environment: Environment, manifest: RunManifest, run_dir: Path) -> None:
+    """run.json of a test stopped before its clock started (nothing measured), one line, and a failing exit."""
+    manifest.stop_reason, manifest.interrupted_during, manifest.ended_at = "interrupted", "calibration", _iso()
+    records = run_dir / "records"
+    manifest.shards = sorted(p.name for p in records.glob("*.jsonl")) if records.exists() else []
+    with contextlib.suppress(OSError):
+        write_manifest(run_dir, manifest)
+    environment.process_exit_code = 1  # nothing was measured: never a green run
+    with contextlib.suppress(OSError):
+        os.write(2, ("rushhour: the test ended during its idle probes (calibration), before its clock started: "
+                     f"nothing was measured; give -t more than the probes take ({run_dir})\n").encode())
 
 
 def _iso(ns: int | None = None) -> str:

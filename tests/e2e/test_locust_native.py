@@ -420,3 +420,38 @@ def test_a_headless_run_stopped_before_its_run_time_is_interrupted(tmp_path: Pat
     manifest = read_manifest(run_dir)
     assert manifest.ended_at is not None, err[-2000:]
     assert manifest.stop_reason == "interrupted", (manifest.stop_reason, manifest.duration_s)
+
+
+def test_a_test_that_ends_during_its_probes_says_so_and_fails(tmp_path: Path) -> None:
+    """``-t`` shorter than the idle probes: Locust's timer ends the test before its clock starts. Before, the folder
+    held the probes' shard and no run.json, and Locust exited 0; now run.json says interrupted during calibration,
+    Locust exits 1 with one line, and the gate never passes (nothing was measured)."""
+    port_file = tmp_path / "port"
+    # an L4 preset: three 4,000-token prefills take longer than the 2-s test
+    testbed = subprocess.Popen(
+        [sys.executable, "-m", "rushhour.testbed", "--port", "0", "--port-file", str(port_file),
+         "--preset", "l4-llama8b", "--replicas", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert testbed.poll() is None and time.monotonic() < deadline, "the testbed did not start"
+            time.sleep(0.05)
+        locustfile = tmp_path / "locustfile.py"
+        locustfile.write_text("from locust import constant\nfrom rushhour.locust import ChatUser\n\n\n"
+                              "class Chat(ChatUser):\n    wait_time = constant(0.5)\n    prompt_tokens = 64\n"
+                              "    output_tokens = 8\n    calibration = {'probes': 3, 'prompt_tokens': [4000]}\n")
+        run_dir = tmp_path / "run"
+        run = subprocess.run(_locust(locustfile, "--headless", "-u", "2", "-r", "2", "-t", "2s", "--host",
+                                     f"http://127.0.0.1:{int(port_file.read_text())}", "--rh-run-dir", str(run_dir)),
+                             cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    finally:
+        os.kill(testbed.pid, signal.SIGTERM)
+        testbed.wait(timeout=10)
+    manifest = read_manifest(run_dir)
+    # the testbed's L4 takes ≈ 1.3 s per 4,000-token prefill in real time: the probes always outlast -t 2s
+    assert manifest.mono_anchor_ns is None, manifest
+    assert (manifest.stop_reason, manifest.interrupted_during) == ("interrupted", "calibration"), manifest
+    assert run.returncode == 1 and "nothing was measured" in run.stderr, run.stderr[-2000:]
+    gate = subprocess.run([sys.executable, "-m", "rushhour.cli", "gate", str(run_dir)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert gate.returncode == 2 and "Traceback" not in gate.stderr, gate.stdout[-2000:] + gate.stderr[-2000:]
