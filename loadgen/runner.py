@@ -1182,12 +1182,12 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         left = set(w["joined"]) - set(w["finished"]) - set(w["missing"]) - set(w["late"])
         if left and stop_reason == "completed":
             stop_reason = manifest.stop_reason = "worker_quit"  # stopped (SIGTERM, scale-down) before its share ended
-    elif stop_reason == "completed" and cut_shares(tail.events):
+    elif stop_reason == "completed" and (cut := cut_shares(tail.events)):
         # Locust's master stopped the test under the processes while the run went on (its workers missed
         # heartbeats on a loaded machine): their shares were cut, and the run idled to its end sending nothing
         stop_reason = manifest.stop_reason = "worker_quit"
-        manifest.error = (f"{len(cut_shares(tail.events))} load process(es) stopped before their share ended "
-                          f"({', '.join(cut_shares(tail.events))}): Locust's master stopped the test under them")
+        manifest.error = (f"{len(cut)} load process(es) stopped before their share ended ({', '.join(cut)}): "
+                          "Locust's master stopped the test under them")
     manifest.generator_warning = tail.saturated()
     if stop_reason == "startup_error":
         manifest.error = start_failure

@@ -56,7 +56,7 @@ from rushhour.loadgen.live import ShardTail
 from rushhour.loadgen.ship import merge_budget_usage, read_master_account
 from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
 from rushhour.records.manifest import RunManifest, versions, write_manifest
-from rushhour.records.record import Anchor, ShardWriter
+from rushhour.records.record import Anchor, ShardWriter, shard_paths
 from rushhour.scenarios.distributions import resolve_trace_path
 from rushhour.scenarios.model import (
     AgentSwarmPersona,
@@ -801,8 +801,7 @@ def _finish(environment: Environment, **_: Any) -> None:
     if manifest.scenario is not None:
         manifest.scenario["phases"] = [Phase(name=PHASE, duration=max(elapsed, 1e-3)).model_dump(mode="json")]
         manifest.scenario["drain_s"] = manifest.drain_s
-    records = Path(opts.rh_run_dir) / "records"
-    manifest.shards = sorted(p.name for p in records.glob("*.jsonl")) if records.exists() else []
+    manifest.shards = [p.name for p in shard_paths(Path(opts.rh_run_dir))]
     if manifest.scenario is not None and manifest.scenario.get("budget"):
         manifest.budget_usage = _budget_usage(Path(opts.rh_run_dir))
     with contextlib.suppress(OSError):
@@ -811,13 +810,10 @@ def _finish(environment: Environment, **_: Any) -> None:
         os.write(2, f"rushhour: run folder {opts.rh_run_dir} (rushhour audit {opts.rh_run_dir})\n".encode())
 
 
-
-
 def _interrupted_in_calibration(environment: Environment, manifest: RunManifest, run_dir: Path) -> None:
     """run.json of a test stopped before its clock started (nothing measured), one line, and a failing exit."""
     manifest.stop_reason, manifest.interrupted_during, manifest.ended_at = "interrupted", "calibration", _iso()
-    records = run_dir / "records"
-    manifest.shards = sorted(p.name for p in records.glob("*.jsonl")) if records.exists() else []
+    manifest.shards = [p.name for p in shard_paths(run_dir)]
     with contextlib.suppress(OSError):
         write_manifest(run_dir, manifest)
     environment.process_exit_code = 1  # nothing was measured: never a green run
