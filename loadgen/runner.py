@@ -7,7 +7,6 @@ monkey-patches for gevent on import) runs as a subprocess with ``loadgen/engine/
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import errno
 import json
 import os
@@ -25,17 +24,17 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 from rich.markup import escape
 
-from rushhour import stacks
 from rushhour.loadgen import doomed, livescale, procs, runkey
+from rushhour.loadgen.lifecycle import Lifecycle, Scrape, iso, new_manifest
 from rushhour.loadgen.live import ShardTail, progress_line, render
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, killed_line, lost_shards
 from rushhour.loadgen.runkey import new_run_id
 from rushhour.loadgen.schedule import scale_phases
-from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
+from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, read_anchor
 from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
 from rushhour.loadgen.tiers import TierError, map_tier
 from rushhour.loadgen.traces import localise_traces
-from rushhour.records.manifest import RunManifest, versions, write_manifest
+from rushhour.records.manifest import RunManifest, write_manifest
 from rushhour.records.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
 from rushhour.scenarios import ScenarioError, load_scenario
 from rushhour.scenarios.loader import Problem, located, resolve_scenario_path
@@ -231,6 +230,11 @@ class RunContext:
     def run_id(self) -> str:
         return self.manifest.run_id
 
+    @property
+    def life(self) -> Lifecycle:
+        """The run's lifecycle steps on its run.json (loadgen/lifecycle.py), as a user's locustfile takes them."""
+        return Lifecycle(self.run_dir, self.manifest)
+
     def save(self) -> None:
         """Write ``run.json`` as it stands now (atomically)."""
         write_manifest(self.run_dir, self.manifest)
@@ -240,7 +244,7 @@ class RunContext:
 
     def fail_startup(self, error: str) -> RunResult:
         """Finish ``run.json`` as a start-up error and say it in one line."""
-        self.manifest.stop_reason, self.manifest.error, self.manifest.ended_at = "startup_error", error[:2000], _iso()
+        self.manifest.stop_reason, self.manifest.error, self.manifest.ended_at = "startup_error", error[:2000], iso()
         self.save()
         self.say(f"[bold red]error:[/] {escape(error)}")
         return RunResult(self.run_dir, EXIT_STARTUP, "startup_error")
@@ -419,11 +423,6 @@ def _loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def _iso(ns: int | None = None) -> str:
-    ts = (ns if ns is not None else time.time_ns()) / 1e9
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def closed_personas(scenario: Scenario) -> list[str]:
     """The ramped personas the live load scale does not reach (no open-loop arrival rate): a find-limit refuses."""
     persona = scenario.find_limit.persona if scenario.find_limit else None
@@ -494,24 +493,9 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         _say(console, f"[bold red]error:[/] no space left on the device holding {escape(str(options.out_dir))}: "
                       "nothing was started")
         return RunResult(None, EXIT_DISK_FULL, "disk_full")
-    manifest = RunManifest(
-        run_id=run_id,
-        scenario_name=scenario.name,
-        scenario_source=str(name_or_path),
-        scenario=scenario.model_dump(mode="json"),
-        seed=scenario.seed,
-        target_url=scenario.target.url,
-        profile=scenario.target.profile,
-        model=scenario.target.model,
-        dialect=scenario.target.dialect,
-        processes=options.expect_workers or options.processes,
-        versions=versions("locust", "rushhour", "gevent"),
-        command_line=list(sys.argv),
-        hostname=socket.gethostname(),
-        duration_s=scenario.duration_s,
-        drain_s=scenario.drain_s,
-        started_at=_iso(),
-    )
+    manifest = new_manifest(run_id, scenario, str(name_or_path), scenario.target.url,
+                            processes=options.expect_workers or options.processes, duration_s=scenario.duration_s,
+                            drain_s=scenario.drain_s)
     # From here on a run folder exists: SIGINT/SIGTERM must end in a finished run.json, never a bare exit.
     # Until the load starts the signal raises ``_Interrupted`` (testbed start-up and calibration block);
     # ``_drive`` installs its own handler that forwards the stop to Locust.
@@ -525,7 +509,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             except _Interrupted:
                 sigs.raising = False  # a second signal while we clean up only counts
                 _stop_started(ctx.testbeds, before)
-                manifest.stop_reason, manifest.ended_at, manifest.interrupted_during = "interrupted", _iso(), ctx.stage
+                manifest.stop_reason, manifest.ended_at, manifest.interrupted_during = "interrupted", iso(), ctx.stage
                 ctx.save()
                 ctx.say(f"interrupted during {ctx.stage}; partial run in {run_dir}")
                 return RunResult(run_dir, EXIT_INTERRUPTED, "interrupted")
@@ -579,15 +563,12 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         for name, tb in testbeds.items()
     }
     ctx.save()
-    if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
-        ctx.stage = "calibration"
-        info = _calibrate(ctx, target_url)
-        ctx.stage = "start-up"
-        # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
-        if not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
-            found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
-            if found is not None:
-                return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
+    info = ctx.life.calibrate(scenario, lambda sizes: _calibrate(ctx, target_url, len(sizes)))
+    # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
+    if info is not None and not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
+        found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
+        if found is not None:
+            return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
     manifest.resolved_target_url = target_url
     ctx.stage = "the load"
     try:
@@ -632,9 +613,8 @@ def _stop_doomed(ctx: RunContext, found: dict[str, Any], target_url: str) -> Run
     """Calibration found the run doomed: no load is started; run.json says why, in the server's words."""
     manifest = ctx.manifest
     manifest.abort = _name_models(ctx.scenario, target_url, found)
-    manifest.stop_reason, manifest.ended_at = doomed.STOP_DOOMED, _iso()
+    ctx.life.finish(doomed.STOP_DOOMED)
     manifest.resolved_target_url = target_url
-    manifest.shards = [p.name for p in shard_paths(ctx.run_dir)]
     ctx.save()
     ctx.say(f"[bold red]error:[/] {escape(manifest.abort['message'])}")
     ctx.say("no load was sent: every calibration probe failed alike (fail fast; `--keep-going` runs the load anyway)")
@@ -648,9 +628,7 @@ def _set_anchor(ctx: RunContext, anchor: Anchor) -> str | None:
             ctx.manifest.testbeds[name]["faults"] = tb.schedule_faults(anchor.mono_ns)
     except TestbedError as exc:
         return str(exc)
-    ctx.manifest.mono_anchor_ns, ctx.manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
-    ctx.manifest.schedule_starts_at = _iso(anchor.wall_ns)
-    ctx.save()
+    ctx.life.anchor(anchor)
     return None
 
 
@@ -683,8 +661,7 @@ def _disk_full(ctx: RunContext, exc: OSError) -> RunResult:
     _release(run_dir)
     anchor = manifest.mono_anchor_ns
     at_s = round((time.monotonic_ns() - anchor) / 1e9, 3) if anchor is not None else None
-    manifest.stop_reason, manifest.ended_at = "disk_full", _iso()
-    manifest.shards = [p.name for p in shard_paths(run_dir)]
+    ctx.life.finish("disk_full")
     manifest.error = f"no space left on the device holding {run_dir} ({exc.strerror or exc}) during {stage}"
     manifest.disk_full = {
         "during": stage,
@@ -718,7 +695,7 @@ CALIBRATION_TIMEOUT_S = 600.0
 CALIBRATION_PROGRESS_EVERY_S = 10.0  # print "calibration: 3/10 probes …" at most this often
 
 
-def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
+def _calibrate(ctx: RunContext, target_url: str, planned: int) -> dict[str, Any]:
     """Send the idle probes in a child process (gevent) *before* the run's anchor is taken.
 
     The probes go to the primary route one after another and are recorded in their own shard
@@ -730,13 +707,13 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
 
     Sets ``ctx.manifest.calibration`` (written as soon as the child runs: its PID, for clean-up)
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
-    recorded cancelled) and propagates.
+    recorded cancelled) and propagates, with ``ctx.stage`` still naming the calibration.
     """
-    from rushhour.loadgen.probes import probe_plan, probe_scenario, read_progress
+    from rushhour.loadgen.probes import probe_scenario, read_progress
 
     run_dir, run_id, console = ctx.run_dir, ctx.run_id, ctx.console
     scenario = ctx.scenario
-    planned = len(probe_plan(scenario))
+    ctx.stage = "calibration"
     timeouts = probe_scenario(scenario).resilience.timeouts
     _say(
         console,
@@ -799,6 +776,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
         _say(console, f"[yellow]warning:[/] calibration exited {code}; see {log_path}")
     else:
         _say(console, f"calibration: {progress.get('served', 0)}/{planned} probes served")
+    ctx.stage = "start-up"
     return info
 
 
@@ -1040,7 +1018,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
             return ctx.fail_startup(anchor)
         if anchor is None:
             return _workers_missing(ctx, proc, sigs, log_path)
-        scraper = _start_scraper(scenario, target_url, run_dir, anchor)
+        scraper = ctx.life.scraper(scenario, target_url,
+                                   lambda where: _scraper_thread(where, anchor, scenario.target.is_testbed))
         if otlp is not None:
             try:
                 otlp.start(run_id, anchor.wall_ns)
@@ -1167,11 +1146,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     start_failure = None if interrupted else _start_failure(log_path)
     if start_failure and not any(_has_requests(p) for p in load_shards):
         stop_reason = "startup_error"  # a load process could not start: nothing ran, say so once
-    manifest.ended_at, manifest.stop_reason, manifest.locust_exit_code = _iso(), stop_reason, proc.returncode
+    ctx.life.finish(stop_reason, tail.events)
+    manifest.locust_exit_code = proc.returncode
     if killed_late_s is not None:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
-    manifest.shards = [p.name for p in shards]
-    manifest.budget_usage = merge_budget_usage(tail.events, read_master_account(run_dir))
     manifest.auth = runkey.read_account(run_dir)
     if manifest.auth and manifest.auth.get("rejected_total"):
         _say(console, f"[yellow]warning:[/] the master dropped {manifest.auth['rejected_total']} message(s) not "
@@ -1246,7 +1224,7 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
     if sigs.count:
         waiting = "waiting for workers" if opts.expect_workers else "start-up"
         ctx.manifest.stop_reason, ctx.manifest.ended_at, ctx.manifest.interrupted_during = (
-            "interrupted", _iso(), waiting)
+            "interrupted", iso(), waiting)
         ctx.save()
         ctx.say(f"interrupted {'while' if opts.expect_workers else 'during'} {waiting}; partial run in {ctx.run_dir}")
         return RunResult(ctx.run_dir, EXIT_INTERRUPTED, "interrupted")
@@ -1329,24 +1307,17 @@ def _has_requests(path: Path) -> bool:
         return b'"kind":"request"' in handle.read(1 << 20) or path.stat().st_size > (1 << 20)
 
 
-def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: Anchor) -> Any:
-    metrics = scenario.target.metrics
-    if metrics is None:
-        return None
-    try:
-        from rushhour.loadgen.scrape import MetricsScraper, metrics_url, profile_filter, read_credential
-    except ImportError:  # pragma: no cover - helper optional
-        return None
-    profile = stacks.get(scenario.target.profile)
-    url = metrics_url(target_url, metrics.url, profile.metrics.path)
-    if url is None:
-        return None
+def _scraper_thread(where: Scrape, anchor: Anchor, testbed: bool) -> Any:
+    """The lifecycle's scraper step as ``rushhour run`` takes it: a thread of the CLI (it parses off the load)."""
+    from rushhour.loadgen.scrape import MetricsScraper, profile_filter, read_credential
+
+    metrics = where.options
     token = None
     if metrics.credential is not None:  # checked before the run (check_mapping); never written anywhere
         token = read_credential(metrics.credential)
         register_secret(token)
-    return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor,
-                          keep=profile_filter(profile.name, scenario.target.is_testbed), token=token,
+    return MetricsScraper(where.url, metrics.interval_s, metrics.timeout_s, where.path, anchor,
+                          keep=profile_filter(where.profile, testbed), token=token,
                           credential_name=metrics.credential).start()
 
 
