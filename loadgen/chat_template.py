@@ -19,7 +19,7 @@ from jinja2.ext import loopcontrols
 from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rushhour.loadgen.prompts import BYTES_PER_TOKEN
+from rushhour.loadgen.token_size import BYTES_PER_TOKEN
 from rushhour.scenarios.model import MAX_TOKENS
 
 # a rendered prompt holds at most one prompt's text (MAX_TOKENS at BYTES_PER_TOKEN) and its framing: 4× that

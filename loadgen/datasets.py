@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rushhour.loadgen.bounded_json import JsonShapeError, check_depth
-from rushhour.loadgen.prompts import BYTES_PER_TOKEN
-from rushhour.loadgen.traces import TraceError
+from rushhour.loadgen.token_size import BYTES_PER_TOKEN
+from rushhour.loadgen.trace_error import TraceError
 from rushhour.scenarios.model import MAX_TOKENS
 
 SHAREGPT = "sharegpt"

@@ -14,10 +14,11 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rushhour.loadgen.token_size import BYTES_PER_TOKEN as BYTES_PER_TOKEN  # its home; the callers read it here
+
 if TYPE_CHECKING:
     from rushhour.loadgen.tokens import Tokenizer
 
-BYTES_PER_TOKEN = 4  # same convention as the testbed's token counter (ceil(bytes / 4))
 _BASE_BYTES = 1 << 20
 
 _WORDS_TEXT = (

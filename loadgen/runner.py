@@ -1,13 +1,13 @@
-"""``rushhour run``: resolve the scenario, start the testbed if asked, drive Locust, watch, stop, record.
+"""``rushhour run``: start the testbed if asked, drive Locust, watch, stop, record.
 
-This module runs in the parent process and never imports locust or gevent: Locust (which
-monkey-patches for gevent on import) runs as a subprocess with ``loadgen/engine/locustfile.py``.
+The scenario comes prepared (``loadgen/prepare.py``: the command line's overrides and every check). This module
+runs in the parent process and never imports locust or gevent: Locust (which monkey-patches for gevent on import)
+runs as a subprocess with ``loadgen/engine/locustfile.py``; only the CLI (``rushhour``) imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import errno
 import json
 import os
@@ -20,27 +20,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
-from pydantic import ValidationError
 from rich.markup import escape
 
-from rushhour import stacks
 from rushhour.loadgen import doomed, livescale, procs, runkey
+from rushhour.loadgen.lifecycle import Lifecycle, Scrape, iso, new_manifest
 from rushhour.loadgen.live import ShardTail, progress_line, render
+from rushhour.loadgen.prepare import (
+    STOP_LIMIT_FOUND,
+    STOP_PRECISION,
+    LiveExporter,
+    OtlpSink,
+    RunOptions,
+    Watch,
+    prepare,
+)
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, killed_line, lost_shards
 from rushhour.loadgen.runkey import new_run_id
-from rushhour.loadgen.schedule import scale_phases
-from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, merge_budget_usage, read_anchor, read_master_account
-from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, repo_root, stop_pid
-from rushhour.loadgen.tiers import TierError, map_tier
-from rushhour.loadgen.traces import localise_traces
-from rushhour.records.manifest import RunManifest, versions, write_manifest
+from rushhour.loadgen.ship import ANCHOR_LEAD_S, WORKERS_LOG, read_anchor
+from rushhour.loadgen.testbed_proc import TestbedError, TestbedProcess, child_env, stop_pid
+from rushhour.loadgen.tiers import TierError
+from rushhour.records.manifest import RunManifest, write_manifest
 from rushhour.records.record import START_FAILED_MARK, Anchor, is_disk_full, register_secret, shard_paths
-from rushhour.scenarios import ScenarioError, load_scenario
-from rushhour.scenarios.loader import Problem, located, resolve_scenario_path
-from rushhour.scenarios.model import PROFILES, Route, Scenario, parse_duration
-from rushhour.scenarios.names import did_you_mean
+from rushhour.scenarios.model import Route, Scenario
 
 EXIT_OK, EXIT_STARTUP, EXIT_INTERRUPTED = 0, 2, 130  # 130: Ctrl-C or SIGTERM of the runner only
 EXIT_DISK_FULL = 2  # the run could not be recorded in full: nothing to judge
@@ -57,51 +60,6 @@ STOP_GRACE_S = 15.0
 OVERRUN_MARGIN_S = 40.0
 PROGRESS_EVERY_S = 5.0  # off a terminal (a CI log): a progress line this often instead of the live table
 LOCUSTFILE = Path(__file__).parent / "engine" / "locustfile.py"  # the Locust child (loadgen/engine/)
-
-
-class Watch(Protocol):
-    """The early-abort watcher (audit/early.py ``Watcher``): fed by the shard tail, asked to decide."""
-
-    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
-
-    def look(self, elapsed_s: float) -> dict[str, Any] | None: ...
-
-
-class Limit(Protocol):
-    """The find-limit controller (audit/limit.py ``LimitController``): fed by the shard tail, asked for the load."""
-
-    done: bool
-    persona: str | None
-
-    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
-
-    def start(self, now_s: float = 0.0) -> float: ...
-
-    def look(self, now_s: float) -> float | None: ...
-
-    def result(self) -> dict[str, Any]: ...
-
-    def sentence(self) -> str: ...
-
-
-class LiveExporter(Protocol):
-    """The run's live figures (audit/live.py ``LiveMetrics``): fed by the shard tail, served over HTTP."""
-
-    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int: ...
-
-    def close(self) -> None: ...
-
-
-class OtlpSink(Protocol):
-    """The run's attempts as spans over OTLP (audit/otlp.py ``OtlpExport``): fed by the shard tail, off the load."""
-
-    def start(self, run_id: str, wall_anchor_ns: int) -> None: ...
-
-    def feed(self, record: dict[str, Any], shard: str = "") -> None: ...
-
-    def close(self) -> dict[str, Any]: ...
 
 
 class _GuardedFeed:
@@ -154,57 +112,8 @@ class _GuardedWatch:
             return None
 
 
-ABORT_MODES = ("hopeless", "saturation")
 ABORT_LOOK_EVERY_S = 2.0  # how often the watcher is asked (each look re-sorts a tier's latencies)
 LIMIT_LOOK_EVERY_S = 1.0  # how often the find-limit controller is asked (its steps last many seconds)
-STOP_LIMIT_FOUND = "limit_found"  # the find-limit controller ended the run: its search is over
-STOP_PRECISION = "precision_reached"  # --until: the watched figure was known well enough
-
-
-@dataclass
-class RunOptions:
-    """Overrides and switches for one run (the CLI passes exactly the first eight)."""
-
-    target: str | None = None
-    profile: str | None = None
-    out_dir: Path = Path("runs")
-    processes: int = 1
-    duration: str | None = None
-    seed: int | None = None
-    web: bool = False
-    dry_run: bool = False
-    locust_args: list[str] = field(default_factory=list)  # extra Locust flags (advanced)
-    allow_paths: list[Path] = field(default_factory=list)  # traces may also come from these folders
-    live: bool | None = None  # None: a live view when the console is a terminal
-    expect_workers: int = 0  # > 0: a Locust master that waits for this many `rushhour worker`s
-    master_bind: str = "127.0.0.1"  # where that master listens for its workers
-    master_port: int = 5557
-    workers_wait_s: float = 60.0  # how long it waits for them before giving up (one-line error)
-    # early abort: None keeps the scenario's `abort:`; else the modes to watch ([] = none), from --abort
-    abort: list[str] | None = None
-    # builds the watcher for a scenario with an `abort:` (rushhour passes audit.early.Watcher: the parent
-    # side of loadgen may not import the audit); a scenario asking for an abort without one is refused
-    watcher: Callable[[Scenario], Watch] | None = None
-    # lines a dry run adds for the scenario as it would run (rushhour passes rushhour.fits.dry_run_notes: the
-    # testbed it would start, and the trace rows or conversations that exceed its context)
-    dry_run_notes: Callable[[Scenario], list[str]] | None = None
-    keep_going: bool = False  # --keep-going: no fail-fast stop when every attempt fails alike (loadgen/doomed.py)
-    # --metrics-port: serve the run's live figures on /metrics while the load runs (0: any free port), built by
-    # ``live_metrics`` (rushhour passes audit.live.LiveMetrics: they are classified as the audit classifies)
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    live_metrics: Callable[[Scenario], LiveExporter] | None = None
-    # --otlp: each attempt as a span and the per-tier figures over OTLP, built by ``otlp`` (rushhour passes
-    # audit.otlp.OtlpExport with the endpoint bound) and fed by the shard tail in this process, never the load's
-    otlp: Callable[[Scenario], OtlpSink] | None = None
-    # --find-limit: builds the controller for a scenario with a `find_limit:` (rushhour passes
-    # audit.limit.LimitController); it sets the load of the running processes through loadgen/livescale.py
-    limit: Callable[[Scenario], Limit] | None = None
-    find_limit: bool = False  # --find-limit: the scenario's `find_limit:`, else the defaults
-    find_limit_persona: str | None = None  # --find-limit-persona: ramp this persona only
-    # --until: builds the precision watcher (rushhour passes audit.until.UntilWatcher): it ends the run once its
-    # figure is known well enough (``look`` returns run.json's ``until``), else the run's duration is the cap
-    until: Callable[[Scenario], Watch] | None = None
 
 
 @dataclass
@@ -231,6 +140,11 @@ class RunContext:
     def run_id(self) -> str:
         return self.manifest.run_id
 
+    @property
+    def life(self) -> Lifecycle:
+        """The run's lifecycle steps on its run.json (loadgen/lifecycle.py), as a user's locustfile takes them."""
+        return Lifecycle(self.run_dir, self.manifest)
+
     def save(self) -> None:
         """Write ``run.json`` as it stands now (atomically)."""
         write_manifest(self.run_dir, self.manifest)
@@ -240,242 +154,15 @@ class RunContext:
 
     def fail_startup(self, error: str) -> RunResult:
         """Finish ``run.json`` as a start-up error and say it in one line."""
-        self.manifest.stop_reason, self.manifest.error, self.manifest.ended_at = "startup_error", error[:2000], _iso()
+        self.manifest.stop_reason, self.manifest.error, self.manifest.ended_at = "startup_error", error[:2000], iso()
         self.save()
         self.say(f"[bold red]error:[/] {escape(error)}")
         return RunResult(self.run_dir, EXIT_STARTUP, "startup_error")
 
 
-def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:
-    """The scenario with the command line's target, profile, seed and duration applied (pure)."""
-    update: dict[str, Any] = {}
-    target = scenario.target
-    if options.target or options.profile:
-        if options.profile and options.profile not in PROFILES:
-            raise ScenarioError(
-                "--profile",
-                [
-                    Problem(
-                        "target.profile", None, f"unknown profile {options.profile!r}",
-                        did_you_mean(options.profile, PROFILES) or f"known: {', '.join(PROFILES)}"
-                    )
-                ],
-            )
-        tupdate: dict[str, Any] = {}
-        if options.target:
-            tupdate["url"] = options.target.rstrip("/")
-        if options.profile:
-            tupdate["profile"] = options.profile
-        target = target.model_copy(update=tupdate)
-        try:
-            target = type(target).model_validate(target.model_dump())
-        except ValidationError as exc:  # each error's own words: never the rejected value (it may hold a key)
-            problems = [Problem("target." + ".".join(map(str, err["loc"])), None,
-                                str(err["msg"]).removeprefix("Value error, ")) for err in exc.errors()]
-            raise ScenarioError("--target", problems) from None
-        update["target"] = target
-    if options.seed is not None:
-        update["seed"] = options.seed
-    if options.abort is not None:
-        unknown = sorted(set(options.abort) - set(ABORT_MODES))
-        if unknown:
-            raise ScenarioError("--abort", [Problem("abort", None, f"unknown mode(s) {', '.join(unknown)}",
-                                                    f"known: {', '.join(ABORT_MODES)}")])
-        from rushhour.scenarios.model import Abort
-
-        base = scenario.abort or Abort()
-        update["abort"] = base.model_copy(update={"hopeless_slo": "hopeless" in options.abort,
-                                                  "saturation": "saturation" in options.abort})
-    if options.find_limit and (scenario.find_limit is None or options.find_limit_persona):
-        from rushhour.scenarios.model import FindLimit
-
-        names = [p.name for p in scenario.personas]
-        persona = options.find_limit_persona
-        if persona is not None and persona not in names:
-            raise ScenarioError("--find-limit-persona", [Problem("find_limit.persona", None,
-                                                                 f"unknown persona {persona!r}",
-                                                                 did_you_mean(persona, names) or
-                                                                 f"personas: {', '.join(names)}")])
-        limit = scenario.find_limit or FindLimit()  # --find-limit on a scenario without the block: the defaults
-        update["find_limit"] = limit.model_copy(update={"persona": persona or limit.persona})
-    if options.duration:
-        try:
-            total = parse_duration(options.duration)
-            update["phases"] = scale_phases(scenario.phases, total)
-        except ValueError as exc:
-            raise ScenarioError("--duration", [Problem("phases", None, str(exc))]) from None
-    return scenario.model_copy(update=update) if update else scenario
-
-
-def check_mapping(scenario: Scenario, where: str) -> None:
-    """Map every (tier, tenant) on every route now: a bad profile or credential fails before any send."""
-    routes: list[tuple[str, str, str | None]] = [(scenario.target.profile, scenario.target.dialect, None)]
-    routes += [(r.profile, r.dialect or scenario.target.dialect, r.credential) for r in scenario.resilience.fallback]
-    problems = []
-    for profile, dialect, cred in routes:
-        for tier in scenario.tiers:
-            try:
-                map_tier(tier, tier.tenant_ids[0], profile, dialect, credential_override=cred)
-            except TierError as exc:
-                problems.append(Problem(f"tiers.{tier.name}", None, str(exc)))
-    metrics = scenario.target.metrics
-    if metrics is not None and metrics.credential is not None:
-        from rushhour.loadgen.scrape import read_credential
-
-        try:
-            read_credential(metrics.credential)
-        except ValueError as exc:
-            problems.append(Problem("target.metrics.credential", None, str(exc)))
-    if problems:
-        raise ScenarioError(where, located(where, problems))
-
-
-def check_tokenizer(scenario: Scenario, scenario_dir: Path, where: str) -> Scenario:
-    """Load the scenario's tokenizer once here (a relative path is the scenario folder's, else the working one's)."""
-    path = scenario.target.tokenizer
-    if not path:
-        return scenario
-    from rushhour.loadgen.tokens import TokenizerError, load
-
-    given = Path(path).expanduser()
-    if not given.is_absolute() and (scenario_dir / given).exists():
-        given = scenario_dir / given
-    try:
-        tokenizer = load(given)
-    except TokenizerError as exc:
-        raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, str(exc))])) from None
-    if tokenizer.chat_template is not None:  # rendered once now, in a child with caps: a bomb fails here, not mid-run
-        from rushhour.loadgen.template_trial import trial_render
-
-        problem = trial_render(Path(tokenizer.path).parent, str(tokenizer.template_file))
-        if problem:
-            raise ScenarioError(where, located(where, [Problem("target.tokenizer", None, problem)]))
-    from rushhour.loadgen.datasets import DatasetError, check_tokens
-
-    for i, persona in enumerate(scenario.personas):  # dataset rows held to a prompt's tokens, counted exactly now
-        spec = getattr(persona, "dataset", None)
-        if spec is not None:
-            try:
-                check_tokens(spec.path, spec.format, spec.limit, tokenizer.count)
-            except DatasetError as exc:
-                problems = [Problem(f"personas.{i}.dataset.path", None, str(exc))]
-                raise ScenarioError(where, located(where, problems)) from None
-    target = scenario.target.model_copy(update={"tokenizer": str(given.resolve())})
-    return scenario.model_copy(update={"target": target})
-
-
-def check_routes(scenario: Scenario, where: str) -> None:
-    """Build every route's endpoint now: a URL the load processes could not connect to fails here, once."""
-    from rushhour.loadgen.endpoint import Endpoint
-
-    urls = [("target.url", scenario.target.url)]
-    urls += [(f"resilience.fallback.{r.name}.url", r.url) for r in scenario.resilience.fallback]
-    problems = []
-    for field_name, url in urls:
-        if url == "testbed":
-            continue
-        try:
-            Endpoint.parse(url)
-        except ValueError as exc:
-            problems.append(Problem(field_name, None, f"cannot build a route to {url!r}: {exc}"))
-    if problems:
-        raise ScenarioError(where, located(where, problems))
-
-
-FD_OVERHEAD = 32  # a load process's own files: shard, log, Python, Locust, gevent's hub
-
-
-def peak_connections(scenario: Scenario, processes: int) -> int:
-    """Sockets one load process may hold at once: each persona's peak (its own ``peak_sockets``) over the processes."""
-    scale = max((p.agents_scale if p.agents_scale is not None else p.rate_scale for p in scenario.phases),
-                default=1.0)
-    total = sum(persona.peak_sockets(scale) for persona in scenario.personas)
-    return int(total / max(1, processes)) + FD_OVERHEAD
-
-
-def check_machine(scenario: Scenario, processes: int, where: str) -> None:
-    """Open-file limit against the connections the scenario may hold: raise the soft limit if it is too
-    low (the load processes inherit it), refuse in one line if even the hard limit is."""
-    import resource
-
-    need = peak_connections(scenario, processes)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if need <= soft:
-        return
-    if hard == resource.RLIM_INFINITY or need <= hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else hard, hard))
-            return
-    more = -(-need * processes // max(1, hard - FD_OVERHEAD))
-    raise ScenarioError(where, [Problem(
-        "personas", None,
-        f"up to {need:,} connections per load process, but this machine allows {hard:,} open files "
-        f"(ulimit -n)", f"use --processes {more} or fewer agents/sessions/max_in_flight")])
-
-
-
-
-def _loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _iso(ns: int | None = None) -> str:
-    ts = (ns if ns is not None else time.time_ns()) / 1e9
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def closed_personas(scenario: Scenario) -> list[str]:
-    """The ramped personas the live load scale does not reach (no open-loop arrival rate): a find-limit refuses."""
-    persona = scenario.find_limit.persona if scenario.find_limit else None
-    return [p.name for p in scenario.personas if (persona is None or p.name == persona)
-            and not ((p.kind == "chat" and getattr(p, "concurrency", None) is None)
-                     or (p.kind == "agent_swarm" and getattr(p, "start", "") == "arrivals"))]
-
-
-def check_find_limit(scenario: Scenario, options: RunOptions, where: str) -> None:
-    """``ScenarioError`` unless this run can find a limit: a controller, local processes only (remote workers
-    do not read the run folder's load scale) and personas the live scale reaches (open-loop arrivals)."""
-    if options.limit is None:
-        raise ScenarioError(where, [Problem("find_limit", None, "this caller cannot run the find-limit controller",
-                                            "run it with `rushhour run --find-limit`")])
-    if options.expect_workers:
-        raise ScenarioError("--find-limit", [Problem("find_limit", None, "remote workers cannot follow the "
-                                                     "controller's load (it is set in the run folder)",
-                                                     "run it with local --processes")])
-    closed = closed_personas(scenario)
-    if closed:
-        raise ScenarioError(where, [Problem("find_limit", None, f"persona(s) {', '.join(closed)} have no open-loop "
-                                            "arrival rate the controller can scale (chat, or agent_swarm with "
-                                            "start: arrivals)", "name one persona with find_limit.persona")])
-
-
 def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = None) -> RunResult:
     """Run one scenario end to end; raises ``ScenarioError``/``FileNotFoundError`` for bad input."""
-    scenario = apply_overrides(load_scenario(name_or_path), options)
-    check_mapping(scenario, str(name_or_path))
-    check_routes(scenario, str(name_or_path))
-    check_machine(scenario, options.processes, str(name_or_path))
-    scenario_dir = resolve_scenario_path(name_or_path).resolve().parent
-    scenario = localise_traces(scenario, scenario_dir, options.allow_paths, str(name_or_path))
-    scenario = check_tokenizer(scenario, scenario_dir, str(name_or_path))
-    if options.processes < 1:
-        raise ScenarioError("--processes", [Problem("processes", None, "must be >= 1")])
-    if scenario.abort is not None and scenario.abort.enabled and options.watcher is None:
-        # fail closed: an abort asked for and silently not watched would let a hopeless run go on unseen
-        raise ScenarioError(str(name_or_path), [Problem("abort", None, "this caller cannot watch for an early "
-                                                        "abort", "run it with `rushhour run`")])
-    if scenario.find_limit is not None:
-        check_find_limit(scenario, options, str(name_or_path))
-    if options.expect_workers and not _loopback(options.master_bind) and (
-            scenario.target.is_testbed or any(r.url == "testbed" for r in scenario.resilience.fallback)):
-        raise ScenarioError("--expect-workers", [Problem("target.url", None, (
-            "the embedded testbed listens on this machine's loopback, out of remote workers' reach: target a "
-            "stack they can reach (a testbed of its own: python -m rushhour.testbed --host ADDR)"))])
-    if options.expect_workers:  # remote workers prove the run's secret, which they get out of band (env)
-        try:
-            runkey.secret_from()
-        except ValueError as exc:
-            raise ScenarioError("--expect-workers", [Problem(runkey.SECRET_ENV, None, str(exc))]) from None
+    scenario = prepare(name_or_path, options)
     from rushhour.loadgen.walltime import wall_time
 
     planned = wall_time(scenario).line()
@@ -494,24 +181,9 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         _say(console, f"[bold red]error:[/] no space left on the device holding {escape(str(options.out_dir))}: "
                       "nothing was started")
         return RunResult(None, EXIT_DISK_FULL, "disk_full")
-    manifest = RunManifest(
-        run_id=run_id,
-        scenario_name=scenario.name,
-        scenario_source=str(name_or_path),
-        scenario=scenario.model_dump(mode="json"),
-        seed=scenario.seed,
-        target_url=scenario.target.url,
-        profile=scenario.target.profile,
-        model=scenario.target.model,
-        dialect=scenario.target.dialect,
-        processes=options.expect_workers or options.processes,
-        versions=versions("locust", "rushhour", "gevent"),
-        command_line=list(sys.argv),
-        hostname=socket.gethostname(),
-        duration_s=scenario.duration_s,
-        drain_s=scenario.drain_s,
-        started_at=_iso(),
-    )
+    manifest = new_manifest(run_id, scenario, str(name_or_path), scenario.target.url,
+                            processes=options.expect_workers or options.processes, duration_s=scenario.duration_s,
+                            drain_s=scenario.drain_s)
     # From here on a run folder exists: SIGINT/SIGTERM must end in a finished run.json, never a bare exit.
     # Until the load starts the signal raises ``_Interrupted`` (testbed start-up and calibration block);
     # ``_drive`` installs its own handler that forwards the stop to Locust.
@@ -525,7 +197,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
             except _Interrupted:
                 sigs.raising = False  # a second signal while we clean up only counts
                 _stop_started(ctx.testbeds, before)
-                manifest.stop_reason, manifest.ended_at, manifest.interrupted_during = "interrupted", _iso(), ctx.stage
+                manifest.stop_reason, manifest.ended_at, manifest.interrupted_during = "interrupted", iso(), ctx.stage
                 ctx.save()
                 ctx.say(f"interrupted during {ctx.stage}; partial run in {run_dir}")
                 return RunResult(run_dir, EXIT_INTERRUPTED, "interrupted")
@@ -579,15 +251,12 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         for name, tb in testbeds.items()
     }
     ctx.save()
-    if scenario.calibration.probes > 0 and scenario.calibration.prompt_tokens:
-        ctx.stage = "calibration"
-        info = _calibrate(ctx, target_url)
-        ctx.stage = "start-up"
-        # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
-        if not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
-            found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
-            if found is not None:
-                return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
+    info = ctx.life.calibrate(scenario, lambda sizes: _calibrate(ctx, target_url, len(sizes)))
+    # the probes go to the primary alone: with fallback routes the load may still be served (its watch judges)
+    if info is not None and not ctx.options.keep_going and not info.get("served") and not scenario.resilience.fallback:
+        found = doomed.judge_attempts(_calibration_records(run_dir), doomed.CALIBRATION_MIN)
+        if found is not None:
+            return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
     manifest.resolved_target_url = target_url
     ctx.stage = "the load"
     try:
@@ -632,9 +301,8 @@ def _stop_doomed(ctx: RunContext, found: dict[str, Any], target_url: str) -> Run
     """Calibration found the run doomed: no load is started; run.json says why, in the server's words."""
     manifest = ctx.manifest
     manifest.abort = _name_models(ctx.scenario, target_url, found)
-    manifest.stop_reason, manifest.ended_at = doomed.STOP_DOOMED, _iso()
+    ctx.life.finish(doomed.STOP_DOOMED)
     manifest.resolved_target_url = target_url
-    manifest.shards = [p.name for p in shard_paths(ctx.run_dir)]
     ctx.save()
     ctx.say(f"[bold red]error:[/] {escape(manifest.abort['message'])}")
     ctx.say("no load was sent: every calibration probe failed alike (fail fast; `--keep-going` runs the load anyway)")
@@ -648,9 +316,7 @@ def _set_anchor(ctx: RunContext, anchor: Anchor) -> str | None:
             ctx.manifest.testbeds[name]["faults"] = tb.schedule_faults(anchor.mono_ns)
     except TestbedError as exc:
         return str(exc)
-    ctx.manifest.mono_anchor_ns, ctx.manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
-    ctx.manifest.schedule_starts_at = _iso(anchor.wall_ns)
-    ctx.save()
+    ctx.life.anchor(anchor)
     return None
 
 
@@ -683,8 +349,7 @@ def _disk_full(ctx: RunContext, exc: OSError) -> RunResult:
     _release(run_dir)
     anchor = manifest.mono_anchor_ns
     at_s = round((time.monotonic_ns() - anchor) / 1e9, 3) if anchor is not None else None
-    manifest.stop_reason, manifest.ended_at = "disk_full", _iso()
-    manifest.shards = [p.name for p in shard_paths(run_dir)]
+    ctx.life.finish("disk_full")
     manifest.error = f"no space left on the device holding {run_dir} ({exc.strerror or exc}) during {stage}"
     manifest.disk_full = {
         "during": stage,
@@ -718,7 +383,7 @@ CALIBRATION_TIMEOUT_S = 600.0
 CALIBRATION_PROGRESS_EVERY_S = 10.0  # print "calibration: 3/10 probes …" at most this often
 
 
-def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
+def _calibrate(ctx: RunContext, target_url: str, planned: int) -> dict[str, Any]:
     """Send the idle probes in a child process (gevent) *before* the run's anchor is taken.
 
     The probes go to the primary route one after another and are recorded in their own shard
@@ -730,13 +395,13 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
 
     Sets ``ctx.manifest.calibration`` (written as soon as the child runs: its PID, for clean-up)
     and returns it. ``_Interrupted`` (a signal) stops the child by PID (the probe in flight is
-    recorded cancelled) and propagates.
+    recorded cancelled) and propagates, with ``ctx.stage`` still naming the calibration.
     """
-    from rushhour.loadgen.probes import probe_plan, probe_scenario, read_progress
+    from rushhour.loadgen.probes import probe_scenario, read_progress
 
     run_dir, run_id, console = ctx.run_dir, ctx.run_id, ctx.console
     scenario = ctx.scenario
-    planned = len(probe_plan(scenario))
+    ctx.stage = "calibration"
     timeouts = probe_scenario(scenario).resilience.timeouts
     _say(
         console,
@@ -799,6 +464,7 @@ def _calibrate(ctx: RunContext, target_url: str) -> dict[str, Any]:
         _say(console, f"[yellow]warning:[/] calibration exited {code}; see {log_path}")
     else:
         _say(console, f"calibration: {progress.get('served', 0)}/{planned} probes served")
+    ctx.stage = "start-up"
     return info
 
 
@@ -1040,7 +706,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
             return ctx.fail_startup(anchor)
         if anchor is None:
             return _workers_missing(ctx, proc, sigs, log_path)
-        scraper = _start_scraper(scenario, target_url, run_dir, anchor)
+        scraper = ctx.life.scraper(scenario, target_url,
+                                   lambda where: _scraper_thread(where, anchor, scenario.target.is_testbed))
         if otlp is not None:
             try:
                 otlp.start(run_id, anchor.wall_ns)
@@ -1167,11 +834,10 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
     start_failure = None if interrupted else _start_failure(log_path)
     if start_failure and not any(_has_requests(p) for p in load_shards):
         stop_reason = "startup_error"  # a load process could not start: nothing ran, say so once
-    manifest.ended_at, manifest.stop_reason, manifest.locust_exit_code = _iso(), stop_reason, proc.returncode
+    ctx.life.finish(stop_reason, tail.events)
+    manifest.locust_exit_code = proc.returncode
     if killed_late_s is not None:
         manifest.overrun_killed_after_end_s = round(killed_late_s, 1)
-    manifest.shards = [p.name for p in shards]
-    manifest.budget_usage = merge_budget_usage(tail.events, read_master_account(run_dir))
     manifest.auth = runkey.read_account(run_dir)
     if manifest.auth and manifest.auth.get("rejected_total"):
         _say(console, f"[yellow]warning:[/] the master dropped {manifest.auth['rejected_total']} message(s) not "
@@ -1246,7 +912,7 @@ def _workers_missing(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Sign
     if sigs.count:
         waiting = "waiting for workers" if opts.expect_workers else "start-up"
         ctx.manifest.stop_reason, ctx.manifest.ended_at, ctx.manifest.interrupted_during = (
-            "interrupted", _iso(), waiting)
+            "interrupted", iso(), waiting)
         ctx.save()
         ctx.say(f"interrupted {'while' if opts.expect_workers else 'during'} {waiting}; partial run in {ctx.run_dir}")
         return RunResult(ctx.run_dir, EXIT_INTERRUPTED, "interrupted")
@@ -1329,24 +995,17 @@ def _has_requests(path: Path) -> bool:
         return b'"kind":"request"' in handle.read(1 << 20) or path.stat().st_size > (1 << 20)
 
 
-def _start_scraper(scenario: Scenario, target_url: str, run_dir: Path, anchor: Anchor) -> Any:
-    metrics = scenario.target.metrics
-    if metrics is None:
-        return None
-    try:
-        from rushhour.loadgen.scrape import MetricsScraper, metrics_url, profile_filter, read_credential
-    except ImportError:  # pragma: no cover - helper optional
-        return None
-    profile = stacks.get(scenario.target.profile)
-    url = metrics_url(target_url, metrics.url, profile.metrics.path)
-    if url is None:
-        return None
+def _scraper_thread(where: Scrape, anchor: Anchor, testbed: bool) -> Any:
+    """The lifecycle's scraper step as ``rushhour run`` takes it: a thread of the CLI (it parses off the load)."""
+    from rushhour.loadgen.scrape import MetricsScraper, profile_filter, read_credential
+
+    metrics = where.options
     token = None
     if metrics.credential is not None:  # checked before the run (check_mapping); never written anywhere
         token = read_credential(metrics.credential)
         register_secret(token)
-    return MetricsScraper(url, metrics.interval_s, metrics.timeout_s, run_dir / "metrics.jsonl", anchor,
-                          keep=profile_filter(profile.name, scenario.target.is_testbed), token=token,
+    return MetricsScraper(where.url, metrics.interval_s, metrics.timeout_s, where.path, anchor,
+                          keep=profile_filter(where.profile, testbed), token=token,
                           credential_name=metrics.credential).start()
 
 
@@ -1400,12 +1059,9 @@ def _say(console: Any, text: str) -> None:
 
 
 __all__ = [
-    "RunOptions",
     "RunResult",
-    "apply_overrides",
-    "check_mapping",
+    "load_death",
     "locust_command",
-    "new_run_id",
-    "repo_root",
     "run_scenario",
+    "workers_summary",
 ]

@@ -199,7 +199,8 @@ def run_probes(folder: Path, name: str, probes: Sequence[Probe], target: str, pr
     import yaml
 
     from rushhour.audit import AuditError, run_audit
-    from rushhour.loadgen.runner import RunOptions, run_scenario
+    from rushhour.loadgen.prepare import RunOptions
+    from rushhour.loadgen.runner import run_scenario
 
     text, rows = trace_rows(probes)
     folder.mkdir(parents=True, exist_ok=True)

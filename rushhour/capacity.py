@@ -53,7 +53,8 @@ def _runner(processes: int, quiet: bool = True, base: str | None = None, total: 
     ``simulate``: each step runs in virtual time against the testbed's model (``sim/``) instead.
     """
     from rushhour.audit import run_audit
-    from rushhour.loadgen.runner import RunOptions, run_scenario
+    from rushhour.loadgen.prepare import RunOptions
+    from rushhour.loadgen.runner import run_scenario
     from rushhour.progress import StepWatch
     from rushhour.scenarios import resolve_scenario_path
 

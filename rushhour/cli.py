@@ -133,7 +133,7 @@ def scenario_check(
 ) -> None:
     """Validate scenario files; errors name the file, the line and the field."""
     from rushhour.fits import context_warnings
-    from rushhour.loadgen.runner import check_tokenizer
+    from rushhour.loadgen.prepare import check_tokenizer
     from rushhour.loadgen.traces import localise_traces
     from rushhour.scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
@@ -268,7 +268,8 @@ def run(
     from rushhour.audit.limit import LimitController
     from rushhour.audit.live import LiveMetrics
     from rushhour.fits import dry_run_notes
-    from rushhour.loadgen.runner import RunOptions, run_scenario
+    from rushhour.loadgen.prepare import RunOptions
+    from rushhour.loadgen.runner import run_scenario
     from rushhour.scenarios import ScenarioError
 
     if expect_workers < 0 or (expect_workers and processes != 1):
@@ -421,7 +422,7 @@ def k8s(
 ) -> None:
     """Print the Kubernetes manifests of a multi-host run: master Job + Service, workers, Secret, NetworkPolicy."""
     from rushhour.k8s import K8sOptions, render
-    from rushhour.loadgen.runner import RunOptions, apply_overrides
+    from rushhour.loadgen.prepare import RunOptions, apply_overrides
     from rushhour.scenarios import ScenarioError, load_scenario, resolve_scenario_path
 
     try:

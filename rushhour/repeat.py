@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from rushhour.loadgen.runner import RunOptions, RunResult, apply_overrides, new_run_id, run_scenario
+from rushhour.loadgen.prepare import RunOptions, apply_overrides
+from rushhour.loadgen.runkey import new_run_id
+from rushhour.loadgen.runner import RunResult, run_scenario
 from rushhour.scenarios import load_scenario
 from rushhour.studies.repeat import GateOn, RepeatRun, RepeatSummary, aggregate, derive_seed
 

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from rushhour.loadgen.live import ShardTail
-from rushhour.loadgen.runner import (
+from rushhour.loadgen.prepare import (
     STOP_LIMIT_FOUND,
     Limit,
     RunOptions,
     apply_overrides,
     check_mapping,
     closed_personas,
-    new_run_id,
 )
+from rushhour.loadgen.runkey import new_run_id
 from rushhour.loadgen.schedule import phase_bounds
 from rushhour.loadgen.ship import merge_budget_usage
 from rushhour.loadgen.testbed_proc import testbed_config

@@ -1,7 +1,7 @@
 """The Locust side of an attempt: its record's identity, the keep-alive pools, and one attempt on the wire.
 
 What to send and what to do after (retries, fallback, the breaker, the budget) is ``loadgen.flow.send``,
-shared with the simulator; ``send_logical``/``send_once`` drive it here with gevent.
+shared with the simulator; ``send_logical``/``send_once`` (``personas/drive.py``) drive it with gevent.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from rushhour.loadgen.engine.context import RouteWire, WorkerContext
 from rushhour.loadgen.engine.wire.client import KEEPALIVE_S, ConnectionPool, perform
 from rushhour.loadgen.engine.wire.dialects import build_body
 from rushhour.loadgen.engine.wire.http import build_request
-from rushhour.loadgen.flow import send as flow_send
 from rushhour.loadgen.flow.protocol import Logical as Logical
 from rushhour.loadgen.prompts import ToolCall
 from rushhour.loadgen.tiers import TierWire, pins_output
@@ -68,14 +67,6 @@ class Pools:
             pool.close()
 
 
-def send_logical(ctx: WorkerContext, pools: Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
-    """Send ``req`` until served or given up (``loadgen.flow.send``, driven here); returns the last attempt's record."""
-    from rushhour.loadgen.engine.personas.drive import drive, host_of
-
-    record: RequestRecord = drive(host_of(ctx), pools, flow_send.send_logical(host_of(ctx), req, rng_seed))
-    return record
-
-
 def _control_wire(ctx: WorkerContext, req: Logical, route: RouteWire) -> TierWire:
     spec = control.control_of(ctx.scenario, req.tier)
     assert spec is not None  # a twin exists only under a control
@@ -83,17 +74,6 @@ def _control_wire(ctx: WorkerContext, req: Logical, route: RouteWire) -> TierWir
     override = next((fb.credential for fb in ctx.scenario.resilience.fallback if fb.name == route.name), None)
     return control.control_wire(tier, req.tenant, route.profile, route.dialect, spec,
                                 control.neutral_priority(ctx.scenario, spec), credential_override=override)
-
-
-def send_once(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire) -> RequestRecord:
-    """One attempt on ``route``, no retry or fallback (calibration probes); recorded like any other."""
-    from rushhour.loadgen.engine.personas.drive import EngineHost, drive, host_of
-
-    # a probe may use a route of its own (the doctor's unknown-model probe): then it is that host's only route
-    mine = next((i for i, r in enumerate(ctx.routes) if r is route), None)
-    host = host_of(ctx) if mine is not None else EngineHost(ctx, [route])
-    record: RequestRecord = drive(host, pools, flow_send.send_once(host, req, mine or 0, 1, None))
-    return record
 
 
 def wire_send(ctx: WorkerContext, pools: Pools, req: Logical, route: RouteWire, record: RequestRecord) -> RequestRecord:

@@ -35,8 +35,9 @@ from typing import Any
 import gevent
 
 from rushhour.loadgen import prompts
-from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
+from rushhour.loadgen.engine.attempts import Logical, Pools
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
+from rushhour.loadgen.engine.personas.drive import send_once
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.probes import (
     CALIBRATION_PERSONA,

@@ -26,8 +26,9 @@ import gevent
 
 from rushhour.loadgen import prompts
 from rushhour.loadgen.diagnose import FILLER_TIER, PLAN_FILE
-from rushhour.loadgen.engine.attempts import Logical, Pools, send_once
+from rushhour.loadgen.engine.attempts import Logical, Pools
 from rushhour.loadgen.engine.context import RouteWire, WorkerContext, build_routes
+from rushhour.loadgen.engine.personas.drive import send_once
 from rushhour.records.record import Anchor, RequestRecord, ShardWriter
 from rushhour.scenarios.model import Scenario
 

@@ -2,7 +2,9 @@
 guards, and each process's state, kept on Locust's environment rather than in module boxes.
 
 ``loadgen/engine/locustfile.py`` (the child of ``rushhour run``) and ``loadgen/engine/users.py`` (a user's
-``locust -f``) differ in who plans the run (the runner or the user classes), not in these parts.
+``locust -f``) differ in who plans the run (the runner or the user classes), not in these parts. The run's steps
+on ``run.json`` (calibrate → anchor → scraper → finish) are the parent side's ``loadgen/lifecycle.py``, which the
+runner and ``users`` both take.
 """
 
 from __future__ import annotations

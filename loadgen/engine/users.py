@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import functools
 import os
 import signal
@@ -52,11 +51,10 @@ from rushhour.loadgen.engine.personas.chat import chat_session
 from rushhour.loadgen.engine.personas.drive import drive, host_of
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.flow import replay
+from rushhour.loadgen.lifecycle import Lifecycle, Scrape, new_manifest
 from rushhour.loadgen.live import ShardTail
-from rushhour.loadgen.ship import merge_budget_usage, read_master_account
 from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
-from rushhour.records.manifest import RunManifest, versions, write_manifest
-from rushhour.records.record import Anchor, ShardWriter, shard_paths
+from rushhour.records.record import Anchor, ShardWriter
 from rushhour.scenarios.distributions import resolve_trace_path
 from rushhour.scenarios.model import (
     AgentSwarmPersona,
@@ -529,11 +527,11 @@ def _end_when_spent(environment: Environment, run: LocustRun, is_worker: bool) -
         gevent.sleep(SPENT_POLL_S)
 
 
-def _budget_usage(run_dir: Path) -> dict[str, Any] | None:
-    """run.json's ``budget_usage``: the shards' ``budget_usage`` lines and the master's account, merged."""
-    tail = ShardTail(run_dir)
+def _budget_usage(life: Lifecycle) -> dict[str, Any] | None:
+    """run.json's ``budget_usage``: the shards' ``budget_usage`` lines as they are now and the master's account."""
+    tail = ShardTail(life.run_dir)
     tail.poll()
-    return merge_budget_usage(tail.events, read_master_account(run_dir))
+    return life.budget_usage(tail.events)
 
 
 def _stopped_shards(run_dir: Path) -> tuple[int, int]:
@@ -551,7 +549,7 @@ class NativeState:
 
     run: LocustRun | None = None  # the current test's (a web-UI Locust runs one test after another)
     ledgers: list[Any] = field(default_factory=list)  # the master's LedgerHost of the test (a leased budget)
-    manifest: RunManifest | None = None  # the master's (or standalone's) run.json of the current test
+    life: Lifecycle | None = None  # the master's (or standalone's) run.json of the current test, and its steps
     base: tuple[str, str] | None = None  # the first test's run id and folder (later tests add -2, -3, …)
     tests: int = 0
     init_ns: int | None = None  # when Locust made its environment: a standalone headless -t timer starts after it
@@ -647,53 +645,48 @@ def _write_start(environment: Environment, **_: Any) -> None:
     """The master (or a standalone Locust) writes ``run.json`` when the test starts, and again at the end."""
     opts: Any = environment.parsed_options
     state = _state(environment)
-    if opts is None or (state.manifest is not None and not state.manifest.ended_at):
+    if opts is None or (state.life is not None and not state.life.manifest.ended_at):
         return
     state.tests += 1
     tests = state.tests
     if tests > 1:  # another test in the same Locust (the web UI's "new test"): its own run folder
         _finish(environment)
-        state.manifest = state.start_ns = state.stopping_ns = None
+        state.life = state.start_ns = state.stopping_ns = None
         base_id, base_dir = state.base or (opts.rh_run_id, opts.rh_run_dir)
         opts.rh_run_id, opts.rh_run_dir = f"{base_id}-{tests}", f"{base_dir}-{tests}"
     state.start_ns = time.monotonic_ns()  # Locust's -t runs from here, the probes' time included
     host = environment.host or ""
     scenario = scenario_for(user_classes(environment), host, _planned_s(opts), base=locustfile_dir(opts))
     master = bool(getattr(opts, "master", False))
-    manifest = RunManifest(
-        run_id=opts.rh_run_id, scenario_name=scenario.name, scenario_source=str(getattr(opts, "locustfile", "") or ""),
-        scenario=scenario.model_dump(mode="json"), seed=scenario.seed, target_url=host, profile=scenario.target.profile,
-        model=scenario.target.model, dialect=scenario.target.dialect, duration_s=None, drain_s=0.0,
-        processes=int(getattr(opts, "expect_workers", 1) or 1) if master else 1,
-        versions=versions("locust", "rushhour", "gevent"), command_line=list(sys.argv),
-        hostname=socket.gethostname(), started_at=_iso(), locust_pid=os.getpid(), extra={"locust_native": True},
-    )
-    state.manifest = manifest
+    run_dir = Path(opts.rh_run_dir)
+    manifest = new_manifest(opts.rh_run_id, scenario, str(getattr(opts, "locustfile", "") or ""), host,
+                            duration_s=None, drain_s=0.0,
+                            processes=int(getattr(opts, "expect_workers", 1) or 1) if master else 1,
+                            locust_pid=os.getpid(), extra={"locust_native": True})
+    # the lifecycle of `rushhour run` (loadgen/lifecycle.py), each step taken here, in Locust's master or only process
+    life = state.life = Lifecycle(run_dir, manifest)
     # written before the idle probes: a test that ends during them (-t shorter than the probes, a stop) still
     # leaves a run.json, and _finish says it was interrupted there, not a folder the audit cannot read
-    write_manifest(Path(opts.rh_run_dir), manifest)
-    manifest.calibration = _calibrate(scenario, host, opts.rh_run_id, Path(opts.rh_run_dir))
+    life.save()
+    life.calibrate(scenario, lambda sizes: _probe_here(scenario, sizes, host, opts.rh_run_id, run_dir))
     # the anchor is the test's start (a web-UI test may start long after Locust did), after the idle probes;
     # the spawn message that follows carries it, with the run id and folder, to every worker
     anchor = Anchor.now()
     set_anchor(opts, anchor.mono_ns, anchor.wall_ns)
-    manifest.mono_anchor_ns, manifest.wall_anchor_ns = anchor.mono_ns, anchor.wall_ns
-    manifest.started_at = manifest.schedule_starts_at = _iso(anchor.wall_ns)
-    write_manifest(Path(opts.rh_run_dir), manifest)
+    life.anchor(anchor, starts_run=True)
     if master and environment.runner is not None:  # before the spawn message: the workers' first asks find it
-        _install_master_parts(environment, scenario, Path(opts.rh_run_dir))
-    _start_scraper(state, scenario, host, Path(opts.rh_run_dir), anchor.mono_ns)
+        _install_master_parts(environment, scenario, run_dir)
+    scraper = life.scraper(scenario, host, lambda where: _scraper_child(where, anchor.mono_ns, run_dir))
+    if scraper is not None:
+        state.scrapers.append(scraper)
 
 
-def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dict[str, Any] | None:
-    """The idle probes (``calibration``), sent one after another before the run's anchor, in this process
-    (``records/<host>-<pid>-calibration.jsonl`` on its own anchor, as ``rushhour run``'s child writes it)."""
+def _probe_here(scenario: Scenario, sizes: list[int], host: str, run_id: str, run_dir: Path) -> dict[str, Any]:
+    """The lifecycle's calibration step as a locustfile takes it: the idle probes sent one after another in this
+    process (``records/<host>-<pid>-calibration.jsonl`` on its own anchor, as ``rushhour run``'s child writes it)."""
     from rushhour.loadgen.engine.calibrate import run_probes
-    from rushhour.loadgen.probes import PROBE_GAP_S, probe_plan, probe_scenario
+    from rushhour.loadgen.probes import PROBE_GAP_S, probe_scenario
 
-    sizes = probe_plan(scenario)
-    if not sizes:
-        return None
     probes = probe_scenario(scenario)
     started = time.monotonic()
     anchor = Anchor.now()  # this shard's own: the audit re-bases the probes before t = 0
@@ -712,27 +705,19 @@ def _calibrate(scenario: Scenario, host: str, run_id: str, run_dir: Path) -> dic
             "sent": result.sent, "served": result.served, "gave_up": result.gave_up}
 
 
-def _start_scraper(state: NativeState, scenario: Scenario, host: str, run_dir: Path, anchor_mono_ns: int) -> None:
-    """The target's ``/metrics`` scraped into ``metrics.jsonl`` for the test, by a child process (a thread here
-    would parse on the users' gevent loop: loadgen/scrape.py); stopped by PID when the test stops."""
-    from rushhour import stacks
-    from rushhour.loadgen.scrape import METRICS_FILE, metrics_url
+def _scraper_child(where: Scrape, anchor_mono_ns: int, run_dir: Path) -> subprocess.Popen[bytes]:
+    """The lifecycle's scraper step as a locustfile takes it: a child process (a thread here would parse on the
+    users' gevent loop: loadgen/scrape.py), stopped by PID when the test stops."""
     from rushhour.loadgen.testbed_proc import child_env
 
-    metrics = scenario.target.metrics
-    if metrics is None:
-        return
-    profile = stacks.get(scenario.target.profile)
-    url = metrics_url(host, metrics.url, profile.metrics.path)
-    if url is None:
-        return
-    cmd = [sys.executable, "-m", "rushhour.loadgen.scrape", url, str(run_dir / METRICS_FILE), "--interval-s",
+    metrics = where.options
+    cmd = [sys.executable, "-m", "rushhour.loadgen.scrape", where.url, str(where.path), "--interval-s",
            str(metrics.interval_s), "--timeout-s", str(metrics.timeout_s), "--anchor-ns", str(anchor_mono_ns),
-           "--profile", profile.name]
+           "--profile", where.profile]
     if metrics.credential is not None:  # the child reads the variable; the token is never on a command line
         cmd += ["--credential", metrics.credential]
     with (run_dir / "scrape.log").open("ab") as log:
-        state.scrapers.append(subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=child_env()))
+        return subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=child_env())
 
 
 def _stop_scrapers(state: NativeState) -> None:
@@ -768,12 +753,13 @@ def _finish(environment: Environment, **_: Any) -> None:
     for ledger in state.ledgers:  # the master's account of the budget (budget-master.json), for run.json
         ledger.write()
     state.ledgers.clear()
-    manifest = state.manifest
-    if manifest is None or manifest.ended_at:
+    life = state.life
+    if life is None or life.manifest.ended_at:
         return
+    manifest = life.manifest
     opts: Any = environment.parsed_options
     if manifest.mono_anchor_ns is None:  # the test ended during the idle probes: its clock never started
-        _interrupted_in_calibration(environment, manifest, Path(opts.rh_run_dir))
+        _interrupted_in_calibration(environment, life)
         return
     now = time.monotonic_ns()
     anchor = int(manifest.mono_anchor_ns or 0)
@@ -794,46 +780,41 @@ def _finish(environment: Environment, **_: Any) -> None:
     tail = ShardTail(Path(opts.rh_run_dir))
     tail.poll()
     reason = tail.stop_reason()  # "budget": the budget ended the sending (and then the test), not a stop
-    manifest.stop_reason = reason if reason == "budget" else "interrupted" if early else (reason or "completed")
-    manifest.ended_at = _iso()
+    budget = bool(manifest.scenario is not None and manifest.scenario.get("budget"))
+    life.finish(reason if reason == "budget" else "interrupted" if early else (reason or "completed"),
+                tail.events if budget else None)
     manifest.duration_s = round(elapsed, 3)
     manifest.drain_s = round(max(0.0, (now - anchor) / 1e9 - elapsed), 3)
     if manifest.scenario is not None:
         manifest.scenario["phases"] = [Phase(name=PHASE, duration=max(elapsed, 1e-3)).model_dump(mode="json")]
         manifest.scenario["drain_s"] = manifest.drain_s
-    manifest.shards = [p.name for p in shard_paths(Path(opts.rh_run_dir))]
-    if manifest.scenario is not None and manifest.scenario.get("budget"):
-        manifest.budget_usage = _budget_usage(Path(opts.rh_run_dir))
     with contextlib.suppress(OSError):
-        write_manifest(Path(opts.rh_run_dir), manifest)
+        life.save()
     with contextlib.suppress(OSError):
         os.write(2, f"rushhour: run folder {opts.rh_run_dir} (rushhour audit {opts.rh_run_dir})\n".encode())
 
 
-def _interrupted_in_calibration(environment: Environment, manifest: RunManifest, run_dir: Path) -> None:
+def _interrupted_in_calibration(environment: Environment, life: Lifecycle) -> None:
     """run.json of a test stopped before its clock started (nothing measured), one line, and a failing exit."""
-    manifest.stop_reason, manifest.interrupted_during, manifest.ended_at = "interrupted", "calibration", _iso()
-    manifest.shards = [p.name for p in shard_paths(run_dir)]
+    life.finish("interrupted")
+    life.manifest.interrupted_during = "calibration"
+    run_dir = life.run_dir
     with contextlib.suppress(OSError):
-        write_manifest(run_dir, manifest)
+        life.save()
     environment.process_exit_code = 1  # nothing was measured: never a green run
     with contextlib.suppress(OSError):
         os.write(2, ("rushhour: the test ended during its idle probes (calibration), before its clock started: "
                      f"nothing was measured; give -t more than the probes take ({run_dir})\n").encode())
 
 
-def _iso(ns: int | None = None) -> str:
-    ts = (ns if ns is not None else time.time_ns()) / 1e9
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _late_usage(environment: Environment, **_: Any) -> None:
     """A headless master finalises run.json before its workers stop (Locust quits them after): once their
     shards hold their stop lines (at most ``USAGE_WAIT_S``), their budget use goes into run.json."""
     opts: Any = environment.parsed_options
-    manifest = _state(environment).manifest
-    if manifest is None or opts is None or not getattr(opts, "master", False):
+    life = _state(environment).life
+    if life is None or opts is None or not getattr(opts, "master", False):
         return
+    manifest = life.manifest
     if manifest.scenario is None or not manifest.scenario.get("budget"):
         return
     run_dir = Path(opts.rh_run_dir)
@@ -843,9 +824,9 @@ def _late_usage(environment: Environment, **_: Any) -> None:
         if shards and stopped >= shards:
             break
         gevent.sleep(0.1)
-    manifest.budget_usage = _budget_usage(run_dir)
+    manifest.budget_usage = _budget_usage(life)
     with contextlib.suppress(OSError):
-        write_manifest(run_dir, manifest)
+        life.save()
 
 
 USAGE_WAIT_S = 5.0

@@ -128,7 +128,7 @@ def test_a_run_that_cannot_follow_the_controller_is_refused_in_one_line() -> Non
     import pytest
 
     from rushhour.audit.limit import LimitController as Controller
-    from rushhour.loadgen.runner import RunOptions, check_find_limit
+    from rushhour.loadgen.prepare import RunOptions, check_find_limit
     from rushhour.scenarios import ScenarioError
 
     sc = scenario()

@@ -99,7 +99,7 @@ def test_a_refused_value_is_never_echoed_in_a_validation_error() -> None:
     """pydantic's error text quotes the rejected input: a URL with a key in it must not come back in the error."""
     import pytest as _pytest
 
-    from rushhour.loadgen.runner import RunOptions, apply_overrides
+    from rushhour.loadgen.prepare import RunOptions, apply_overrides
     from rushhour.scenarios import ScenarioError, load_scenario
     from rushhour.scenarios.loader import validate_data
 

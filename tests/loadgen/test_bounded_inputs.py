@@ -221,7 +221,7 @@ def test_with_a_tokenizer_a_row_is_held_to_the_prompt_limit_in_tokens(tmp_path: 
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from rushhour.loadgen.datasets import check_tokens, load_dataset
-    from rushhour.loadgen.runner import check_tokenizer
+    from rushhour.loadgen.prepare import check_tokenizer
     from rushhour.scenarios import ScenarioError, load_scenario
 
     model = tmp_path / "bytes-model"

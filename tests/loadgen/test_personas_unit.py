@@ -10,10 +10,11 @@ import pytest
 from gevent.pool import Group
 from wire_fakes import FakeServer
 
-from rushhour.loadgen.engine.attempts import Logical, Pools, send_logical
+from rushhour.loadgen.engine.attempts import Logical, Pools
 from rushhour.loadgen.engine.context import WorkerContext, build_routes
 from rushhour.loadgen.engine.personas.agents import run_swarm
 from rushhour.loadgen.engine.personas.chat import run_chat
+from rushhour.loadgen.engine.personas.drive import send_logical
 from rushhour.loadgen.engine.wire.client import Cancelled
 from rushhour.loadgen.prompts import Conversation
 from rushhour.records.record import Anchor, ShardWriter, read_shard

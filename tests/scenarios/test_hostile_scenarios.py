@@ -189,7 +189,8 @@ def test_a_swarm_bigger_than_the_open_file_limit_is_refused(tmp_path: Path) -> N
     """Within every field's limit, but 10 000 agents × 1 000 parallel calls need more sockets than the machine."""
     import resource
 
-    from rushhour.loadgen.runner import RunOptions, peak_connections, run_scenario
+    from rushhour.loadgen.prepare import RunOptions, peak_connections
+    from rushhour.loadgen.runner import run_scenario
 
     path = tmp_path / "s.yaml"
     path.write_text(BASE + "  - {kind: agent_swarm, name: s, tier: a, agents: 10000, fanout: 1000}\n")

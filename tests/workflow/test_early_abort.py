@@ -9,7 +9,8 @@ import pytest
 
 from rushhour.audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
 from rushhour.audit.gates import abort_verdicts
-from rushhour.loadgen.runner import RunOptions, apply_overrides, run_scenario
+from rushhour.loadgen.prepare import RunOptions, apply_overrides
+from rushhour.loadgen.runner import run_scenario
 from rushhour.records.manifest import RunManifest, read_manifest
 from rushhour.scenarios import ScenarioError, parse_scenario
 from rushhour.scenarios.model import SLO, LatencySLO

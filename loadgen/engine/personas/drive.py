@@ -4,6 +4,7 @@
 ``Fork`` runs the branches in greenlets and joins them, ``Spawn`` starts one in the worker's group. An
 exception raised into the greenlet while it waits or sends (the run's hard stop: ``Cancelled``; a
 stopped user: ``GreenletExit``) is thrown into the flow, which records what it must and re-raises.
+``send_logical`` and ``send_once`` drive one request's flow (the calibration and doctor probes, tests).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rushhour.loadgen.engine import attempts
 from rushhour.loadgen.engine.context import RouteWire, WorkerContext
 from rushhour.loadgen.engine.personas import common
 from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.loadgen.flow import send as flow_send
 from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
 from rushhour.records.record import RequestRecord, TaskRecord
 from rushhour.scenarios.model import Scenario
@@ -179,3 +181,18 @@ def _fork(host: EngineHost, pools: attempts.Pools, cmd: Fork) -> list[Any]:
         group.kill(exception=Cancelled, block=True, timeout=FORK_CANCEL_GRACE_S)
         raise
     return [g.value for g in glets]
+
+
+def send_logical(ctx: WorkerContext, pools: attempts.Pools, req: Logical, rng_seed: int = 0) -> RequestRecord:
+    """Send ``req`` until served or given up (``loadgen.flow.send``, driven here); returns the last attempt's record."""
+    record: RequestRecord = drive(host_of(ctx), pools, flow_send.send_logical(host_of(ctx), req, rng_seed))
+    return record
+
+
+def send_once(ctx: WorkerContext, pools: attempts.Pools, req: Logical, route: RouteWire) -> RequestRecord:
+    """One attempt on ``route``, no retry or fallback (calibration probes); recorded like any other."""
+    # a probe may use a route of its own (the doctor's unknown-model probe): then it is that host's only route
+    mine = next((i for i, r in enumerate(ctx.routes) if r is route), None)
+    host = host_of(ctx) if mine is not None else EngineHost(ctx, [route])
+    record: RequestRecord = drive(host, pools, flow_send.send_once(host, req, mine or 0, 1, None))
+    return record
