@@ -282,7 +282,7 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
 
 # Per-key tiers of the LiteLLM proxy: the custom-auth hook (engines/litellm/custom_auth.py) maps a key
 # ``sk-tier-<tier>-<anything>`` to these limits; no database.
-# interactive's 64 is headroom, never reached: on a loaded host the proxy holds requests longer, and 16 was hit (2 of 308)
+# interactive's 64 is headroom, never reached: on a loaded host the proxy holds requests longer (16 was hit)
 LITELLM_TIERS: dict[str, dict[str, int | None]] = {
     "interactive": {"max_parallel_requests": 64, "rpm_limit": None},
     "batch": {"max_parallel_requests": 3, "rpm_limit": 120},
