@@ -143,3 +143,42 @@ def test_a_run_that_cannot_follow_the_controller_is_refused_in_one_line() -> Non
     check_find_limit(sc, RunOptions(limit=Controller), "s.yaml")  # open-loop chat, local processes: fine
     with pytest.raises(ValueError, match="unknown persona 'chta'"):
         scenario(persona="chta")
+
+
+def test_a_level_failing_surely_is_decided_before_its_window_ends_and_a_pass_never_is() -> None:
+    ctl = LimitController(scenario())
+    drive(ctl, lambda s, i: 20.0 if s < 3 else 5000.0)
+    found = ctl.result()
+    first, four = found["steps"][0], next(s for s in found["steps"] if s["scale"] == 4.0)
+    assert not first["early"] and first["window_s"] == [2.0, 7.0] and first["ahead"] is True  # the whole window
+    # every answer over the limit: decided on the answers sent 2 s before, its window closed there (not 5 s long)
+    assert four["early"] and four["outcome"] == "fail" and four["window_s"][1] - four["window_s"][0] < 5
+    assert found["status"] == "within" and found["low_scale"] < 3 < found["high_scale"]
+
+
+def test_a_pass_taken_ahead_of_its_late_answers_is_confirmed_or_undone() -> None:
+    ctl = LimitController(scenario())
+    ctl.start(0.0)
+    for i in range(30):  # the window is [2, 7): its first 3 s answer fast
+        ctl.feed(record(2.0 + i * 0.1, 50))
+    assert ctl.look(7.0) == 2.0  # at the window's end the answers in by then pass: the next level starts at once
+    for i in range(30):  # then the window's last requests come back slow: the pass was not borne out
+        ctl.feed(record(5.0 + i * 0.06, 5000))
+    assert ctl.look(9.0) is None and ctl.done  # its lag over: judged on all its requests, it fails
+    found = ctl.result()
+    assert found["steps"][0]["ahead"] is False and found["steps"][0]["outcome"] == "fail"
+    assert found["steps"][1]["abandoned"] and found["status"] == "below_range" and found["low_scale"] is None
+
+
+def test_a_failure_the_next_levels_load_could_explain_is_measured_again() -> None:
+    ctl = LimitController(scenario())
+    ctl.start(0.0)
+    for i in range(40):
+        ctl.feed(record(2.0 + i * 0.1, 50))  # [2, 6): fast
+    assert ctl.look(7.0) == 2.0
+    for i in range(10):  # sent in [6.5, 7), answered only after the change to 2×: slow, but at best 500 ms or less
+        ctl.feed(record(6.5 + i * 0.05, 5000))
+    assert ctl.look(9.0) == 1.0 and not ctl.done  # not a failure of 1× for sure: 1× again, held until judged
+    found = ctl.result()
+    assert [s["outcome"] for s in found["steps"]][:2] == ["unsure", "thin"] and found["steps"][1]["abandoned"]
+    assert found["steps"][2]["scale"] == 1.0 and found["high_scale"] is None  # an unsure step bounds nothing
