@@ -40,6 +40,7 @@ NOT_SENT_SHARE = 0.01  # a step whose generator could not send more than this sh
 # A step is looked at every second before its window ends; deciding on the first confident look is a sequential
 # test, so those looks use the early-abort watcher's stricter level (a one-sided 99 % bound each way)
 EARLY_LEVEL = 0.98
+MIN_SHARE_N = 5  # a drop share surely under its limit still needs this many requests (the scenario's lowest min)
 # unsure: failed on all its requests, but not on those the next level's load could not have touched (``_confirm``)
 Outcome = Literal["pass", "fail", "thin", "limited", "unsure"]
 
@@ -182,7 +183,7 @@ def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: flo
     for tier, slo in sorted(slos.items()):
         so_far = tiers.get(tier, TierSoFar())
         n = so_far.served + so_far.unserved + so_far.pending
-        if n < min_samples:
+        if n < min_samples and not share_known(slo, so_far):
             thin.append(f"{tier} {n}")
         checks += tier_checks(tier, slo, so_far, level)
     checks.sort(key=lambda c: -c.ratio)
@@ -199,6 +200,16 @@ def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: flo
                                                    "arrivals (no free slot): the load was not offered")
     sure = all(c.high <= c.limit for c in checks)
     return Verdict("pass", checks, binding, binding.line() if binding else "no watched check", sure)
+
+
+def share_known(slo: SLO, so_far: TierSoFar) -> bool:
+    """A tier judged on its drop share alone, whose share is already surely under its limit (the Wilson bound at
+    ``EARLY_LEVEL``, sound at small n, unlike a percentile's bootstrap): fewer than ``min_samples`` requests do."""
+    n = so_far.served + so_far.unserved + so_far.pending
+    if slo.max_drop_rate is None or slo.ttft_ms or slo.e2e_ms or n < MIN_SHARE_N:
+        return False
+    high = wilson(so_far.unserved, n, z=float(NormalDist().inv_cdf(0.5 + EARLY_LEVEL / 2))).high
+    return high is not None and high <= slo.max_drop_rate
 
 
 class LimitController:

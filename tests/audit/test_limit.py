@@ -182,3 +182,14 @@ def test_a_failure_the_next_levels_load_could_explain_is_measured_again() -> Non
     found = ctl.result()
     assert [s["outcome"] for s in found["steps"]][:2] == ["unsure", "thin"] and found["steps"][1]["abandoned"]
     assert found["steps"][2]["scale"] == 1.0 and found["high_scale"] is None  # an unsure step bounds nothing
+
+
+def test_a_drop_share_surely_under_its_limit_needs_fewer_requests_a_percentile_never() -> None:
+    from rushhour.audit.early import TierSoFar
+    from rushhour.audit.limit import share_known
+    from rushhour.scenarios.model import SLO
+
+    share = SLO(max_drop_rate=0.5)
+    assert share_known(share, TierSoFar(served=7)) and not share_known(share, TierSoFar(served=4))
+    assert not share_known(share, TierSoFar(served=4, unserved=3))  # 3 of 7: its bound reaches over 50 %
+    assert not share_known(SLO(max_drop_rate=0.5, ttft_ms={"p90": 1000}), TierSoFar(served=9, ttft_ms=[1.0] * 9))
