@@ -131,6 +131,8 @@ def plan(
         help="answer the other way round: per replica count, the load each tier carries (one simulated "
              "`--find-limit` run each, the scenario's `find_limit:` ramp scaled with the cluster; replicas default "
              "1..8)")] = False,
+    find_limit_persona: Annotated[str | None, typer.Option(
+        help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
     import datetime as dt
@@ -148,11 +150,12 @@ def plan(
         raise _fail("give a SCENARIO, or --from-planner FILE (an llm-d-planner recommendation)")
     if preset is not None and from_planner is not None:
         raise _fail("--preset and --from-planner both name the replicas' preset: give one")
-    if find_limit:
+    if find_limit or find_limit_persona:
         if from_planner is not None or scale is not None:
             raise _fail("--find-limit searches the load itself: give neither --scale nor --from-planner")
         assert scenario is not None
-        raise typer.Exit(_plan_limits(scenario, replicas or "1..8", duration, seed, grow, preset, out_dir, gate))
+        raise typer.Exit(_plan_limits(scenario, replicas or "1..8", duration, seed, grow, preset, out_dir, gate,
+                                      find_limit_persona))
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
     imported = None
@@ -222,7 +225,7 @@ def plan(
 
 
 def _plan_limits(scenario: str, replicas: str, duration: str | None, seed: int | None, grow: list[str] | None,
-                 preset: str | None, out_dir: Path, gate: bool) -> int:
+                 preset: str | None, out_dir: Path, gate: bool, persona: str | None = None) -> int:
     """plan --find-limit: one simulated find-limit run per replica count; the table, plan-limit.json and .md."""
     import json
     import time
@@ -236,7 +239,7 @@ def _plan_limits(scenario: str, replicas: str, duration: str | None, seed: int |
     try:
         ladder = replica_ladder(replicas)
         base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=parse_grow(grow or []),
-                                            preset=preset, find_limit=True))
+                                            preset=preset, find_limit=True, find_limit_persona=persona))
     except (ScenarioError, FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc)) from None
     root = Path(out_dir) / new_id("plan")
