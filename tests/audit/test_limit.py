@@ -193,3 +193,12 @@ def test_a_drop_share_surely_under_its_limit_needs_fewer_requests_a_percentile_n
     assert share_known(share, TierSoFar(served=7)) and not share_known(share, TierSoFar(served=4))
     assert not share_known(share, TierSoFar(served=4, unserved=3))  # 3 of 7: its bound reaches over 50 %
     assert not share_known(SLO(max_drop_rate=0.5, ttft_ms={"p90": 1000}), TierSoFar(served=9, ttft_ms=[1.0] * 9))
+
+
+def test_the_steps_table_says_how_each_live_decision_came() -> None:
+    from rushhour.reports import limit as shown
+
+    steps = [{"live": "fail", "early": True}, {"live": "pass", "ahead": True}, {"live": "unsure", "ahead": False},
+             {"live": "thin", "abandoned": True}, {"live": "pass"}]
+    assert [row[5] for row in shown.step_rows({"steps": steps})] == [
+        "fail (early)", "pass (ahead)", "unsure (ahead, not borne out)", "thin (abandoned)", "pass"]
