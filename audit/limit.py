@@ -356,7 +356,10 @@ class LimitController:
             if ahead.outcome == "pass":
                 step.outcome, step.decided_s, step.provisional, step.switched_s = "pass", now_s, True, now_s
                 self.lo = step.scale if self.lo is None else max(self.lo, step.scale)
-                return self._next(step, now_s)
+                changed = self._next(step, now_s)
+                if self.done or math.isclose(self.scale, step.scale):
+                    step.switched_s = None  # the load stayed (a hold on this level, or the end): nothing to censor
+                return changed
         verdict = judge(step, self.slos, self.cfg.min_samples, cut, EARLY_LEVEL)
         if not verdict.confident or verdict.thin or verdict.outcome != "fail":
             return None

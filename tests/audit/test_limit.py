@@ -202,3 +202,15 @@ def test_the_steps_table_says_how_each_live_decision_came() -> None:
              {"live": "thin", "abandoned": True}, {"live": "pass"}]
     assert [row[5] for row in shown.step_rows({"steps": steps})] == [
         "fail (early)", "pass (ahead)", "unsure (ahead, not borne out)", "thin (abandoned)", "pass"]
+
+
+def test_a_pass_ahead_into_a_hold_on_its_own_level_censors_nothing() -> None:
+    ctl = LimitController(scenario(max_scale=1))  # nothing above 1×: the pass at 1× is held, the load unchanged
+    ctl.start(0.0)
+    for i in range(40):
+        ctl.feed(record(2.0 + i * 0.1, 50))
+    assert ctl.look(7.0) == 1.0 and ctl.steps[-1].kind == "hold"
+    for i in range(10):  # slow answers of 1×'s own load: no other level to blame them on
+        ctl.feed(record(6.5 + i * 0.05, 5000))
+    ctl.look(9.0)
+    assert ctl.result()["steps"][0]["outcome"] == "fail" and ctl.status == "below_range"
