@@ -17,6 +17,11 @@ A step with fewer than ``min_samples`` finished requests of a tier is extended; 
 (fail closed), and neither is a step where the generator could not send its arrivals (``not_sent``). A failing
 step whose failing checks' 95 % intervals all reach under their limits is extended too (up to three times) before
 its point verdict is taken: a short window's noise does not end the ramp.
+
+Sooner, without crediting one level's queue to another (``_look_early``, ``_confirm``): a step that surely fails
+(at 98 %) on its requests sent ``lag_s`` ago ends there; a step whose answered requests pass at its window's end
+starts the next level at once and is confirmed on all its requests after its lag, those unanswered at the change
+censored there (a failure the change could explain is ``unsure`` and its level measured again).
 """
 
 from __future__ import annotations
