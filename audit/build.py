@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rushhour import stacks
-from rushhour.audit import calibration, control, fairness, memory, phases, tasks, text, timeline
+from rushhour.audit import calibration, control, fairness, itl, memory, phases, tasks, text, timeline
 from rushhour.audit.abandon import abandoned_by_persona
 from rushhour.audit.agents import agent_figures
 from rushhour.audit.bypass import bypass_check
@@ -930,6 +930,7 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     sat_good_total = int((good_all & measured & timeline.in_windows(logical["first_intended_ns"], spans)).sum())
     tier_summaries, series, evidence = [], {}, []
     phase_verdicts: list[Verdict] = []
+    token_gaps = _itl_gaps(data.run_dir, attempts, measured_att, sc)
     for info in infos:
         in_tier_att, in_tier_log = eq(attempts["tier"], info.name), eq(logical["tier"], info.name)
         att, log = rows_of(per_tier, in_tier_att), rows_of(logical, in_tier_log)
@@ -940,6 +941,8 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
             tier = _tier_summary(info, per_tier[in_tier_att & measured_att], logical[in_tier_log & measured], lines,
                                  ctx, sat_good_total)
         tier.phases = _phase_slices(log.reset_index(drop=True), sc.phases)
+        if token_gaps is not None:
+            tier.latency.itl_ms = percentiles(token_gaps.get(info.name, np.empty(0)))
         if not measured.all():
             left = ~measured_att[in_tier_att]
             tier.excluded = Excluded(requests=int((~measured[in_tier_log]).sum()), attempts=int(left.sum()),
@@ -1049,6 +1052,17 @@ def audit(run_dir: Path, *, slo_file: Path | None = None, judge: str | None = No
     )
     del attempts
     return Audited(summary, build_table(every_attempt) if with_table else None)
+
+
+def _itl_gaps(run_dir: Path, attempts: pd.DataFrame, measured: np.ndarray, sc: RunScenario
+              ) -> dict[str, np.ndarray] | None:
+    """Per tier, the pooled inter-token gaps of its measured served attempts; None when the run recorded no token
+    times (a second read of the shards, only then: the bulk parser leaves ``token_ns`` out)."""
+    if sc.model_obj is None or not sc.model_obj.record_token_times or "request_id" not in attempts.columns:
+        return None
+    mask = eq(attempts["cls"], "served") & measured
+    ids, tiers = attempts["request_id"].to_numpy()[mask], attempts["tier"].to_numpy()[mask]
+    return itl.pooled_gaps(run_dir, dict(zip(map(str, ids), map(str, tiers), strict=True)))
 
 
 def _validity_and_routes(attempts: pd.DataFrame, data: RunData, duration_s: float, workers_lost: int,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -41,7 +42,7 @@ import numpy as np
 from rushhour.audit import text
 from rushhour.audit.classify import classify_record
 from rushhour.audit.gates import min_samples
-from rushhour.audit.stats import QUANTILES, bootstrap_quantile_ci, wilson
+from rushhour.audit.stats import QUANTILES, bootstrap_quantile_ci, sorted_quantiles, wilson
 from rushhour.scenarios.model import SLO, Abort, Scenario
 
 LEVEL = 0.98  # two-sided: its lower end is a one-sided 99 % bound
@@ -68,6 +69,39 @@ class TierSoFar:
     pending: int = 0  # not served, but a retry may still follow (counted as possibly served)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One latency check of a tier on its served requests so far: the point figure and its interval."""
+
+    check: str  # "ttft_ms.p99", "e2e_ms.max"
+    limit: float
+    value: float
+    low: float
+    high: float
+    n: int
+
+
+def latency_figures(slo: SLO, so_far: TierSoFar, level: float = 0.95,
+                    need: Callable[[str], int] | None = None) -> list[Figure]:
+    """Each ``ttft_ms``/``e2e_ms`` check of ``slo`` (percentiles with their bootstrap interval at ``level``, and
+    ``max``) on ``so_far``'s served requests; a percentile with fewer than ``need(key)`` values is left out."""
+    out = []
+    for metric, values in (("ttft_ms", so_far.ttft_ms), ("e2e_ms", so_far.e2e_ms)):
+        spec = getattr(slo, metric)
+        if spec is None or not values:
+            continue
+        arr = np.sort(np.asarray(values, dtype=np.float64))
+        top = float(arr[-1])
+        for key, limit in spec.items():
+            if key == "max":
+                out.append(Figure(f"{metric}.max", limit, top, top, top, len(arr)))
+            elif key in QUANTILES and (need is None or len(arr) >= need(key)):
+                low, high = bootstrap_quantile_ci(arr, QUANTILES[key], level=level)
+                value = float(sorted_quantiles(arr, [QUANTILES[key]])[0])
+                out.append(Figure(f"{metric}.{key}", limit, value, float(low), float(high), len(arr)))
+    return out
+
+
 def hopeless(tier: str, slo: SLO, so_far: TierSoFar, min_n: int, phase: str | None = None) -> dict[str, Any] | None:
     """The first SLO check of ``tier`` that cannot pass any more, as run.json's ``abort``; None when none is.
 
@@ -84,27 +118,16 @@ def hopeless(tier: str, slo: SLO, so_far: TierSoFar, min_n: int, phase: str | No
                 tier, pre + "max_drop_rate", slo.max_drop_rate, rate.low, n,
                 f"{who} max_drop_rate: {so_far.unserved} of {n} not served so far; the 99 % lower bound "
                 f"{text.pct(rate.low, 1)} is over the limit {text.pct(slo.max_drop_rate, 1)}", phase)
-    for metric, values in (("ttft_ms", so_far.ttft_ms), ("e2e_ms", so_far.e2e_ms)):
-        spec = getattr(slo, metric)
-        if spec is None or not values:
-            continue
-        arr = np.sort(np.asarray(values, dtype=np.float64))
-        for key, limit in spec.items():
-            check = f"{metric}.{key}"
-            if key == "max":
-                if arr[-1] > limit:
-                    return _decision(tier, pre + check, limit, float(arr[-1]), len(arr),
-                                     f"{who} {check}: a served request took {text.ms(float(arr[-1]))}, over the "
-                                     f"limit {text.ms(limit)}", phase)
-                continue
-            need = max(min_n, min_samples(key, "bound"))
-            if key not in QUANTILES or len(arr) < need:
-                continue
-            low, _ = bootstrap_quantile_ci(arr, QUANTILES[key], level=LEVEL)
-            if math.isfinite(low) and low > limit:
-                return _decision(tier, pre + check, limit, low, len(arr),
-                                 f"{who} {check}: the 99 % lower bound {text.ms(low)} of {len(arr)} served "
-                                 f"requests so far is over the limit {text.ms(limit)}", phase)
+    for fig in latency_figures(slo, so_far, LEVEL, lambda key: max(min_n, min_samples(key, "bound"))):
+        if fig.check.endswith(".max"):
+            if fig.value > fig.limit:
+                return _decision(tier, pre + fig.check, fig.limit, fig.value, fig.n,
+                                 f"{who} {fig.check}: a served request took {text.ms(fig.value)}, over the "
+                                 f"limit {text.ms(fig.limit)}", phase)
+        elif math.isfinite(fig.low) and fig.low > fig.limit:
+            return _decision(tier, pre + fig.check, fig.limit, fig.low, fig.n,
+                             f"{who} {fig.check}: the 99 % lower bound {text.ms(fig.low)} of {fig.n} served "
+                             f"requests so far is over the limit {text.ms(fig.limit)}", phase)
     return None
 
 

@@ -17,26 +17,37 @@ A step with fewer than ``min_samples`` finished requests of a tier is extended; 
 (fail closed), and neither is a step where the generator could not send its arrivals (``not_sent``). A failing
 step whose failing checks' 95 % intervals all reach under their limits is extended too (up to three times) before
 its point verdict is taken: a short window's noise does not end the ramp.
+
+Sooner, without crediting one level's queue to another (``_look_early``, ``_confirm``): a step that surely fails
+(at 98 %) on its requests sent ``lag_s`` ago ends there; a step whose answered requests pass at its window's end
+starts the next level at once and is confirmed on all its requests after its lag, those unanswered at the change
+censored there (a failure the change could explain is ``unsure`` and its level measured again).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
 
 from rushhour.audit import text
 from rushhour.audit.classify import classify_record
-from rushhour.audit.early import TierSoFar
-from rushhour.audit.stats import QUANTILES, bootstrap_quantile_ci, sorted_quantiles, wilson
+from rushhour.audit.early import TierSoFar, latency_figures
+from rushhour.audit.stats import wilson
 from rushhour.scenarios.model import SLO, FindLimit, Scenario
 
 NS = 1e9
 MAX_EXTENSIONS = 3  # a thin step's window is extended this many times (by step_s) at most
 NOT_SENT_SHARE = 0.01  # a step whose generator could not send more than this share of its arrivals is no pass
-Outcome = Literal["pass", "fail", "thin", "limited"]
+# A step is looked at every second before its window ends; deciding on the first confident look is a sequential
+# test, so those looks use the early-abort watcher's stricter level (a one-sided 99 % bound each way)
+EARLY_LEVEL = 0.98
+MIN_SHARE_N = 5  # a drop share surely under its limit still needs this many requests (the scenario's lowest min)
+# unsure: failed on all its requests, but not on those the next level's load could not have touched (``_confirm``)
+Outcome = Literal["pass", "fail", "thin", "limited", "unsure"]
 
 
 @dataclass
@@ -73,34 +84,26 @@ class Check:
                 f"{'≤' if self.passed else '>'} {fmt(self.limit)} (n={self.n})")
 
 
-def tier_checks(tier: str, slo: SLO, so_far: TierSoFar) -> list[Check]:
-    """The checks the controller watches (drop rate, TTFT and end-to-end percentiles and max), point and interval."""
+def tier_checks(tier: str, slo: SLO, so_far: TierSoFar, level: float = 0.95) -> list[Check]:
+    """The checks the controller watches (drop rate, TTFT and end-to-end percentiles and max), point and interval
+    (two-sided, at ``level``)."""
     out = []
     n = so_far.served + so_far.unserved + so_far.pending
     if slo.max_drop_rate is not None and n:
-        rate = wilson(so_far.unserved, n)
+        rate = wilson(so_far.unserved, n, z=float(NormalDist().inv_cdf(0.5 + level / 2)))
         out.append(Check(tier, "max_drop_rate", slo.max_drop_rate, rate.value or 0.0,
                          rate.low if rate.low is not None else math.nan,
                          rate.high if rate.high is not None else math.nan, n))
-    for metric, values in (("ttft_ms", so_far.ttft_ms), ("e2e_ms", so_far.e2e_ms)):
-        spec = getattr(slo, metric)
-        if spec is None or not values:
-            continue
-        arr = np.sort(np.asarray(values, dtype=np.float64))
-        for key, limit in spec.items():
-            if key == "max":
-                out.append(Check(tier, f"{metric}.max", limit, float(arr[-1]), float(arr[-1]), float(arr[-1]),
-                                 len(arr)))
-            elif key in QUANTILES:
-                low, high = bootstrap_quantile_ci(arr, QUANTILES[key])
-                value = float(sorted_quantiles(arr, [QUANTILES[key]])[0])
-                out.append(Check(tier, f"{metric}.{key}", limit, value, float(low), float(high), len(arr)))
+    out += [Check(tier, f.check, f.limit, f.value, f.low, f.high, f.n) for f in latency_figures(slo, so_far, level)]
     return out
 
 
 def watched(slo: SLO) -> bool:
     """Does the tier have a check the controller watches?"""
     return slo.max_drop_rate is not None or bool(slo.ttft_ms) or bool(slo.e2e_ms)
+
+
+Seen = tuple[float, str, int, float | None, float | None, float, float | None, float]
 
 
 @dataclass
@@ -114,15 +117,21 @@ class Step:
     window: tuple[float, float]  # judged: requests intended in [start, end)
     judge_at_s: float
     extensions: int = 0
-    # each finished request of a watched tier: (intended_s, tier, outcome, ttft_ms, e2e_ms), outcome 0 served,
-    # 1 not served but a retry may follow, 2 not served; tallied per judgement (``tally``) up to a send time
-    seen: list[tuple[float, str, int, float | None, float | None]] = field(default_factory=list)
+    # each finished request of a watched tier: (intended_s, tier, outcome, ttft_ms, e2e_ms, sent_s, first_s, end_s),
+    # outcome 0 served, 1 not served but a retry may follow, 2 not served; tallied per judgement (``tally``)
+    seen: list[Seen] = field(default_factory=list)
     # each served request's reported output tokens and time per output token: (tier, tokens, tpot_ms)
     tokens: list[tuple[str, int, float | None]] = field(default_factory=list)
     not_sent: int = 0
     sent: int = 0
     outcome: Outcome | None = None  # the live decision
     decided_s: float | None = None
+    early: bool = False  # decided before its window's end, confidently, on its requests sent lag_s before
+    provisional: bool = False  # passed at its window's end on the requests in by then; all of them not yet judged
+    confirmed: bool | None = None  # that pass judged on all its window's requests: borne out or not
+    abandoned: bool = False  # started on a pass that was not borne out: ended unjudged
+    switched_s: float | None = None  # the load left this level before all its window's requests were in
+    steady: bool = False  # a level measured again after an unsure step: the load stays until it is judged
 
     def holds(self, t_s: float) -> bool:
         return self.window[0] <= t_s < self.window[1]
@@ -137,14 +146,23 @@ class Verdict:
     binding: Check | None
     reason: str
     confident: bool = False  # the binding check's 95 % interval lies wholly on the verdict's side of its limit
+    thin: bool = False  # a tier has fewer than min_samples finished requests
 
 
-def tally(step: Step, sent_before_s: float = math.inf) -> dict[str, TierSoFar]:
-    """The step's finished requests per tier, of those intended before ``sent_before_s``."""
+def tally(step: Step, sent_before_s: float = math.inf, best_after_s: float | None = None) -> dict[str, TierSoFar]:
+    """The step's finished requests per tier, of those intended before ``sent_before_s``.
+
+    With ``best_after_s`` (when the load changed), a request still unanswered then is censored there and counted
+    at its best: served, its first token (if not in yet) and its end at that time. What the change could not
+    have touched stays as it was."""
     out: dict[str, TierSoFar] = {}
-    for t_s, tier, outcome, ttft, e2e in step.seen:
+    for t_s, tier, outcome, ttft, e2e, sent_s, first_s, end_s in step.seen:
         if t_s >= sent_before_s:
             continue
+        if best_after_s is not None and end_s > best_after_s and sent_s < best_after_s:
+            waited = (best_after_s - sent_s) * 1000.0
+            ttft = ttft if outcome == 0 and first_s is not None and first_s <= best_after_s else waited
+            outcome, e2e = 0, waited
         so_far = out.setdefault(tier, TierSoFar())
         if outcome == 0:
             so_far.served += 1
@@ -159,25 +177,26 @@ def tally(step: Step, sent_before_s: float = math.inf) -> dict[str, TierSoFar]:
     return out
 
 
-def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: float = math.inf) -> Verdict:
+def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: float = math.inf,
+          level: float = 0.95, best_after_s: float | None = None) -> Verdict:
     """A step's verdict on its requests (those intended before ``sent_before_s``): fail when a check's point figure
     is over its limit, else thin when a tier has too few requests, limited when the generator could not send,
-    else pass."""
+    else pass; ``confident`` when the intervals (at ``level``) say so too."""
     checks: list[Check] = []
     thin = []
-    tiers = tally(step, sent_before_s)
+    tiers = tally(step, sent_before_s, best_after_s)
     for tier, slo in sorted(slos.items()):
         so_far = tiers.get(tier, TierSoFar())
         n = so_far.served + so_far.unserved + so_far.pending
-        if n < min_samples:
+        if n < min_samples and not share_known(slo, so_far):
             thin.append(f"{tier} {n}")
-        checks += tier_checks(tier, slo, so_far)
+        checks += tier_checks(tier, slo, so_far, level)
     checks.sort(key=lambda c: -c.ratio)
     failing = [c for c in checks if not c.passed]
     binding = failing[0] if failing else (checks[0] if checks else None)
     if failing:
         sure = any(c.low > c.limit for c in failing)
-        return Verdict("fail", checks, binding, f"{binding.line() if binding else ''}", sure)
+        return Verdict("fail", checks, binding, f"{binding.line() if binding else ''}", sure, bool(thin))
     if thin:
         return Verdict("thin", checks, binding, f"too few finished requests (need {min_samples}): {', '.join(thin)}")
     arrivals = step.sent + step.not_sent
@@ -186,6 +205,16 @@ def judge(step: Step, slos: dict[str, SLO], min_samples: int, sent_before_s: flo
                                                    "arrivals (no free slot): the load was not offered")
     sure = all(c.high <= c.limit for c in checks)
     return Verdict("pass", checks, binding, binding.line() if binding else "no watched check", sure)
+
+
+def share_known(slo: SLO, so_far: TierSoFar) -> bool:
+    """A tier judged on its drop share alone, whose share is already surely under its limit (the Wilson bound at
+    ``EARLY_LEVEL``, sound at small n, unlike a percentile's bootstrap): fewer than ``min_samples`` requests do."""
+    n = so_far.served + so_far.unserved + so_far.pending
+    if slo.max_drop_rate is None or slo.ttft_ms or slo.e2e_ms or n < MIN_SHARE_N:
+        return False
+    high = wilson(so_far.unserved, n, z=float(NormalDist().inv_cdf(0.5 + EARLY_LEVEL / 2))).high
+    return high is not None and high <= slo.max_drop_rate
 
 
 class LimitController:
@@ -243,7 +272,10 @@ class LimitController:
             outcome = 1  # a retry may still follow: possibly served (as the early-abort watcher counts)
         else:
             outcome = 2
-        step.seen.append((intended / NS, tier, outcome, ttft, e2e))
+        sent_s = sent / NS if isinstance(sent, int) else intended / NS
+        first_s = first / NS if isinstance(first, int) else None
+        step.seen.append((intended / NS, tier, outcome, ttft, e2e, sent_s, first_s,
+                          done / NS if isinstance(done, int) else sent_s))
         out = record.get("output_tokens")
         if served and isinstance(out, int) and not isinstance(out, bool) and out > 0:
             tpot = None
@@ -266,7 +298,9 @@ class LimitController:
         return self.scale
 
     def _begin(self, kind: Literal["ramp", "bisect", "hold"], scale: float, now_s: float) -> None:
-        w0 = now_s + self.cfg.settle_s
+        # a hold on the level already running (the last step passed) changes no load: nothing to settle
+        same = kind == "hold" and bool(self.steps) and math.isclose(scale, self.scale)
+        w0 = now_s + (0.0 if same else self.cfg.settle_s)
         w1 = math.inf if kind == "hold" else w0 + self.cfg.step_s
         self.steps.append(Step(len(self.steps), kind, scale, now_s, (w0, w1), w1 + self.cfg.lag_s))
         self.scale = scale
@@ -279,6 +313,9 @@ class LimitController:
             return None
         if not self.steps:
             return self.start(now_s)
+        changed = self._confirm(now_s)
+        if changed is not None or self.done:
+            return changed
         step = self.steps[-1]
         if step.kind == "hold":
             return self._look_hold(step, now_s)
@@ -286,7 +323,7 @@ class LimitController:
             self._finish("cap", now_s)  # the run's own end comes before the step could be decided
             return None
         if now_s < step.judge_at_s:
-            return None
+            return self._look_early(step, now_s)
         verdict = judge(step, self.slos, self.cfg.min_samples)
         # too few requests, or a failure whose interval still reaches under its limit (a short window's noise):
         # the window grows. A pass is not extended so: the hold re-checks the level it settles on.
@@ -303,6 +340,82 @@ class LimitController:
         else:
             self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
         return self._next(step, now_s)
+
+    def _look_early(self, step: Step, now_s: float) -> float | None:
+        """Decide a step before its ``lag_s`` is over.
+
+        Before its window ends: when its requests sent ``lag_s`` ago or more already fail confidently (every tier
+        with ``min_samples``, a failing check's interval wholly over its limit), the window closes there and the
+        step is judged on those requests only. Never a pass so early: after a rise of load the queue is still
+        building, and a window's first seconds look better than the level will (seen in virtual time: a level
+        that passed on its first 5 s failed its hold). From its window's end:
+        when those requests pass on their point figures, the next (higher) level starts at once, and the step is
+        confirmed at ``judge_at_s`` on all the requests of its window (``_confirm``). Its last requests then
+        finish under more load than their own, which can only make them slower or refused: a pass stays honest,
+        and a failure then is taken as one (fail closed)."""
+        cut = now_s - self.cfg.lag_s
+        if cut <= step.window[0]:
+            return None
+        if now_s >= step.window[1] and not step.steady:
+            ahead = judge(step, self.slos, self.cfg.min_samples, cut)
+            if ahead.outcome == "pass":
+                step.outcome, step.decided_s, step.provisional, step.switched_s = "pass", now_s, True, now_s
+                self.lo = step.scale if self.lo is None else max(self.lo, step.scale)
+                changed = self._next(step, now_s)
+                if self.done or math.isclose(self.scale, step.scale):
+                    step.switched_s = None  # the load stayed (a hold on this level, or the end): nothing to censor
+                return changed
+        verdict = judge(step, self.slos, self.cfg.min_samples, cut, EARLY_LEVEL)
+        if not verdict.confident or verdict.thin or verdict.outcome != "fail":
+            return None
+        step.outcome, step.decided_s, step.early = "fail", now_s, True
+        step.window = (step.window[0], cut)
+        self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+        return self._next(step, now_s)
+
+    def _confirm(self, now_s: float, final: bool = False) -> float | None:
+        """A step passed ahead of its late requests, judged on all of them once they are in (or at the end): when
+        it fails after all, the level started on its pass is abandoned and the search goes on from the truth."""
+        for step in self.steps:
+            if not step.provisional or (now_s < step.judge_at_s and not final):
+                continue
+            step.provisional = False
+            verdict = self._judged(step)
+            step.confirmed = verdict.outcome == "pass"
+            if step.confirmed:
+                continue
+            step.outcome, step.decided_s = verdict.outcome, now_s
+            if verdict.outcome != "unsure":
+                self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+            below = [s.scale for s in self.steps if s.outcome == "pass" and (self.hi is None or s.scale < self.hi)]
+            self.lo = max(below) if below else None
+            current = self.steps[-1]
+            if final or current is step:
+                continue
+            if current.outcome is None:  # started on the pass not borne out: it ends unjudged
+                current.outcome, current.decided_s, current.abandoned = "thin", now_s, True
+                current.window = (current.window[0], max(current.window[0], min(current.window[1], now_s)))
+                if current.kind == "bisect":
+                    self.bisections_left += 1
+            self.status = "running"
+            if verdict.outcome == "unsure":  # measured again, the load held until its requests are in
+                self._begin("hold" if step.kind == "hold" else step.kind, step.scale, now_s)
+                self.steps[-1].steady = True
+                return self.scale
+            return self._next(step, now_s)
+        return None
+
+    def _judged(self, step: Step) -> Verdict:
+        """A step judged on all its requests; when the load changed before they were in, a failure the change could
+        explain (its censored requests counted at their best, it passes) is ``unsure``, neither pass nor fail."""
+        verdict = judge(step, self.slos, self.cfg.min_samples)
+        if step.switched_s is None or verdict.outcome != "fail":
+            return verdict
+        best = judge(step, self.slos, self.cfg.min_samples, best_after_s=step.switched_s)
+        if best.outcome == "fail":
+            return verdict
+        return Verdict("unsure", verdict.checks, verdict.binding, f"{verdict.reason}; but not once the requests the "
+                       "next level's load could have touched are counted at their best: unsure", False)
 
     def _next(self, step: Step, now_s: float) -> float | None:
         cfg = self.cfg
@@ -331,7 +444,7 @@ class LimitController:
         return self.scale
 
     def _look_hold(self, step: Step, now_s: float) -> float | None:
-        capped = now_s - (self.hold_from_s or now_s) >= self.cfg.settle_s + self.cfg.hold_s + self.cfg.lag_s
+        capped = now_s - step.window[0] >= self.cfg.hold_s + self.cfg.lag_s
         if capped or now_s >= self.cap_s - self.cfg.lag_s:
             step.window = (step.window[0], now_s - self.cfg.lag_s)
             self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
@@ -367,6 +480,7 @@ class LimitController:
         if self.status == "running":
             self.status = status
         self.hold_end = why
+        self._confirm(now_s, final=True)  # a pass still waiting for its late requests: judged on what is in
         if self.steps and self.steps[-1].outcome is None:
             last = self.steps[-1]
             last.decided_s = now_s
@@ -399,15 +513,19 @@ class LimitController:
         per_tier_pass: dict[str, list[float]] = {t: [] for t in self.slos}
         per_tier_fail: dict[str, list[float]] = {t: [] for t in self.slos}
         for step in self.steps:
-            verdict = judge(step, self.slos, cfg.min_samples)
+            verdict = self._judged(step)
+            # a tier fails a step only on figures the next level's load could not have made worse
+            best = (judge(step, self.slos, cfg.min_samples, best_after_s=step.switched_s).checks
+                    if step.switched_s is not None else verdict.checks)
             tiers_out = {}
             for tier in self.slos:
                 mine = [c for c in verdict.checks if c.tier == tier]
                 so_far = tally(step).get(tier, TierSoFar())
                 n = so_far.served + so_far.unserved + so_far.pending
                 ok = bool(mine) and all(c.passed for c in mine) and n >= cfg.min_samples
-                bad = any(not c.passed for c in mine)
-                tiers_out[tier] = {"outcome": "fail" if bad else "pass" if ok else "thin", "n": n,
+                bad = any(not c.passed for c in best if c.tier == tier)
+                tiers_out[tier] = {"outcome": "fail" if bad else "pass" if ok else "unsure" if mine and
+                                   n >= cfg.min_samples else "thin", "n": n,
                                    "checks": [c.line() for c in mine], **step_tokens(step, tier)}
                 if bad:
                     per_tier_fail[tier].append(step.scale)
@@ -417,7 +535,8 @@ class LimitController:
                 "index": step.index, "kind": step.kind, "scale": round(step.scale, 6),
                 "offered_rps": round(step.scale * self.base_rps, 4), "set_s": round(step.set_s, 3),
                 "window_s": [round(step.window[0], 3), round(step.window[1], 3)],
-                "live": step.outcome, "outcome": verdict.outcome, "reason": verdict.reason,
+                "live": step.outcome, "early": step.early, "ahead": step.confirmed, "abandoned": step.abandoned,
+                "outcome": verdict.outcome, "reason": verdict.reason,
                 "agrees": step.outcome in (None, verdict.outcome), "sent": step.sent, "not_sent": step.not_sent,
                 "tiers": tiers_out})
         limits = {}

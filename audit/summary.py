@@ -83,6 +83,10 @@ class Latency(_Model):
     itl_max_ms: Percentiles
     e2e_ms: Percentiles
     schedule_lag_ms: Percentiles
+    itl_ms: Percentiles | None = Field(
+        default=None, description="pooled inter-token latency: every gap between consecutive stream events of every "
+        "served request (from the records' per-token times); null when the records hold none (the scenario's "
+        "record_token_times was off, or a simulated run): not measured, never estimated from TPOT")
 
 
 class Inflation(_Model):

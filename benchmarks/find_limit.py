@@ -59,6 +59,10 @@ def main() -> None:
           f"({len(found['steps'])} steps, {found['status']})")
     print(f"search     : [{search['pass_scale']:.3g}×, {search['fail_scale']:.3g}×] in {search_s:.1f} s "
           f"({len(search['probes'])} probes, {search['status']})")
+    for step in found["steps"]:
+        how = "early" if step.get("early") else "ahead" if step.get("ahead") is not None else ""
+        print(f"  {step['index']} {step['kind']:<6} {step['scale']:<8.4g} {step['window_s']} {step['outcome']:<5} "
+              f"{how:<5} {step['reason'][:90]}")
     meet = found["low_scale"] < search["fail_scale"] and search["pass_scale"] < found["high_scale"]
     print(f"ratio      : {one / search_s:.2f} of the search's wall time; brackets meet: {meet}")
 

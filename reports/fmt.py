@@ -13,6 +13,7 @@ from rushhour.audit.summary import (
     OUTCOME_CLASSES,
     POLICY_DROP_CLASSES,
     UNSERVED_CLASSES,
+    Latency,
     Percentiles,
     Rate,
     Summary,
@@ -130,6 +131,17 @@ def pctl_text(p: Percentiles, key: str) -> str:
     if value is None:
         return "–"
     return f"≥ {ms(value)}" if key in p.lower_bound else ms(value)
+
+
+def decode_line(lat: Latency) -> str:
+    """A tier's decode speed: per-request TPOT beside pooled ITL (every token gap), or why ITL is not there."""
+    tpot = f"TPOT p50 {pctl_text(lat.tpot_ms, 'p50')}, p99 {pctl_text(lat.tpot_ms, 'p99')} (per request)"
+    if lat.itl_ms is None:
+        return f"{tpot}; pooled ITL not measured (the records hold no per-token times: record_token_times off)"
+    if lat.itl_ms.n == 0:
+        return f"{tpot}; pooled ITL: no served stream with two tokens or more"
+    return (f"{tpot}; ITL p50 {pctl_text(lat.itl_ms, 'p50')}, p99 {pctl_text(lat.itl_ms, 'p99')} "
+            f"(pooled, {count(lat.itl_ms.n)} gaps)")
 
 
 def count(value: int | float | None) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from rushhour.audit.judged import tier_state
-from rushhour.audit.summary import UNSERVED_CLASSES, Summary, TierSummary
+from rushhour.audit.summary import UNSERVED_CLASSES, Percentiles, Summary, TierSummary
 from rushhour.reports import charts, control, drops, fmt, limit, sentences, sidebyside, waits
 
 HERE = Path(__file__).parent
@@ -136,6 +136,9 @@ def _percentile_rows(tier: TierSummary) -> list[tuple[str, Any]]:
         ("max inter-token gap", lat.itl_max_ms),
         ("end to end", lat.e2e_ms),
     ]
+    # pooled ITL beside TPOT; not recorded: a row of dashes that says why, never a figure made up from TPOT
+    rows.insert(3, ("inter-token gap, pooled (every token)", lat.itl_ms) if lat.itl_ms is not None else
+                ("inter-token gap, pooled: not recorded (record_token_times off)", Percentiles(n=0)))
     if tier.saturation is not None:
         rows.insert(2, ("TTFT during saturation", tier.saturation.ttft_ms))
     return rows

@@ -74,6 +74,11 @@ def step_rows(answer: dict[str, Any]) -> list[list[str]]:
         window: list[Any] = raw if isinstance(raw, list) else []
         span = "–".join(_num(w, 5) for w in window[:2])
         live = str(s.get("live") or "-")
+        # how the live decision came: a sure failure before the window's end, a pass the next level started on
+        # (borne out or not on all its requests), a level started on a pass that was not borne out
+        how = ("early" if s.get("early") is True else "ahead" if s.get("ahead") is True else
+               "ahead, not borne out" if s.get("ahead") is False else "abandoned" if s.get("abandoned") is True else "")
+        live += f" ({how})" if how else ""
         judged = str(s.get("outcome") or "-") + ("" if s.get("agrees", True) else " (differs)")
         rows.append([str(s.get("index", "-")), str(s.get("kind", "-")), _num(s.get("scale")),
                      _num(s.get("offered_rps")), span, live, judged, str(s.get("sent", "-")), _tokens(s.get("tiers")),

@@ -152,6 +152,10 @@ def render_markdown(summary: Summary) -> str:
         out += md_table(sidebyside.SPEND_HEADER, sidebyside.spend_rows(summary), {2, 3})
         out += [""] + [f"- {_text(n)}" for n in summary.spend.notes] + [""]
 
+    decode = [f"- **{_text(t.name)}**: {_text(fmt.decode_line(t.latency))}" for t in summary.tiers
+              if t.latency.tpot_ms.n or t.latency.itl_ms is not None]
+    if decode:
+        out += ["### Decode speed: per-request TPOT beside pooled inter-token latency", "", *decode, ""]
     token_lines = [f"- **{_text(t.name)}**: {_text(_token_line(t.tokens))}" for t in summary.tiers if t.tokens]
     if token_lines:
         out += ["### Token counts: the server's against the scenario's", "", *token_lines, ""]

@@ -122,6 +122,9 @@ def print_terminal(summary: Summary, console: Console) -> None:
         total = sum(r for _, r in rates)
         console.print(Text("output tokens/s: " + ", ".join(f"{n} {r:,.1f}" for n, r in rates)
                            + f"; run {total:,.1f}"), highlight=False)
+    for t in summary.tiers:
+        if t.latency.tpot_ms.n or t.latency.itl_ms is not None:
+            console.print(Text(f"decode, {t.name}: {fmt.decode_line(t.latency)}"), highlight=False)
     until = summary.run.until
     if isinstance(until, dict):
         console.print(Text("--until: " + str(until.get("message") or "-")[:300]), highlight=False)

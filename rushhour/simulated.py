@@ -104,7 +104,9 @@ def plan(
     steps: Annotated[int, typer.Option(help="number of scales for a LOW..HIGH range", callback=flags.steps)] = 4,
     grow: Annotated[list[str] | None, typer.Option(help="PERSONA=FACTOR: that persona grown first, every cell "
                                                        "(repeatable: --grow swarm=5 --grow chat=2 --scale 1)")] = None,
-    duration: Annotated[str, typer.Option(help="simulated time per cell (the phases stretched to it)")] = "60s",
+    duration: Annotated[str | None, typer.Option(help="simulated time per cell (the phases stretched to it; default "
+                                                     "60s, with --find-limit: the scenario's own, each run's cap)")
+                        ] = None,
     gpus_per_replica: Annotated[int | None, typer.Option(help="GPUs one replica holds (GPU-hours; default 1, with "
                                                               "--from-planner: its tensor parallel)",
                                                          callback=flags.gpus_per_replica)] = None,
@@ -125,6 +127,12 @@ def plan(
                                                      callback=flags.batch_agents)] = None,
     preset: Annotated[str | None, typer.Option(help="the replicas' preset: a built-in name or a calibrated preset's "
                                               ".yaml (`rushhour calibrate`); default: the scenario's")] = None,
+    find_limit: Annotated[bool, typer.Option(
+        help="answer the other way round: per replica count, the load each tier carries (one simulated "
+             "`--find-limit` run each, the scenario's `find_limit:` ramp scaled with the cluster; replicas default "
+             "1..8)")] = False,
+    find_limit_persona: Annotated[str | None, typer.Option(
+        help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
 ) -> None:
     """Capacity plan in virtual time: per tier the knee, per scale the smallest replica count meeting every SLO."""
     import datetime as dt
@@ -142,6 +150,12 @@ def plan(
         raise _fail("give a SCENARIO, or --from-planner FILE (an llm-d-planner recommendation)")
     if preset is not None and from_planner is not None:
         raise _fail("--preset and --from-planner both name the replicas' preset: give one")
+    if find_limit or find_limit_persona:
+        if from_planner is not None or scale is not None:
+            raise _fail("--find-limit searches the load itself: give neither --scale nor --from-planner")
+        assert scenario is not None
+        raise typer.Exit(_plan_limits(scenario, replicas or "1..8", duration, seed, grow, preset, out_dir, gate,
+                                      find_limit_persona))
     plan_id = new_id("plan")
     root = Path(out_dir) / plan_id
     imported = None
@@ -150,7 +164,7 @@ def plan(
         if from_planner is not None:
             from rushhour.from_planner import import_plan
 
-            imported = import_plan(from_planner, scenario, root, duration=duration, seed=seed, grow=grown,
+            imported = import_plan(from_planner, scenario, root, duration=duration or "60s", seed=seed, grow=grown,
                                    peak=peak, batch_agents=batch_agents)
             base, source = imported.mix, imported.mix_source
             ladder = sorted({*replica_ladder(replicas), imported.rec.replicas} if replicas else
@@ -161,7 +175,7 @@ def plan(
             assert scenario is not None
             ladder = replica_ladder(replicas or "8..512")
             scales = parse_scales(scale or "1..10", steps)
-            base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=grown, preset=preset))
+            base = prepare(scenario, SimOptions(duration=duration or "60s", seed=seed, grow=grown, preset=preset))
             source = scenario
             gpus = gpus_per_replica or 1
         for s in scales:  # every cell within the limits before the first one runs
@@ -208,6 +222,47 @@ def plan(
     console.print(f"{cells - not_run} runs simulated in {took:.0f} s{skipped}", highlight=False)
     failed = not outcome.all_answered or (check is not None and check.mix_status != "pass")
     raise typer.Exit(EXIT_FAIL if gate and failed else EXIT_OK)
+
+
+def _plan_limits(scenario: str, replicas: str, duration: str | None, seed: int | None, grow: list[str] | None,
+                 preset: str | None, out_dir: Path, gate: bool, persona: str | None = None) -> int:
+    """plan --find-limit: one simulated find-limit run per replica count; the table, plan-limit.json and .md."""
+    import json
+    import time
+
+    from rushhour.plan_limit import limit_cell
+    from rushhour.reports.plan_limit import markdown, sentences
+    from rushhour.scenarios import ScenarioError
+    from rushhour.sim.run import SimOptions, parse_grow, prepare, replica_ladder
+    from rushhour.studies.sweep import new_id
+
+    try:
+        ladder = replica_ladder(replicas)
+        base = prepare(scenario, SimOptions(duration=duration, seed=seed, grow=parse_grow(grow or []),
+                                            preset=preset, find_limit=True, find_limit_persona=persona))
+    except (ScenarioError, FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    root = Path(out_dir) / new_id("plan")
+    console.print(f"plan {root.name} --find-limit: {len(ladder)} simulated find-limit runs of at most "
+                  f"{base.duration_s:g} s each", highlight=False)
+    started = time.monotonic()
+    rows = []
+    for r in ladder:
+        try:
+            rows.append(limit_cell(base, scenario, root / f"r{r}", r))
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+        console.print(f"  {sentences(rows[-1:])[0]}", highlight=False, markup=False)
+    notes = [f"each size's ramp is the scenario's find_limit: start and max_scale × replicas / "
+             f"{base.target.testbed.replicas} (its own testbed's count): the same load per replica searched"]
+    (root / "plan-limit.json").write_text(json.dumps({"replicas": ladder, "rows": rows, "notes": notes}, indent=1))
+    (root / "plan-limit.md").write_text(markdown(rows, notes))
+    for line in sentences(rows):
+        out.print(f"• {line}", highlight=False, markup=False)
+    out.print(f"markdown  {(root / 'plan-limit.md').resolve()}", highlight=False)
+    console.print(f"{len(rows)} runs simulated in {time.monotonic() - started:.0f} s", highlight=False)
+    unanswered = any((row["found"] or {}).get("status") != "within" for row in rows)
+    return EXIT_FAIL if gate and unanswered else EXIT_OK
 
 
 def _cell(cell: Scenario, source: str, folder: Path, replicas: int, scale: float, grown: dict[str, float], index: int,

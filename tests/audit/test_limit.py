@@ -143,3 +143,74 @@ def test_a_run_that_cannot_follow_the_controller_is_refused_in_one_line() -> Non
     check_find_limit(sc, RunOptions(limit=Controller), "s.yaml")  # open-loop chat, local processes: fine
     with pytest.raises(ValueError, match="unknown persona 'chta'"):
         scenario(persona="chta")
+
+
+def test_a_level_failing_surely_is_decided_before_its_window_ends_and_a_pass_never_is() -> None:
+    ctl = LimitController(scenario())
+    drive(ctl, lambda s, i: 20.0 if s < 3 else 5000.0)
+    found = ctl.result()
+    first, four = found["steps"][0], next(s for s in found["steps"] if s["scale"] == 4.0)
+    assert not first["early"] and first["window_s"] == [2.0, 7.0] and first["ahead"] is True  # the whole window
+    # every answer over the limit: decided on the answers sent 2 s before, its window closed there (not 5 s long)
+    assert four["early"] and four["outcome"] == "fail" and four["window_s"][1] - four["window_s"][0] < 5
+    assert found["status"] == "within" and found["low_scale"] < 3 < found["high_scale"]
+
+
+def test_a_pass_taken_ahead_of_its_late_answers_is_confirmed_or_undone() -> None:
+    ctl = LimitController(scenario())
+    ctl.start(0.0)
+    for i in range(30):  # the window is [2, 7): its first 3 s answer fast
+        ctl.feed(record(2.0 + i * 0.1, 50))
+    assert ctl.look(7.0) == 2.0  # at the window's end the answers in by then pass: the next level starts at once
+    for i in range(30):  # then the window's last requests come back slow: the pass was not borne out
+        ctl.feed(record(5.0 + i * 0.06, 5000))
+    assert ctl.look(9.0) is None and ctl.done  # its lag over: judged on all its requests, it fails
+    found = ctl.result()
+    assert found["steps"][0]["ahead"] is False and found["steps"][0]["outcome"] == "fail"
+    assert found["steps"][1]["abandoned"] and found["status"] == "below_range" and found["low_scale"] is None
+
+
+def test_a_failure_the_next_levels_load_could_explain_is_measured_again() -> None:
+    ctl = LimitController(scenario())
+    ctl.start(0.0)
+    for i in range(40):
+        ctl.feed(record(2.0 + i * 0.1, 50))  # [2, 6): fast
+    assert ctl.look(7.0) == 2.0
+    for i in range(10):  # sent in [6.5, 7), answered only after the change to 2×: slow, but at best 500 ms or less
+        ctl.feed(record(6.5 + i * 0.05, 5000))
+    assert ctl.look(9.0) == 1.0 and not ctl.done  # not a failure of 1× for sure: 1× again, held until judged
+    found = ctl.result()
+    assert [s["outcome"] for s in found["steps"]][:2] == ["unsure", "thin"] and found["steps"][1]["abandoned"]
+    assert found["steps"][2]["scale"] == 1.0 and found["high_scale"] is None  # an unsure step bounds nothing
+
+
+def test_a_drop_share_surely_under_its_limit_needs_fewer_requests_a_percentile_never() -> None:
+    from rushhour.audit.early import TierSoFar
+    from rushhour.audit.limit import share_known
+    from rushhour.scenarios.model import SLO
+
+    share = SLO(max_drop_rate=0.5)
+    assert share_known(share, TierSoFar(served=7)) and not share_known(share, TierSoFar(served=4))
+    assert not share_known(share, TierSoFar(served=4, unserved=3))  # 3 of 7: its bound reaches over 50 %
+    assert not share_known(SLO(max_drop_rate=0.5, ttft_ms={"p90": 1000}), TierSoFar(served=9, ttft_ms=[1.0] * 9))
+
+
+def test_the_steps_table_says_how_each_live_decision_came() -> None:
+    from rushhour.reports import limit as shown
+
+    steps = [{"live": "fail", "early": True}, {"live": "pass", "ahead": True}, {"live": "unsure", "ahead": False},
+             {"live": "thin", "abandoned": True}, {"live": "pass"}]
+    assert [row[5] for row in shown.step_rows({"steps": steps})] == [
+        "fail (early)", "pass (ahead)", "unsure (ahead, not borne out)", "thin (abandoned)", "pass"]
+
+
+def test_a_pass_ahead_into_a_hold_on_its_own_level_censors_nothing() -> None:
+    ctl = LimitController(scenario(max_scale=1))  # nothing above 1×: the pass at 1× is held, the load unchanged
+    ctl.start(0.0)
+    for i in range(40):
+        ctl.feed(record(2.0 + i * 0.1, 50))
+    assert ctl.look(7.0) == 1.0 and ctl.steps[-1].kind == "hold"
+    for i in range(10):  # slow answers of 1×'s own load: no other level to blame them on
+        ctl.feed(record(6.5 + i * 0.05, 5000))
+    ctl.look(9.0)
+    assert ctl.result()["steps"][0]["outcome"] == "fail" and ctl.status == "below_range"
