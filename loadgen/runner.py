@@ -27,6 +27,7 @@ from rich.markup import escape
 
 from rushhour import stacks
 from rushhour.loadgen import doomed, livescale, procs, runkey
+from rushhour.loadgen.compiled import wire_status
 from rushhour.loadgen.live import ShardTail, progress_line, render
 from rushhour.loadgen.process_exit import EXIT_LOAD_LOST, cut_shares, killed_line, lost_shards
 from rushhour.loadgen.runkey import new_run_id
@@ -506,6 +507,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
         dialect=scenario.target.dialect,
         processes=options.expect_workers or options.processes,
         versions=versions("locust", "rushhour", "gevent"),
+        code=wire_status(),
         command_line=list(sys.argv),
         hostname=socket.gethostname(),
         duration_s=scenario.duration_s,

@@ -32,6 +32,7 @@ from locust.exception import StopUser
 from pydantic import ValidationError
 
 from rushhour.loadgen import prompts, runkey
+from rushhour.loadgen.compiled import wire_status
 from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.engine import sealed
 from rushhour.loadgen.engine.attempts import Pools
@@ -665,7 +666,7 @@ def _write_start(environment: Environment, **_: Any) -> None:
         scenario=scenario.model_dump(mode="json"), seed=scenario.seed, target_url=host, profile=scenario.target.profile,
         model=scenario.target.model, dialect=scenario.target.dialect, duration_s=None, drain_s=0.0,
         processes=int(getattr(opts, "expect_workers", 1) or 1) if master else 1,
-        versions=versions("locust", "rushhour", "gevent"), command_line=list(sys.argv),
+        versions=versions("locust", "rushhour", "gevent"), code=wire_status(), command_line=list(sys.argv),
         hostname=socket.gethostname(), started_at=_iso(), locust_pid=os.getpid(), extra={"locust_native": True},
     )
     state.manifest = manifest
