@@ -142,3 +142,30 @@ def test_a_growing_prompt_is_counted_from_its_counted_start(tokenizer: tokens.To
             [{"role": "system", "content": other.system}, {"role": "user", "content": other.messages[0][1]}]) or "")
     finally:
         tokenizer.backend = real
+
+
+def test_a_load_process_encodes_in_its_tokenizer_thread_below_the_loops_priority(tokenizer: tokens.Tokenizer) -> None:
+    import os
+    import threading
+
+    from rushhour.loadgen.engine.tokenize import off_loop
+
+    seen: list[tuple[int, int]] = []  # (thread, its nice value) of every encoding
+    real = tokenizer.backend
+
+    class Where(_Recording):
+        def encode_batch(self, texts: list[str], add_special_tokens: bool) -> Any:
+            seen.append((threading.get_ident(), os.getpriority(os.PRIO_PROCESS, 0)))
+            return super().encode_batch(texts, add_special_tokens)
+
+    tokenizer.backend = Where(real)
+    try:
+        assert off_loop(tokenizer) is tokenizer
+        conv = prompts.Conversation(prompts.text("sys:t", 30)).with_user(prompts.text("u:t", 700))
+        assert conv.prompt_tokens("openai-chat") == (30 + 700 + 2 * 2 + 1 + 1, True)
+    finally:
+        tokenizer.backend = real
+        tokenizer.offload = None
+    assert seen and all(ident != threading.get_ident() for ident, _ in seen)  # never on the loop's thread
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert all(nice == min(19, mine + 10) for _, nice in seen)
