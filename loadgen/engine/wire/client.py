@@ -17,6 +17,7 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
+from rushhour.loadgen.engine.wire.cancel import Cancelled as Cancelled  # interpreted: see cancel.py
 from rushhour.loadgen.engine.wire.http import (
     BODY_TOO_LARGE,
     MAX_BODY,
@@ -51,10 +52,6 @@ _STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, er
 # Plain sockets are read by the process's reactor (wire/reactor.py); TLS sockets, or every socket when
 # this is False (the benchmark's "before" row), by their own greenlet.
 USE_REACTOR = True
-
-
-class Cancelled(gevent.GreenletExit):
-    """Raised into a request's greenlet at the run's hard stop: the attempt is recorded cancelled."""
 
 
 @dataclass(frozen=True, slots=True)
