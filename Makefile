@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/rushhour run demo
 
-## compile: the simulator's hot modules compiled with mypyc into the venv (≈ 75 s the first time and after a
-## source edit; a no-op otherwise). `rushhour simulate`, `plan` and the simulated `sweep`/`study` run 1.2–1.5× faster
-## with it; without a C compiler they run interpreted (same records either way). `make test` makes it first.
+## compile: the simulator's and the wire client's hot modules compiled with mypyc into the venv (≈ 75 s + 20 s the
+## first time and after a source edit; a no-op otherwise). `rushhour simulate`, `plan` and the simulated `sweep`/`study`
+## run 1.2–1.5× faster with it, and every load process (`rushhour run`, workers, `locust -f`) runs the compiled wire
+## client; without a C compiler they run interpreted (same records either way). `make test` makes it first.
 compile: $(STAMP)
 	$(BIN)/python -m rushhour.sim.compiled build --quiet --best-effort
+	$(BIN)/python -m rushhour.loadgen.compiled build --quiet --best-effort
 
 ## engines: install every vLLM and LiteLLM release of engines/releases.toml (the pinned ones and the extras)
 ## the `real` tests run against, each in its own venv (cached in ~/.cache/rushhour/engines; the first time

@@ -1,18 +1,20 @@
 """Load-generator benchmark: streams and SSE events one process sustains on one core, and its TTFT error.
 
-    .venv/bin/python benchmarks/loadgen.py [--streams 1000] [--duration 20] [--tokens 40]
-        [--clients reactor,greenlet,fasthttp,aiohttp] [--processes 1]
+    .venv/bin/python benchmarks/loadgen.py [--streams 1000,2000,4000] [--duration 20] [--tokens 40]
+        [--clients compiled,interpreted,fasthttp,aiohttp] [--processes 1]
 
 Starts the testbed (pinned to the last core), then runs, one after the other and each pinned to one
-core, (1) rushhour's wire client with Locust's request statistics (the code path a Locust worker
-runs): ``reactor`` (one receive greenlet per process, the default path) and ``greenlet`` (each
-stream's greenlet reads its own socket: the path before the reactor), (2) Locust's own
-``FastHttpUser`` client (geventhttpclient, lines read as they arrive) and (3) a plain asyncio +
-aiohttp client (uvloop when installed). Each keeps ``--streams`` requests open in a closed loop for
-``--duration`` seconds. The TTFT error of a request is the client's first-token time minus the
-testbed ledger's first-token time (both CLOCK_MONOTONIC on this machine); CPU per event is the
-client process's user+system CPU divided by the content events it parsed. ``--processes N`` runs N
-client processes of ``--streams`` streams each at once (one core each where there are cores).
+core (``taskset``), (1) rushhour's wire client with Locust's request statistics (the code path a Locust
+worker runs): ``compiled`` (its hot modules from the mypyc build, loadgen/compiled.py: made first if
+missing, and the row fails if the process did not load it), ``interpreted`` (the same sources,
+``RUSHHOUR_COMPILED=0``) and, on request, ``greenlet`` (each stream's greenlet reads its own socket: the
+path before the reactor); (2) Locust's own ``FastHttpUser`` client (geventhttpclient, lines read as
+they arrive) and (3) a plain asyncio + aiohttp client (uvloop when installed). Each keeps ``--streams``
+requests open in a closed loop for ``--duration`` seconds; ``--streams`` takes a list, each count a
+group of rows against a fresh testbed per row. The TTFT error of a request is the client's first-token
+time minus the testbed ledger's first-token time (both CLOCK_MONOTONIC on this machine); CPU per event
+is the client process's user+system CPU divided by the content events it parsed. ``--processes N``
+runs N client processes of ``--streams`` streams each at once (one core each where there are cores).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,25 +53,16 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
     from locust.env import Environment
 
     import rushhour.loadgen.resilience  # noqa: F401 - a worker imports it at start (attempts.py); not per request
+    from rushhour.loadgen.compiled import wire_status
     from rushhour.loadgen.engine.wire import client
     from rushhour.loadgen.engine.wire.client import ConnectionPool, Timeouts, perform
     from rushhour.loadgen.engine.wire.http import Endpoint, build_request
     from rushhour.loadgen.engine.wire.reactor import reactor as the_reactor
-    from rushhour.records.record import RequestRecord
+    from rushhour.records.record import FIRST_TOKEN_KERNEL, RequestRecord
 
     client.USE_REACTOR = reactor
+    # how much later the reactor read first-token bytes than the kernel received them (the record says both)
     read_delays: list[int] = []
-    if reactor:  # how much later the reactor read first-token bytes than the kernel received them
-        from rushhour.loadgen.engine.wire import reactor as reactor_module
-
-        stamp = reactor_module.kernel_ns
-
-        def measured(ancillary: Any, now: int) -> int:
-            got = stamp(ancillary, now)
-            read_delays.append(now - got)
-            return got
-
-        reactor_module.kernel_ns = measured
     env = Environment()
     env.create_local_runner()  # so request events update Locust's stats, as in a worker
     fire = env.events.request.fire
@@ -102,12 +96,14 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
                 context={},
             )
             results.append((rid, rec.first_token_ns, rec.tokens))
+            if rec.first_token_clock == FIRST_TOKEN_KERNEL and rec.first_token_read_ns and rec.first_token_ns:
+                read_delays.append(rec.first_token_read_ns - rec.first_token_ns)
 
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     gevent.joinall([gevent.spawn(user, i) for i in range(streams)])
     _dump(out, results, cpu0, time.monotonic() - t0, streams, passes=the_reactor().passes if reactor else 0,
-          read_delays_ms=[d / 1e6 for d in read_delays])
+          read_delays_ms=[d / 1e6 for d in read_delays], code=wire_status())
 
 
 def run_fasthttp(url: str, streams: int, duration: float, tokens: int, out: Path) -> None:
@@ -298,20 +294,34 @@ def _start_testbed(tmp: Path, cores: set[int], streams: int) -> tuple[subprocess
 
 
 LABELS = {
-    "reactor": "rushhour reactor + Locust stats",
+    "compiled": "rushhour compiled + Locust stats",
+    "interpreted": "rushhour interpreted + Locust st.",
     "greenlet": "rushhour per-greenlet (before)",
     "fasthttp": "Locust FastHttpUser",
 }
+# rushhour's rows: the reactor client, its hot modules compiled or not (the import rule: loadgen/compiled.py)
+REACTOR_ENV = {"compiled": None, "interpreted": "0", "greenlet": "0"}
+
+
+def _client_env(kind: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RUSHHOUR_COMPILED"}
+    value = REACTOR_ENV.get(kind)
+    if value is not None:
+        env["RUSHHOUR_COMPILED"] = value
+    return env
 
 
 def _run_client(kind: str, url: str, args: argparse.Namespace, tmp: Path, cores: list[int | None]) -> dict[str, Any]:
     """Run ``args.processes`` client processes at once (process i on ``cores[i]``) and merge their results."""
     procs = []
+    client = "reactor" if kind in ("compiled", "interpreted") else kind
     for i, core in enumerate(cores):
         out = tmp / f"{kind}-{i}.json"
-        cmd = [sys.executable, __file__, "--client", kind, "--url", url, "--streams", str(args.streams),
+        cmd = [sys.executable, __file__, "--client", client, "--url", url, "--streams", str(args.streams),
                "--duration", str(args.duration), "--tokens", str(args.tokens), "--out", str(out)]
-        proc = subprocess.Popen(cmd, cwd=ROOT)
+        if core is not None and shutil.which("taskset"):
+            cmd = ["taskset", "-c", str(core), *cmd]  # pinned from its first instruction
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_client_env(kind))
         if core is not None:
             os.sched_setaffinity(proc.pid, {core})
         procs.append((proc, out))
@@ -319,6 +329,8 @@ def _run_client(kind: str, url: str, args: argparse.Namespace, tmp: Path, cores:
     for proc, out in procs:
         proc.wait(timeout=args.duration * 4 + 180)
         parts.append(json.loads(out.read_text()))
+    if kind == "compiled" and any(not str(p.get("code", "")).startswith("compiled") for p in parts):
+        raise SystemExit(f"asked for the compiled wire client, ran {parts[0].get('code')}")
     merged = dict(parts[0])
     merged["results"] = [r for p in parts for r in p["results"]]
     merged["read_delays_ms"] = [d for p in parts for d in p.get("read_delays_ms") or []]
@@ -338,7 +350,8 @@ def _ledger(path: Path) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def orchestrate(args: argparse.Namespace) -> None:
+def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One group of rows (``args.streams`` streams per process), printed; its rows."""
     cores = sorted(os.sched_getaffinity(0))
     # the testbed on the last core, each client process on a core of its own where there is one
     client_cores: list[int | None] = [cores[i % max(1, len(cores) - 1)] for i in range(args.processes)]
@@ -354,6 +367,7 @@ def orchestrate(args: argparse.Namespace) -> None:
         tmp = Path(tmpdir)
         for kind in args.clients.split(","):
             (tmp / kind).mkdir()
+            print(f"[{args.streams} streams] {kind} ...", file=sys.stderr, flush=True)
             tb, url, ledger_path = _start_testbed(tmp / kind, server_cores, args.streams * args.processes)
             try:
                 data = _run_client(kind, url, args, tmp / kind, client_cores)
@@ -373,6 +387,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                 {
                     "client": label,
                     "kind": kind,
+                    "code": data.get("code"),
+                    "load_average": os.getloadavg()[0],
                     "processes": args.processes,
                     "streams": data["streams"],
                     "requests": len(data["results"]),
@@ -410,17 +426,18 @@ def orchestrate(args: argparse.Namespace) -> None:
             f"{r['cpu_util'] * 100:>7.0f}{r['ttft_err_p50_ms']:>12.2f}ms{r['ttft_err_p99_ms']:>6.2f}ms"
             f"{r['ttft_err_max_ms']:>6.1f}ms"
         )
-    ours = next((r for r in rows if r["kind"] == "reactor"), None)
+    ours = next((r for r in rows if r["kind"] == "compiled"), None) or next(
+        (r for r in rows if r["kind"] == "interpreted"), None)
     if ours is not None:
         for peer in rows:
             if peer is not ours:
                 cpu = ours["cpu_us_per_event"] / peer["cpu_us_per_event"]
                 p99 = ours["ttft_err_p99_ms"] / peer["ttft_err_p99_ms"]
-                print(f"reactor / {peer['client']}: CPU per event ×{cpu:.2f}, TTFT error p99 ×{p99:.3g}")
+                print(f"{ours['kind']} / {peer['client']}: CPU per event ×{cpu:.2f}, TTFT error p99 ×{p99:.3g}")
         if ours["events_per_pass"]:
-            print(f"reactor: {ours['events_per_pass']:.1f} events per receive pass (one hub switch each)")
+            print(f"{ours['kind']}: {ours['events_per_pass']:.1f} events per receive pass (one hub switch each)")
         if ours["read_delay_p50_ms"] is not None:
-            print(f"reactor: first-token bytes were read {ours['read_delay_p50_ms']:.2f} ms (p50) / "
+            print(f"{ours['kind']}: first-token bytes were read {ours['read_delay_p50_ms']:.2f} ms (p50) / "
                   f"{ours['read_delay_p99_ms']:.2f} ms (p99) after the kernel received them: what a recv-time "
                   "stamp would have added")
     print("\nTTFT error (ms) by a request's position in its first-token burst (ledger first tokens < 1 ms apart):")
@@ -430,32 +447,41 @@ def orchestrate(args: argparse.Namespace) -> None:
             for b in r["ttft_err_by_burst_position"]
         )
         print(f"  {r['client']:<32}{cells}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--streams", default="1000,2000,4000", help="streams per client process: a count or a list")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--processes", type=int, default=1, help="client processes at once, --streams each")
     ap.add_argument("--json", default=None, help="also write the table as JSON here")
-    ap.add_argument("--clients", default="reactor,greenlet,fasthttp,aiohttp",
+    ap.add_argument("--clients", default="compiled,interpreted,fasthttp,aiohttp",
                     help="which clients, in this order (comma list)")
     ap.add_argument("--client", choices=("reactor", "greenlet", "fasthttp", "aiohttp"), default=None,
                     help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.client is None:
+        if "compiled" in args.clients.split(","):
+            from rushhour.loadgen.compiled import WIRE
+
+            WIRE.build(quiet=True)  # a no-op when the build of these sources is there
+        rows = []
+        for count in str(args.streams).split(","):
+            rows += orchestrate(argparse.Namespace(**{**vars(args), "streams": int(count)}))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
+    args.streams = int(args.streams)
     if args.client in ("reactor", "greenlet"):
         run_gevent(args.url, args.streams, args.duration, args.tokens, Path(args.out), reactor=args.client == "reactor")
     elif args.client == "fasthttp":
         run_fasthttp(args.url, args.streams, args.duration, args.tokens, Path(args.out))
     elif args.client == "aiohttp":
         run_aiohttp(args.url, args.streams, args.duration, args.tokens, Path(args.out))
-    else:
-        orchestrate(args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rushhour import stacks
+from rushhour.loadgen.compiled import wire_status
 from rushhour.loadgen.probes import probe_plan
 from rushhour.loadgen.ship import merge_budget_usage, read_master_account
 from rushhour.records.manifest import RunManifest, versions, write_manifest
@@ -42,7 +43,7 @@ def new_manifest(run_id: str, scenario: Scenario, source: str, target_url: str, 
         run_id=run_id, scenario_name=scenario.name, scenario_source=source,
         scenario=scenario.model_dump(mode="json"), seed=scenario.seed, target_url=target_url,
         profile=scenario.target.profile, model=scenario.target.model, dialect=scenario.target.dialect,
-        versions=versions("locust", "rushhour", "gevent"), command_line=list(sys.argv),
+        versions=versions("locust", "rushhour", "gevent"), code=wire_status(), command_line=list(sys.argv),
         hostname=socket.gethostname(), started_at=iso(), **fields,
     )
 

@@ -56,12 +56,14 @@ def _offset(key: str) -> int:
 # The scenario's tokenizer, set once per load process (loadgen.engine.locustfile): with it every piece of
 # text is cut to an exact token count; without it pieces are sized at BYTES_PER_TOKEN (an estimate).
 _tokenizer: Tokenizer | None = None
+_bytes_per_token = 0.0  # the most bytes per token of a piece cut so far (sizes the next candidate)
 
 
 def use_tokenizer(tokenizer: Tokenizer | None) -> None:
     """Build every later piece of text to exact token counts with ``tokenizer`` (None: the byte estimate)."""
-    global _tokenizer
+    global _tokenizer, _bytes_per_token
     _tokenizer = tokenizer
+    _bytes_per_token = 0.0
     _exact_text.cache_clear()
 
 
@@ -89,11 +91,17 @@ def text(key: str, tokens: int) -> str:
 def _exact_text(key: str, tokens: int) -> str:
     """The longest start of the key's byte text that is exactly ``tokens`` tokens (a pure function of both)."""
     assert _tokenizer is not None
-    size = tokens * 2 * BYTES_PER_TOKEN + 64
+    global _bytes_per_token
+    # a candidate a little longer than the densest text seen so far needs (2 × the estimate before any): one
+    # encoding, not two; the cut is the same whatever the candidate's length (it is found near `tokens`, far from
+    # the candidate's end, and checked exact)
+    size = int(tokens * (_bytes_per_token * 1.1 if _bytes_per_token else 2 * BYTES_PER_TOKEN)) + 64
     while True:
-        candidate = _sized_text(key, size)
-        if _tokenizer.count(candidate) > tokens:
-            return _tokenizer.prefix(candidate, tokens)
+        cut = _tokenizer.prefix_or_none(_sized_text(key, size), tokens)
+        if cut is not None:
+            if tokens >= 64:
+                _bytes_per_token = max(_bytes_per_token, len(cut) / tokens)
+            return cut
         size *= 2
 
 

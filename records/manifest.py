@@ -48,6 +48,9 @@ class RunManifest:
     mode: str = ""  # "simulated": virtual time against the testbed's model (sim/); "" = real time
     simulation: dict[str, Any] | None = None  # a simulated run's own figures: events, wall seconds, speedup
     processes: int = 0
+    # how the load processes ran the wire client's hot path: "compiled (mypyc)", or "interpreted (why)"
+    # (loadgen/compiled.py); the same records either way, not the same CPU per event
+    code: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     command_line: list[str] = field(default_factory=list)
     hostname: str = ""

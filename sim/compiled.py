@@ -11,25 +11,17 @@ real runs, the audit) imports the sources as they are.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import json
+import importlib.util  # noqa: F401 - the build's tool check looks through it (tests patch it here)
 import os
-import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
-ENV = "RUSHHOUR_COMPILED"
-# The folder holding the `rushhour` package (a checkout's root, or site-packages): this file is rushhour/sim/compiled.py
-# (unresolved: in a checkout rushhour/sim is a symlink to sim/, and the modules are compiled under their rushhour names)
-ROOT = Path(__file__).absolute().parents[2]
+from rushhour.loadgen import compiled as builds
+
+ENV = builds.ENV
+ROOT = builds.ROOT
 BUILD_ROOT = Path(sys.prefix) / "rushhour-compiled"
 PTH_NAME = "rushhour-compiled.pth"
 # Armed at interpreter start-up, before anything imports a module of the build (a compiled class cannot mix
@@ -53,106 +45,45 @@ MODULES = (
 # How anyone gets a build: a pip user has no Makefile (`make compile` runs this too)
 BUILD_COMMAND = "python -m rushhour.sim.compiled build"
 
-_active = False
-
 
 def source(module: str) -> Path:
     """The source file of one module of the build."""
-    return ROOT / (module.replace(".", "/") + ".py")
+    return builds.source(module)
+
+
+# the one build machinery (loadgen/compiled.py); sources looked up through this module's ``source``
+SIM = builds.CompiledSet("the simulator", MODULES, BUILD_ROOT, BUILD_COMMAND, source_of=lambda m: source(m))
 
 
 def digest(modules: Sequence[str] = MODULES) -> str:
     """What a build is of: the modules' sources, the compiler's version and the interpreter's ABI."""
-    h = hashlib.sha256()
-    h.update(f"{_mypy_version()}|{sysconfig.get_config_var('SOABI')}|{sys.version}".encode())
-    for module in modules:
-        h.update(module.encode() + b"\0" + source(module).read_bytes() + b"\0")
-    return h.hexdigest()[:20]
+    return SIM.digest() if tuple(modules) == MODULES else builds.CompiledSet(
+        SIM.what, modules, BUILD_ROOT, BUILD_COMMAND, source_of=SIM.source_of).digest()
 
 
 def compiler_requirement() -> str:
     """The pinned compiler as rushhour's own metadata names it (its ``dev`` extra), e.g. ``mypy==2.4.1``."""
-    from importlib.metadata import PackageNotFoundError, requires
-
-    try:
-        wanted = requires("rushhour") or []
-    except PackageNotFoundError:
-        wanted = []
-    pins = [spec.split(";")[0].strip() for spec in wanted if spec.replace(" ", "").startswith("mypy==")]
-    return pins[0] if pins else "mypy"
-
-
-def _missing_tools() -> list[str]:
-    """What a build needs and this interpreter lacks: mypyc (part of mypy) and setuptools."""
-    return [name for module, name in (("mypyc", compiler_requirement()), ("setuptools", "setuptools"))
-            if importlib.util.find_spec(module) is None]
-
-
-def _mypy_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("mypy")
-    except Exception:  # no mypy: no build can be made, and none matches
-        return "none"
+    return builds.compiler_requirement()
 
 
 def manifest() -> dict[str, str] | None:
     """The current build's modules and their extension files, or None when there is no build for these sources."""
-    try:  # digest() too: a module imported by its old top-level name (a venv's .pth from before) finds no sources
-        data = json.loads((BUILD_ROOT / digest() / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
-    files: dict[str, str] = data.get("files", {})
-    if set(MODULES) - set(files) or not all(Path(f).is_file() for f in files.values()):
-        return None
-    return files
+    return SIM.manifest()
 
 
 def status() -> str:
     """One line: whether this process runs the compiled build, and if not, why."""
-    if _active:
-        return "compiled (mypyc)"
-    if os.environ.get(ENV) == "0":
-        return "interpreted (RUSHHOUR_COMPILED=0)"
-    if manifest() is None:
-        return f"interpreted (no compiled build of these sources: `{BUILD_COMMAND}`)"
-    return "interpreted"
+    return SIM.status(ready=manifest() is not None)
 
 
 def active() -> bool:
     """True when this process imported the compiled build."""
-    return _active
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Imports the build's modules from their extension files, everything else as usual."""
-
-    def __init__(self, files: dict[str, str]) -> None:
-        self.files = files
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        file = self.files.get(fullname)
-        if file is None:
-            return None
-        return importlib.util.spec_from_file_location(
-            fullname, file, loader=importlib.machinery.ExtensionFileLoader(fullname, file))
+    return SIM.active
 
 
 def install() -> bool:
     """Import the build's modules compiled from now on (True), when a build matches the sources; else nothing."""
-    global _active
-    if _active:
-        return True
-    if any(m in sys.modules for m in MODULES):  # too late: their interpreted classes are in use
-        return False
-    files = manifest()
-    if files is None:
-        return False
-    sys.meta_path.insert(0, _Finder(files))
-    _active = True
-    return True
+    return SIM.install()
 
 
 def wanted(argv: Sequence[str]) -> bool:
@@ -182,66 +113,17 @@ def _pth_path() -> Path:
 
 def build(quiet: bool = False) -> Path:
     """Compile the modules with mypyc into the venv (a no-op when the build of these sources is there); its folder."""
-    needed = _missing_tools()
-    if needed:
-        raise RuntimeError(f"it needs {' and '.join(needed)}: `pip install {' '.join(needed)}`, then "
-                           f"`{BUILD_COMMAND}` again")
-    key = digest()
-    out = BUILD_ROOT / key
-    _pth_path().write_text(PTH_LINE)
-    if manifest() is not None:
-        return out
-    BUILD_ROOT.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="rushhour-mypyc-", dir=BUILD_ROOT) as tmp:
-        work = Path(tmp)
-        setup = work / "setup.py"
-        paths = [str(source(m)) for m in MODULES]
-        setup.write_text(
-            "from setuptools import setup\nfrom mypyc.build import mypycify\n"
-            f"setup(name='rushhour-compiled', py_modules=[], ext_modules=mypycify({paths!r}, opt_level='3', "
-            f"target_dir={str(work / 'c')!r}))\n")
-        cmd = [sys.executable, str(setup), "-q", "build_ext", "--build-lib", str(work / "lib"),
-               "--build-temp", str(work / "tmp")]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=quiet, text=True)
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout or "").strip().splitlines()[-5:] if quiet else []
-            raise RuntimeError("mypyc failed" + (": " + " | ".join(tail) if tail else ""))
-        staged = work / "build"
-        shutil.copytree(work / "lib", staged)
-        files = {}
-        for so in staged.rglob("*" + sysconfig.get_config_var("EXT_SUFFIX")):
-            rel = so.relative_to(staged)
-            name = ".".join((*rel.parts[:-1], rel.name.split(".")[0]))
-            files[name] = str(out / rel)
-        missing = set(MODULES) - set(files)
-        if missing:
-            raise RuntimeError(f"mypyc built no extension for {', '.join(sorted(missing))}")
-        (staged / "manifest.json").write_text(json.dumps({"digest": key, "files": files}, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        staged.rename(out)
-    for old in BUILD_ROOT.iterdir():  # earlier builds of other sources
-        if old != out and old.is_dir() and not old.name.startswith("rushhour-mypyc-"):
-            shutil.rmtree(old, ignore_errors=True)
-    return out
+    if not builds.missing_tools():
+        _pth_path().write_text(PTH_LINE)
+    return SIM.build(quiet)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rushhour.sim.compiled [build|status]``."""
-    args = list(sys.argv[1:] if argv is None else argv) or ["status"]
-    if args[0] == "build":
-        try:
-            out = build(quiet="--quiet" in args)
-        except (RuntimeError, OSError) as exc:
-            print(f"rushhour: compiled build skipped ({exc}); the simulator runs interpreted", file=sys.stderr)
-            return 0 if "--best-effort" in args else 1
-        print(f"rushhour: compiled build of the simulator in {out}")
-        return 0
-    if args[0] == "status":
-        print("rushhour simulator:", "compiled build ready" if manifest() is not None else status())
-        return 0
-    print("usage: python -m rushhour.sim.compiled [build [--quiet] [--best-effort] | status]", file=sys.stderr)
-    return 2
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["build"] and not builds.missing_tools():
+        _pth_path().write_text(PTH_LINE)
+    return SIM.main(args)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from rushhour.loadgen.engine.lifecycle import (
     set_anchor,
     state_of,
 )
+from rushhour.loadgen.engine.tokenize import off_loop
 from rushhour.loadgen.engine.worker import Worker
 from rushhour.loadgen.traces import trace_refs
 from rushhour.records.manifest import scenario_of
@@ -318,7 +319,7 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
         urls = sorted({target, *route_urls.values()})
         raise ValueError(f"cannot build a route to {', '.join(urls)}: {exc}") from None
     # the tokenizer before the shard too: a path that cannot be loaded is this process's one error
-    prompts.use_tokenizer(tokens.load(scenario.target.tokenizer) if scenario.target.tokenizer else None)
+    prompts.use_tokenizer(off_loop(tokens.load(scenario.target.tokenizer)) if scenario.target.tokenizer else None)
     prompts.warm()  # before the anchor: building the prompt base lazily stalled the loop at the first arrival
     writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock, role=role)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -102,3 +103,69 @@ def test_agent_tools_on_the_wire_and_in_the_count(model_dir: Path) -> None:
     without, _ = tok.prompt_tokens("openai-chat", "", conv.messages, conv.flat())
     with_tools, exact = tok.prompt_tokens("openai-chat", "", conv.messages, conv.flat(), BUILTIN_TOOLS)
     assert exact and with_tools > without + 50
+
+
+class _Recording:
+    """The tokenizer's backend, noting the length of every text it encodes."""
+
+    def __init__(self, backend: Tokenizer) -> None:
+        self.backend = backend
+        self.lengths: list[int] = []
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool) -> Any:
+        self.lengths += [len(t) for t in texts]
+        return self.backend.encode_batch(texts, add_special_tokens=add_special_tokens)
+
+    def get_added_tokens_decoder(self) -> Any:
+        return self.backend.get_added_tokens_decoder()
+
+
+def test_a_growing_prompt_is_counted_from_its_counted_start(tokenizer: tokens.Tokenizer) -> None:
+    # an agent's next request re-sends its history: only the new end is encoded, and the count stays exact
+    real = tokenizer.backend
+    recording = _Recording(real)
+    tokenizer.backend = recording
+    try:
+        conv = prompts.Conversation(prompts.text("sys", 300)).with_user(prompts.text("ctx", 3000))
+        for step in range(4):
+            count, exact = conv.prompt_tokens("openai-chat")
+            rendered = tokenizer.render_chat([{"role": "system", "content": conv.system},
+                                              *({"role": r, "content": c} for r, c in conv.messages)])
+            assert rendered is not None and exact
+            assert count == len(real.encode(rendered, add_special_tokens=False).ids), step
+            if step:
+                assert recording.lengths[-1] < 1000 < len(rendered)  # the new messages, not the history
+            conv.append("assistant", prompts.text(f"out{step}", 20))
+            conv = conv.with_user(prompts.text(f"tool{step}", 50))
+        other = prompts.Conversation(prompts.text("sys", 300)).with_user(prompts.text("ctx2", 40))
+        assert other.prompt_tokens("openai-chat")[0] == tokenizer.count(tokenizer.render_chat(
+            [{"role": "system", "content": other.system}, {"role": "user", "content": other.messages[0][1]}]) or "")
+    finally:
+        tokenizer.backend = real
+
+
+def test_a_load_process_encodes_in_its_tokenizer_thread_below_the_loops_priority(tokenizer: tokens.Tokenizer) -> None:
+    import os
+    import threading
+
+    from rushhour.loadgen.engine.tokenize import off_loop
+
+    seen: list[tuple[int, int]] = []  # (thread, its nice value) of every encoding
+    real = tokenizer.backend
+
+    class Where(_Recording):
+        def encode_batch(self, texts: list[str], add_special_tokens: bool) -> Any:
+            seen.append((threading.get_ident(), os.getpriority(os.PRIO_PROCESS, 0)))
+            return super().encode_batch(texts, add_special_tokens)
+
+    tokenizer.backend = Where(real)
+    try:
+        assert off_loop(tokenizer) is tokenizer
+        conv = prompts.Conversation(prompts.text("sys:t", 30)).with_user(prompts.text("u:t", 700))
+        assert conv.prompt_tokens("openai-chat") == (30 + 700 + 2 * 2 + 1 + 1, True)
+    finally:
+        tokenizer.backend = real
+        tokenizer.offload = None
+    assert seen and all(ident != threading.get_ident() for ident, _ in seen)  # never on the loop's thread
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert all(nice == min(19, mine + 10) for _, nice in seen)

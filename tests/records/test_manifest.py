@@ -16,7 +16,7 @@ def _full() -> RunManifest:
         run_id="20260101T000000Z-abc123", scenario_name="demo", scenario_source="demo",
         scenario={"name": "demo", "seed": 7}, seed=7, target_url="testbed", resolved_target_url="http://127.0.0.1:1",
         profile="vllm", model="m", dialect="openai", duration_s=60.0, drain_s=5.0, processes=2, mode="simulated",
-        simulation={"events": 10, "wall_s": 0.5},
+        simulation={"events": 10, "wall_s": 0.5}, code="compiled (mypyc)",
         versions={"python": "3.12"}, command_line=["rushhour", "run", "demo"], hostname="h",
         locust_command=["python", "-m", "locust"], locust_pid=11, locust_exit_code=0,
         mono_anchor_ns=123, wall_anchor_ns=456, started_at="a", schedule_starts_at="b", ended_at="c",

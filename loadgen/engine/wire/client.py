@@ -17,6 +17,7 @@ import gevent
 import httptools
 from gevent import socket as gsocket
 
+from rushhour.loadgen.engine.wire.cancel import Cancelled as Cancelled  # interpreted: see cancel.py
 from rushhour.loadgen.engine.wire.http import (
     BODY_TOO_LARGE,
     MAX_BODY,
@@ -51,10 +52,6 @@ _STALE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, er
 # Plain sockets are read by the process's reactor (wire/reactor.py); TLS sockets, or every socket when
 # this is False (the benchmark's "before" row), by their own greenlet.
 USE_REACTOR = True
-
-
-class Cancelled(gevent.GreenletExit):
-    """Raised into a request's greenlet at the run's hard stop: the attempt is recorded cancelled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,8 +318,9 @@ def perform(
                 record.error = "connection closed before a response"
             elif attempt.interp is None or not attempt.interp.complete:
                 record.error = "connection closed before the end of the response"
-    except Cancelled as exc:
-        cancelled = exc
+    # one name per clause: compiled (mypyc), a name bound by several clauses is typed by the first of them
+    except Cancelled as stop:
+        cancelled = stop
         record.cancelled = True
     except (TimeoutError, gsocket.timeout, gevent.Timeout, _Deadline):
         if attempt.interp is not None and attempt.interp.complete:
@@ -335,19 +333,19 @@ def perform(
                 else "response"
             )
             record.error = f"client timeout waiting for the {phase}"
-    except ResponseTooLarge as exc:  # the header block (raised by the parser itself)
-        _too_large(record, attempt, exc)
-    except httptools.HttpParserError as exc:
-        cause = exc.__context__  # an exception in a body callback comes wrapped by httptools
+    except ResponseTooLarge as over:  # the header block (raised by the parser itself)
+        _too_large(record, attempt, over)
+    except httptools.HttpParserError as garbled:
+        cause = garbled.__context__  # an exception in a body callback comes wrapped by httptools
         if isinstance(cause, ResponseTooLarge):
             _too_large(record, attempt, cause)
         else:
             record.transport_error = True
-            record.error = short_text(f"malformed HTTP response: {exc}")
-    except OSError as exc:
+            record.error = short_text(f"malformed HTTP response: {garbled}")
+    except OSError as failed:
         record.transport_error = True
-        name = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        record.error = short_text(f"{name}: {exc.strerror or exc}")
+        name = errno.errorcode.get(failed.errno or 0, type(failed).__name__)
+        record.error = short_text(f"{name}: {failed.strerror or failed}")
     finally:
         parser.close()
         attempt.parser = None

@@ -130,8 +130,8 @@ class Stream:
                 return
             try:
                 parser.feed(data, stamp)
-            except Exception as exc:  # httptools' errors and the caps: the user raises them in its own frame
-                self.error = exc
+            except Exception as refused:  # httptools' errors and the caps: the user raises them in its own frame
+                self.error = refused
                 reactor.finish(self)
                 return
             if self.phase_now == 0:

@@ -135,7 +135,7 @@ class StreamInterpreter:
             if nl < 0:
                 break
             s = start
-            if startswith(b"data: ", s) and buf[nl + 1 : nl + 2] == b"\n":  # a one-line data event
+            if startswith(b"data: ", s) and nl + 1 < len(buf) and buf[nl + 1] == 10:  # a one-line data event
                 end = nl
                 start = end + 2
                 s += 6
@@ -149,6 +149,8 @@ class StreamInterpreter:
                 if tools is not None and (find(b'"tool_calls"', s, end) >= 0 or find(OPENAI_CUT, s, end) >= 0):
                     tools.openai_chunk(buf[s:end])
                 u = find(b'"usage"', s, end)
+                if u >= 0 and buf[u + 7 : u + 9] == b":n" and find(b'"usage"', u + 7, end) < 0:
+                    u = -1  # vLLM's ``"usage":null`` on every chunk (the only usage key): no regex per event
                 e = find(b'"error"', s, end)
                 if (u >= 0 and _USAGE.search(buf, u, end) is not None) or (
                     e >= 0 and _ERROR.search(buf, e, end) is not None
