@@ -28,9 +28,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-# what the simulated vLLM imitates of the real one's admission (serve.VllmLimits): unfinished requests ≤ 12;
-# its 3,000 queued-token limit has no counterpart in the testbed's model (said in the table's notes)
-TESTBED = {"replicas": 1, "config": {"vllm": {"max_num_queued_reqs": 12}}}
+# what the simulated vLLM imitates of the real one's admission (serve.VllmLimits): unfinished requests ≤ 12 and
+# prompt tokens before their first token < 3,000
+TESTBED = {"replicas": 1, "config": {"vllm": {"max_num_queued_reqs": 12, "max_num_queued_tokens": 3000}}}
 
 
 def _scenario(name: str, tiers: list[tuple[str, int, float, int, int]], peak_s: float) -> dict[str, Any]:
