@@ -1,10 +1,11 @@
 """``rushhour calibrate`` against the session's real vLLM, then a held-out run predicted on its preset.
 
 A quick calibration (few probes) must find what the server is (vLLM 0.32, 4 sequences at once, a KV cache of
-512 blocks × 128 tokens) from its answers and metrics, keep its probe runs audited and sealed, and write a
-preset the simulator takes. Then one held-out scenario runs for real and in virtual time with the same seed: on
-the calibrated preset the simulator must come closer to the real TTFT than on the built-in ``tiny`` preset
-(a relative check), within a factor of 2 of it, and agree on who was not served within 15 points.
+512 blocks × 128 tokens) from its answers and metrics, measure its front end's CPU per request, keep its probe
+runs audited and sealed, and write a preset the simulator takes. Then one held-out scenario runs for real and in
+virtual time with the same seed: on the calibrated preset the simulator must come closer to the real TTFT than on
+the built-in ``tiny`` preset (a relative check), within a factor of 2 of it, and agree on who was not served
+within 15 points.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def test_calibrate_then_predict_a_held_out_run(vllm_server, tmp_path) -> None:  
     runs = sorted((folder / "runs").iterdir())
     assert len(runs) == 2 and all((r / "integrity.json").exists() for r in runs)
     assert _rushhour("verify", str(runs[0])).returncode == 0  # the evidence is sealed as any run's
+    # the front end: its CPU per request read from the API server's own counter, and whether it takes the engine's
+    # core measured (the fixture pins vLLM to one core), said on the page either way
+    front = json.loads((folder / "calibration.json").read_text())["front_end"]
+    assert 0.0002 <= front["cpu_s"] <= 0.05 and front["shares_core"] is not None, front
+    assert preset.front_end_cpu_s == (front["cpu_s"] if front["shares_core"] else 0.0)
+    assert "front end's CPU per request" in page and cal_info.front_end_shares_core == front["shares_core"]
 
     scenario = SCENARIOS / "vllm-calibrate-heldout.yaml"
     real = run_rushhour(scenario, vllm_server.url, tmp_path / "real")
