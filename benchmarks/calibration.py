@@ -85,6 +85,21 @@ def _queue_ms(run_dir: Path) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
+def refusals(run_dir: Path) -> dict[str, int]:
+    """The real server's refusals by which admission limit said so (vLLM's texts, vllm/exceptions.py)."""
+    out = {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0, "other": 0}
+    for shard in (run_dir / "records").glob("*.jsonl"):
+        for line in shard.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") != "request" or r.get("status") == 200:
+                continue
+            text = str(r.get("error") or "")
+            key = ("max_num_queued_tokens" if "prefill token backlog" in text else
+                   "max_num_queued_reqs" if "currently busy" in text else "other")
+            out[key] += 1
+    return out
+
+
 def _boot(values: np.ndarray, q: float, seed: int = 0, reps: int = 400) -> tuple[float, float]:
     """A 95 % bootstrap interval of the ``q`` quantile."""
     if len(values) < 2:
@@ -223,8 +238,10 @@ def main() -> int:
                 print(real.stderr[-2000:], sim.stderr[-2000:])
             rows = compare(figures(_run_dir(work / "real" / sc["name"])), figures(_run_dir(work / "sim" / sc["name"])))
             results["cases"][sc["name"]] = rows
+            refused = refusals(_run_dir(work / "real" / sc["name"]))
+            results.setdefault("refusals", {})[sc["name"]] = refused
             print(table(sc["name"], rows) + f"\n\n(load average after it: {os.getloadavg()[0]:.1f} on "
-                  f"{os.cpu_count()} cores)\n", flush=True)
+                  f"{os.cpu_count()} cores; the real server refused: {refused})\n", flush=True)
         every = [r for rows in results["cases"].values() for r in rows if r["on_target"] is not None]
         print(f"on target: {sum(r['on_target'] for r in every)} of {len(every)} figures; within the real run's noise: "
               f"{sum(bool(r['in_noise']) for r in every)} of {sum(r['in_noise'] is not None for r in every)}")
