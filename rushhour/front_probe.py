@@ -14,7 +14,8 @@ Two measurements, both read from the server's own ``process_cpu_seconds_total`` 
 2. Sharing: one long stream alone, then the same stream while requests the front end refuses itself (a context too
    long: parsed, templated, tokenised, then 400, never reaching the engine) keep it busy. The front end's share of a
    core during the stream is measured from the counter; if the engine's own inter-token time grows by about that
-   share, the two share a core and the front end's CPU serialises with the engine's steps.
+   share, the two share a core and the front end's CPU serialises with the engine's steps. (A client on the
+   server's host may take the engine's core too, and lean the verdict towards sharing.)
 """
 
 from __future__ import annotations
@@ -156,6 +157,16 @@ def measure(target: str, model: str, say: Callable[[str], Any] = print) -> Front
         groups = per_request_cpu(target, model)
     except FrontError as exc:
         return FrontEnd(None, None, None, None, None, str(exc))
+    try:
+        return _sharing(target, model, groups, say)
+    except FrontError as exc:
+        cpu = statistics.median(groups)
+        return FrontEnd(cpu, (min(groups), max(groups)), None, None, None,
+                        f"whether the front end shares the engine's core is unmeasured: {exc}")
+
+
+def _sharing(target: str, model: str, groups: list[float], say: Callable[[str], Any]) -> FrontEnd:
+    """The sharing half of ``measure``, given the CPU groups."""
     cpu = statistics.median(groups)
     interval = (min(groups), max(groups))
     alone, loaded, shares = [], [], []
