@@ -100,6 +100,23 @@ def refusals(run_dir: Path) -> dict[str, int]:
     return out
 
 
+def engine_speed(run_dir: Path) -> dict[str, float | None]:
+    """The engine's own median inter-token and prefill times (ms) over the served requests: whether the engine ran
+    as fast as the calibration found it, apart from anything the model adds around it."""
+    itl: list[float] = []
+    prefill: list[float] = []
+    for shard in (run_dir / "records").glob("*.jsonl"):
+        for line in shard.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") == "request" and r.get("status") == 200:
+                if r.get("metrics_mean_itl_ms"):
+                    itl.append(float(r["metrics_mean_itl_ms"]))
+                if r.get("metrics_time_to_first_token_ms") is not None:
+                    prefill.append(float(r["metrics_time_to_first_token_ms"]))
+    return {"itl_ms": float(np.median(itl)) if itl else None,
+            "prefill_ms": float(np.median(prefill)) if prefill else None}
+
+
 def _boot(values: np.ndarray, q: float, seed: int = 0, reps: int = 400) -> tuple[float, float]:
     """A 95 % bootstrap interval of the ``q`` quantile."""
     if len(values) < 2:
@@ -240,8 +257,11 @@ def main() -> int:
             results["cases"][sc["name"]] = rows
             refused = refusals(_run_dir(work / "real" / sc["name"]))
             results.setdefault("refusals", {})[sc["name"]] = refused
+            speed = {k: engine_speed(_run_dir(work / k / sc["name"])) for k in ("real", "sim")}
+            results.setdefault("engine_speed", {})[sc["name"]] = speed
             print(table(sc["name"], rows) + f"\n\n(load average after it: {os.getloadavg()[0]:.1f} on "
-                  f"{os.cpu_count()} cores; the real server refused: {refused})\n", flush=True)
+                  f"{os.cpu_count()} cores; the real server refused: {refused}; the engine's own p50 inter-token "
+                  f"and prefill ms, real vs simulated: {speed})\n", flush=True)
         every = [r for rows in results["cases"].values() for r in rows if r["on_target"] is not None]
         print(f"on target: {sum(r['on_target'] for r in every)} of {len(every)} figures; within the real run's noise: "
               f"{sum(bool(r['in_noise']) for r in every)} of {sum(r['in_noise'] is not None for r in every)}")
