@@ -28,9 +28,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-# what the simulated vLLM imitates of the real one's admission (serve.VllmLimits): unfinished requests ≤ 12;
-# its 3,000 queued-token limit has no counterpart in the testbed's model (said in the table's notes)
-TESTBED = {"replicas": 1, "config": {"vllm": {"max_num_queued_reqs": 12}}}
+# what the simulated vLLM imitates of the real one's admission (serve.VllmLimits): unfinished requests ≤ 12 and
+# prompt tokens before their first token < 3,000
+TESTBED = {"replicas": 1, "config": {"vllm": {"max_num_queued_reqs": 12, "max_num_queued_tokens": 3000}}}
 
 
 def _scenario(name: str, tiers: list[tuple[str, int, float, int, int]], peak_s: float) -> dict[str, Any]:
@@ -83,6 +83,38 @@ def _queue_ms(run_dir: Path) -> dict[str, np.ndarray]:
             if r.get("kind") == "request" and r.get("status") == 200 and r.get("metrics_queue_time_ms") is not None:
                 out.setdefault(r["tier"], []).append(float(r["metrics_queue_time_ms"]))
     return {k: np.array(v) for k, v in out.items()}
+
+
+def refusals(run_dir: Path) -> dict[str, int]:
+    """The real server's refusals by which admission limit said so (vLLM's texts, vllm/exceptions.py)."""
+    out = {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0, "other": 0}
+    for shard in (run_dir / "records").glob("*.jsonl"):
+        for line in shard.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") != "request" or r.get("status") == 200:
+                continue
+            text = str(r.get("error") or "")
+            key = ("max_num_queued_tokens" if "prefill token backlog" in text else
+                   "max_num_queued_reqs" if "currently busy" in text else "other")
+            out[key] += 1
+    return out
+
+
+def engine_speed(run_dir: Path) -> dict[str, float | None]:
+    """The engine's own median inter-token and prefill times (ms) over the served requests: whether the engine ran
+    as fast as the calibration found it, apart from anything the model adds around it."""
+    itl: list[float] = []
+    prefill: list[float] = []
+    for shard in (run_dir / "records").glob("*.jsonl"):
+        for line in shard.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") == "request" and r.get("status") == 200:
+                if r.get("metrics_mean_itl_ms"):
+                    itl.append(float(r["metrics_mean_itl_ms"]))
+                if r.get("metrics_time_to_first_token_ms") is not None:
+                    prefill.append(float(r["metrics_time_to_first_token_ms"]))
+    return {"itl_ms": float(np.median(itl)) if itl else None,
+            "prefill_ms": float(np.median(prefill)) if prefill else None}
 
 
 def _boot(values: np.ndarray, q: float, seed: int = 0, reps: int = 400) -> tuple[float, float]:
@@ -223,8 +255,13 @@ def main() -> int:
                 print(real.stderr[-2000:], sim.stderr[-2000:])
             rows = compare(figures(_run_dir(work / "real" / sc["name"])), figures(_run_dir(work / "sim" / sc["name"])))
             results["cases"][sc["name"]] = rows
+            refused = refusals(_run_dir(work / "real" / sc["name"]))
+            results.setdefault("refusals", {})[sc["name"]] = refused
+            speed = {k: engine_speed(_run_dir(work / k / sc["name"])) for k in ("real", "sim")}
+            results.setdefault("engine_speed", {})[sc["name"]] = speed
             print(table(sc["name"], rows) + f"\n\n(load average after it: {os.getloadavg()[0]:.1f} on "
-                  f"{os.cpu_count()} cores)\n", flush=True)
+                  f"{os.cpu_count()} cores; the real server refused: {refused}; the engine's own p50 inter-token "
+                  f"and prefill ms, real vs simulated: {speed})\n", flush=True)
         every = [r for rows in results["cases"].values() for r in rows if r["on_target"] is not None]
         print(f"on target: {sum(r['on_target'] for r in every)} of {len(every)} figures; within the real run's noise: "
               f"{sum(bool(r['in_noise']) for r in every)} of {sum(r['in_noise'] is not None for r in every)}")

@@ -68,4 +68,20 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
                "the preset's "
                "`front_end_s`: the simulator delays each request's arrival at the engine by it. One median for "
                "every request: a server whose front end slows with load or prompt size is not modelled."), ""]
+    front = report.get("front_end") or {}
+    cpu, interval, shares = front.get("cpu_s"), front.get("interval"), front.get("shares_core")
+    if cpu is None:
+        out += [f"- The front end's CPU per request: unmeasured ({front.get('evidence') or 'not probed'}); the "
+                "preset has none (`front_end_cpu_s: 0`).", ""]
+    else:
+        span = "" if not interval else f" [{1000 * interval[0]:.2f}, {1000 * interval[1]:.2f}]"
+        out += [f"- The front end's CPU per request (its `process_cpu_seconds_total`, one-token requests): "
+                f"{1000 * cpu:.2f} ms{span}. {front.get('evidence')}.",
+                "- " + ("So the preset's `front_end_cpu_s` is that CPU: a request arriving while the engine is "
+                        "busy, served or refused, lengthens its next step by it." if shares else
+                        "So the preset has no `front_end_cpu_s`: " + (
+                            "the front end was not seen to slow the engine." if shares is False else
+                            "whether it slows the engine is unmeasured, and it is not modelled.")),
+                "- Its per-step and per-token work (detokenising, streaming) is inside the engine's measured step "
+                "times, so inside the fitted step terms above.", ""]
     return "\n".join(out)

@@ -298,6 +298,7 @@ class Outcome:
 
 def calibrate(s: Settings, say: Any = print) -> Outcome:
     """Probe, fit, and build the preset (or the refusal); CalibrationError when something could not be measured."""
+    from rushhour.front_probe import measure as measure_front
     from rushhour.studies.engine_fit import COEFFICIENTS, Fit, FitError, fit, measured, observations
     from rushhour.testbed.presets import PRESET_SCHEMA, Calibration, Preset, check_preset
 
@@ -350,6 +351,8 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
     say(f"calibrate: {sum(p.count for p in second)} requests in {len(second)} decode probes (batches up to {seqs})")
     run2, rows2 = run_probes(folder, "round2", second, s.target, s.profile, model, max_prompt, s.decode_tokens)
 
+    front = measure_front(s.target, model, say)
+
     obs = []
     all_pairs: list[tuple[Probe, dict[str, Any]]] = []
     for run_dir, rows in ((run1, rows1), (run2, rows2)):
@@ -366,6 +369,7 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
         "served": sum(1 for _, r in all_pairs if r.get("status") == 200),
         "engine_timing": sum(1 for _, r in all_pairs if r.get("metrics_time_to_first_token_ms") is not None),
         "first_token_overhead_ms": first_token_overhead_ms(all_pairs), "sources": sources,
+        "front_end": dataclasses.asdict(front),
         "max_prompt_tokens": max_prompt,
         "capacity": {"max_num_seqs": seqs, "kv_capacity_tokens": kv, "max_num_batched_tokens": batched,
                      "block_tokens": facts.block_tokens or 16},
@@ -383,18 +387,25 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
     if refused is not None or result is None:
         return Outcome(None, report, refused or "no fit")
     c = result.coefficients
+    # the front end's CPU per request goes into the engine's steps only where it was measured to share their core
+    front_cpu = front.cpu_s if front.shares_core and front.cpu_s is not None else 0.0
+    sources["front_end_cpu_s"] = (f"probes: {front.evidence}" if front.cpu_s is not None else
+                                  f"unmeasured ({front.evidence}): none modelled")
+    intervals = {k: [float(f"{v:.6g}") for v in result.intervals[k]] for k in COEFFICIENTS}
+    if front.interval is not None and front_cpu:
+        intervals["front_end_cpu_s"] = [float(f"{v:.6g}") for v in front.interval]
     name = s.name or f"calibrated-{re.sub(r'[^a-z0-9]+', '-', (facts.engine + '-' + model).lower()).strip('-')}"
     preset = check_preset(Preset(
         name=name[:80], model=model, max_num_seqs=seqs, kv_capacity_tokens=kv, max_num_batched_tokens=batched,
         block_tokens=facts.block_tokens or 16, prefill_step_s=c["prefill_step_s"], base_s=c["base_s"],
-        front_end_s=max(0.0, (report["first_token_overhead_ms"] or 0.0) / 1000),
+        front_end_s=max(0.0, (report["first_token_overhead_ms"] or 0.0) / 1000), front_end_cpu_s=front_cpu,
         per_seq_s=c["per_seq_s"], per_kv_token_s=c["per_kv_token_s"], prefill_per_token_s=c["prefill_per_token_s"],
         schema=PRESET_SCHEMA,
         calibration=Calibration(
             server=report["server"], engine=facts.engine, date=report["date"], folder=str(folder),
             requests=result.train_n, heldout=result.heldout_n, mape=round(result.mape, 4),
             pearson_r=None if result.pearson_r is None else round(result.pearson_r, 4),
-            intervals={k: [float(f"{v:.6g}") for v in result.intervals[k]] for k in COEFFICIENTS},
+            intervals=intervals, front_end_shares_core=front.shares_core,
             pinned_zero=list(result.pinned_zero), sources=sources,
             mape_by_kind={k.kind: round(k.mape, 4) for k in result.kinds},
             first_token_overhead_ms=report["first_token_overhead_ms"], max_prompt_tokens=max_prompt)))

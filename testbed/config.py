@@ -58,6 +58,9 @@ class VllmConfig:
     """vLLM engine admission (PR #49445)."""
 
     max_num_queued_reqs: int | None = None  # waiting + running per replica; None = unbounded
+    # prompt tokens of the replica's requests still before their first token (waiting or in prefill); an arrival
+    # finding them at or over this is refused (vllm/v1/engine/async_llm.py, 503 as the request limit); None = off
+    max_num_queued_tokens: int | None = None
     # --enable-per-request-metrics (vLLM 0.32): a ``metrics`` object in each answer (in a stream: the usage chunk)
     per_request_metrics: bool = True
 

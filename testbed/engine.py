@@ -45,6 +45,10 @@ class EngineParams:
     # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs): the simulator
     # delays each request's arrival at the engine by it (the testbed's own HTTP server has its own); 0 = none
     front_end_s: float = 0.0
+    # a calibrated server's front-end CPU per arriving request (served or refused) on the engine's own core: an
+    # arrival while the engine is busy makes its next step this much longer (vLLM on one core: the API server's
+    # HTTP, template and tokenising take the core from the engine core's step); 0 = a front end on cores of its own
+    front_end_cpu_s: float = 0.0
 
 
 class Replica:
@@ -69,6 +73,7 @@ class Replica:
         # worse by more than this (None = off)
         self.priority_preemption: int | None = None
         self._plan: dict[Job, int] = {}  # the planned step: job -> tokens to compute
+        self.front_debt_s = 0.0  # front-end CPU taken from the engine's core since the last planned step
 
     # ---- state views -------------------------------------------------------------------
     def kv_used(self) -> int:
@@ -82,6 +87,17 @@ class Replica:
     def busy(self) -> bool:
         """True if a step has work to do."""
         return bool(self.running) or self.n_waiting > 0
+
+    def front_end_arrival(self) -> None:
+        """A request reached this replica's front end: with the engine busy, its CPU lengthens the next step."""
+        if self.p.front_end_cpu_s and (self.running or self.n_waiting):
+            self.front_debt_s += self.p.front_end_cpu_s
+
+    def prefill_tokens_queued(self) -> int:
+        """Prompt tokens of the requests here before their first token (vLLM's ``get_num_queued_tokens``: the
+        whole prompt, chunks already computed and cache hits not subtracted)."""
+        return (sum(j.prompt_tokens for j in self.waiting_jobs())
+                + sum(j.prompt_tokens for j in self.running if j.first_token_ns is None))
 
     def tiers_present(self) -> set[int]:
         """Headroom tiers of the requests placed here."""
@@ -263,6 +279,9 @@ class Replica:
         dur = p.base_s + p.per_seq_s * decode + p.per_kv_token_s * kv + p.prefill_per_token_s * prefill
         if prefill:  # a real engine's prefill step costs more than its tokens (vLLM on CPU: another attention path)
             dur += p.prefill_step_s
+        if self.front_debt_s:  # the front end's CPU on the same core since the last step: it serialises with it
+            dur += self.front_debt_s
+            self.front_debt_s = 0.0
         return dur * self.slow_factor
 
     def _token(self, job: Job, computed: int, now: int) -> None:
@@ -404,6 +423,7 @@ class Engine:
         job.seq = next(self._seq)
         if job.dispatch_ns is None:
             job.dispatch_ns = now
+        replica.front_end_arrival()
         replica.add(job, now)
         job.sink.on_dispatch(job)
         self.wake(replica.index)

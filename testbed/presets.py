@@ -45,6 +45,8 @@ class Calibration:
     # median client TTFT − engine queue − engine prefill: the server's time before a first token outside its engine
     # steps (HTTP, tokenising, hand-offs), which the replica model has not; None = unmeasured
     first_token_overhead_ms: float | None = None
+    # the front end's CPU measured to lengthen the engine's steps (True), to run beside them (False), None = unmeasured
+    front_end_shares_core: bool | None = None
     max_prompt_tokens: int | None = None  # the largest prompt probed: the fit holds up to it, beyond is extrapolated
 
 
@@ -67,6 +69,10 @@ class Preset:
     # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs; measured as client
     # TTFT − engine queue − engine prefill): the simulator delays each request's arrival at the engine by it
     front_end_s: float = 0.0
+    # a calibrated server's front-end CPU per arriving request, served or refused (its API server's /metrics
+    # process_cpu_seconds_total over designed requests), taken from the engine's step when both share a core
+    # (measured: a front-end-only load slows the engine's own inter-token time); 0 = none
+    front_end_cpu_s: float = 0.0
     calibration: Calibration | None = None  # a calibrated preset's provenance and error (None: a built-in)
     schema: str = PRESET_SCHEMA
 
@@ -149,7 +155,7 @@ def check_preset(preset: Preset) -> Preset:
         if getattr(preset, name) < 1:
             raise ConfigError(f"{name}: must be >= 1, got {getattr(preset, name)}")
     for name in ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s", "prefill_step_s",
-                 "front_end_s"):
+                 "front_end_s", "front_end_cpu_s"):
         value = getattr(preset, name)
         if not math.isfinite(value) or value < 0 or value > 3600:
             raise ConfigError(f"{name}: must be a finite number of seconds in [0, 3600], got {value!r}")

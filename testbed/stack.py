@@ -33,6 +33,7 @@ def engine_params(cfg: TestbedConfig) -> EngineParams:
         base_s=p.base_s, per_seq_s=p.per_seq_s, per_kv_token_s=p.per_kv_token_s,
         prefill_per_token_s=p.prefill_per_token_s, prefix_cache=cfg.prefix_cache, prefill_step_s=p.prefill_step_s,
         front_end_s=p.front_end_s,
+        front_end_cpu_s=p.front_end_cpu_s,
     )
 
 
@@ -138,6 +139,11 @@ class Stack:
         if self.cfg.profile == "vllm":
             lim = self.cfg.vllm.max_num_queued_reqs
             if lim is not None and replica.n_waiting + len(replica.running) >= lim:
+                replica.front_end_arrival()  # refused by vLLM's front end, after its HTTP and tokenising
+                return prof.drop(QUEUE_FULL, job.rid, False)
+            lim = self.cfg.vllm.max_num_queued_tokens
+            if lim is not None and replica.prefill_tokens_queued() >= lim:
+                replica.front_end_arrival()
                 return prof.drop(QUEUE_FULL, job.rid, False)
         if self.cfg.profile == "sglang":
             lim = self.cfg.sglang.max_queued_requests

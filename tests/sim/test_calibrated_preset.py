@@ -84,3 +84,15 @@ def test_a_simulated_run_says_which_preset_it_rests_on(tmp_path: Path) -> None:
 def test_a_bad_preset_flag_is_one_line(tmp_path: Path) -> None:
     proc = cli("simulate", "ci-smoke", "--out", str(tmp_path), "--preset", str(tmp_path / "nope.yaml"))
     assert proc.returncode == 2 and "nope.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_front_end_on_the_engines_core_slows_a_busy_engine(tmp_path: Path) -> None:
+    """``front_end_cpu_s``: each arrival at a busy engine lengthens its next step, so a saturated replica serves
+    less (7.5 arrivals a second × 4 ms = 3 % of each simulated second, × 10 at speed 0.1)."""
+    plain = _simulate(tmp_path, "plain", "--preset", str(_write(tmp_path / "plain.yaml")))
+    shared = _simulate(tmp_path, "shared", "--preset", str(_write(tmp_path / "cpu.yaml", front_end_cpu_s=0.004)))
+
+    def served(result: dict[str, object]) -> float:
+        return sum(float(t["goodput_per_s"]) for t in result["summary"]["tiers"])  # type: ignore[index,misc]
+
+    assert served(shared) < served(plain), (served(plain), served(shared))

@@ -41,3 +41,39 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
     assert proc.returncode == 2 and "cannot reach the server" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing probed, nothing written
+
+
+def test_a_front_end_without_a_cpu_counter_is_said_unmeasured() -> None:
+    """A server whose /metrics has no process_cpu_seconds_total (or a hostile one): the front end's CPU is said
+    unmeasured, never taken as zero cost, and nothing is sent to it beyond the reads."""
+    import http.server
+    import threading
+
+    from rushhour.front_probe import measure
+
+    posts: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"# TYPE x counter\nprocess_cpu_seconds_total NaN\nvllm:x 1\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            posts.append(self.path)
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        found = measure(f"http://127.0.0.1:{server.server_address[1]}", "tiny", say=lambda _: None)
+    finally:
+        server.shutdown()
+    assert found.cpu_s is None and found.shares_core is None and not posts
+    assert "no process_cpu_seconds_total" in found.evidence and "\n" not in found.evidence

@@ -217,3 +217,36 @@ def test_prefix_cache_keeps_the_lru_semantics_of_the_plain_loops() -> None:
             plain.insert(blocks, limit)
             fast.insert(blocks, limit)
         assert list(plain.blocks) == fast.lru_order()
+
+
+def test_front_end_cpu_lengthens_the_next_step_only_when_the_engine_is_busy() -> None:
+    """A calibrated front end on the engine's core: an arrival while a step runs adds its CPU to the next step
+    (once); an arrival at an idle engine adds nothing (its latency is front_end_s); 0 changes nothing."""
+    clk = FakeClock()
+    plain, shared = Replica(0, params(), clk), Replica(0, params(front_end_cpu_s=0.004), clk)
+    durations: list[tuple[float | None, float | None, float | None]] = []
+    for r in (plain, shared):
+        r.front_end_arrival()  # idle: nothing taken from a step
+        r.add(mk("a", prompt=8, out=4), clk.now_ns())
+        first = r.plan_step(clk.now_ns())
+        r.finish_step(clk.now_ns())
+        r.front_end_arrival()  # busy: the next step is longer by it, once
+        r.front_end_arrival()
+        second = r.plan_step(clk.now_ns())
+        r.finish_step(clk.now_ns())
+        third = r.plan_step(clk.now_ns())
+        durations.append((first, second, third))
+    (p1, p2, p3), (s1, s2, s3) = durations
+    assert p2 is not None and s2 is not None and p3 is not None
+    assert s1 == p1 and s3 == p3 and math.isclose(s2 - p2, 0.008)
+
+
+def test_prefill_tokens_queued_counts_prompts_before_their_first_token() -> None:
+    clk = FakeClock()
+    r = Replica(0, params(max_num_seqs=1), clk)
+    r.add(mk("a", prompt=30, out=5), clk.now_ns())
+    r.add(mk("b", prompt=20, out=5, arrival=1), clk.now_ns())
+    assert r.prefill_tokens_queued() == 50
+    r.plan_step(clk.now_ns())
+    r.finish_step(clk.now_ns())  # a: its first token; b waits
+    assert r.prefill_tokens_queued() == 20

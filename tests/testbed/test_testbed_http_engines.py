@@ -184,3 +184,23 @@ def test_fifo_and_headroom_serve_everything() -> None:
                     assert sorted({x["priority"] for x in led}) == [0, 1, 2]
 
     asyncio.run(go())
+
+
+def test_vllm_queued_token_limit_refuses_past_its_backlog() -> None:
+    """vLLM's --max-num-queued-tokens: an arrival finding the prompts still before their first token at or over
+    the limit is refused (503, queue_full); the request limit alone would have taken it."""
+    async def go() -> None:
+        cfg = tiny(profile="vllm", speed=1.0, max_num_seqs=1, vllm={"max_num_queued_tokens": 60})
+        async with running(cfg) as r:
+            block = await _blocker(r, tokens=60)
+            long_prompt = "word " * 80  # one waiting prompt past the 60-token backlog
+            waiting = asyncio.create_task(post(r, "/v1/chat/completions", chat(long_prompt), {"x-request-id": "w"}))
+            await wait_until(lambda: r.server.stack.engine.replicas[0].n_waiting == 1)
+            assert r.server.stack.engine.replicas[0].prefill_tokens_queued() >= 60
+            full = await post(r, "/v1/chat/completions", chat(), {"x-request-id": "full"})
+            assert full.status == 503
+            await asyncio.gather(waiting, *block)
+            led = r.by_id()
+            assert led["full"]["outcome"] == "queue_full" and led["w"]["outcome"] != "queue_full"
+
+    asyncio.run(go())
