@@ -15,22 +15,31 @@ SCRIPT = Path(sys.executable).parent / "rushhour"
 _WIDTH_AND_COLOUR = ("COLUMNS", "TERMINAL_WIDTH", "FORCE_COLOR")
 
 
-def rushhour(*args: str | Path, cwd: Path | str | None = None, timeout: float = 300,
-             env: Mapping[str, str] | None = None, columns: int | None = 200, inject: Path | None = None,
-             script: bool = False) -> subprocess.CompletedProcess[str]:
-    """``rushhour ARGS`` in a child process, output piped as in a CI log (never a terminal), never raising on exit.
+def cli_command(*, script: bool = False) -> list[str]:
+    """The argv that starts the CLI: ``python -m rushhour.cli``, or the installed console script."""
+    if script:
+        assert SCRIPT.exists(), f"no console script next to {sys.executable}: pip install -e . first"
+        return [str(SCRIPT)]
+    return [sys.executable, "-m", "rushhour.cli"]
 
-    The child runs this checkout (its root first on PYTHONPATH, after ``inject``: a folder of, say, a
-    sitecustomize.py). ``columns`` is the width rich wraps at (None: unset, a pipe's default of 80); ``env`` is
-    laid over the parent's environment last; ``cwd`` defaults to the checkout; ``script`` runs the installed
-    console script instead of ``python -m rushhour.cli``."""
+
+def cli_env(env: Mapping[str, str] | None = None, *, columns: int | None = 200,
+            inject: Path | None = None) -> dict[str, str]:
+    """The child's environment: this checkout first on PYTHONPATH (after ``inject``), rich's width ``columns``
+    (None: unset, so the CLI picks its own piped width), no forced colour, and ``env`` laid over it all last."""
     full = {k: v for k, v in os.environ.items() if k not in _WIDTH_AND_COLOUR}
     full["PYTHONPATH"] = os.pathsep.join([*([str(inject)] if inject else []), str(REPO)])
     if columns is not None:
         full["COLUMNS"] = str(columns)
-    full |= dict(env or {})
-    if script:
-        assert SCRIPT.exists(), f"no console script next to {sys.executable}: pip install -e . first"
-    command = [str(SCRIPT)] if script else [sys.executable, "-m", "rushhour.cli"]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=full,
-                          cwd=str(cwd or REPO), check=False)
+    return full | dict(env or {})
+
+
+def rushhour(*args: str | Path, cwd: Path | str | None = None, timeout: float = 600,
+             env: Mapping[str, str] | None = None, columns: int | None = 200, inject: Path | None = None,
+             script: bool = False) -> subprocess.CompletedProcess[str]:
+    """``rushhour ARGS`` run to its end in a child process (cli_command, cli_env), output piped as in a CI log,
+    never raising on its exit code. ``cwd`` defaults to the checkout; ``inject`` is a folder put first on the
+    child's PYTHONPATH (a sitecustomize.py, say). For a child to signal or watch, Popen cli_command()."""
+    return subprocess.run([*cli_command(script=script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(env, columns=columns, inject=inject), cwd=str(cwd or REPO),
+                          check=False)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import rushhour, scenario
 
 from rushhour.audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
 from rushhour.audit.gates import abort_verdicts
@@ -14,7 +15,7 @@ from rushhour.records.manifest import RunManifest, read_manifest
 from rushhour.scenarios import ScenarioError, parse_scenario
 from rushhour.scenarios.model import SLO, LatencySLO
 
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 # ---------------------------------------------------------------------------------------------- pure decisions
 

@@ -8,13 +8,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support import REPO, cli_command, cli_env, rushhour, scenario
 
 from rushhour.records.manifest import read_manifest
 from rushhour.reports.repeat import render_junit
 from rushhour.studies.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
 
 from ..studies.helpers import summary, tier, verdicts_for
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 
 def test_seeds_are_derived_deterministically() -> None:
@@ -152,18 +153,15 @@ def test_repeat_with_a_failing_slo_fails(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
     """Ctrl-C during the second run: exit 130, repeat.json aggregates the runs done and never passes."""
-    import os
     import signal
     import subprocess
     import time
 
-    from .wf_helpers import CLI, REPO
-
     path = tmp_path / "s.yaml"
     path.write_text(scenario(seconds=8))
-    proc = subprocess.Popen([*CLI, "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO), CI="true"))
+    proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
+                             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env=cli_env())
     deadline = time.monotonic() + 300
     second: list[Path] = []
     while time.monotonic() < deadline and not second:
@@ -188,18 +186,15 @@ def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
 def test_a_repeat_interrupted_while_a_run_starts_exits_130(tmp_path: Path) -> None:
     """Ctrl-C while the second run's testbed starts (nothing recorded yet): the repeat was interrupted, so
     130 with the first run aggregated — it used to try to audit the empty run and exit 2 ("has no shards")."""
-    import os
     import signal
     import subprocess
     import time
 
-    from .wf_helpers import CLI, REPO
-
     path = tmp_path / "s.yaml"
     path.write_text(scenario(seconds=4))
-    proc = subprocess.Popen([*CLI, "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO), CI="true"))
+    proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
+                             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env=cli_env())
     deadline = time.monotonic() + 300
     said = ""
     # the second run's testbed is starting: its folder exists, nothing is recorded yet

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import rushhour, scenario
 
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 
 def _run(tmp_path: Path, text: str, *args: str) -> tuple[Path, int, str, str]:

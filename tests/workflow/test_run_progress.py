@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import rushhour, scenario
 
 from rushhour.loadgen.live import ShardTail, progress_line
-
-from .wf_helpers import rushhour, scenario
 
 
 def _request(tier: str, status: int, i: int) -> str:
