@@ -23,19 +23,25 @@ def cli_command(*, script: bool = False) -> list[str]:
     return [sys.executable, "-m", "rushhour.cli"]
 
 
-def cli_env(env: Mapping[str, str] | None = None, *, columns: int | None = 200,
+def cli_env(env: Mapping[str, str | None] | None = None, *, columns: int | None = 200,
             inject: Path | None = None) -> dict[str, str]:
     """The child's environment: this checkout first on PYTHONPATH (after ``inject``), rich's width ``columns``
-    (None: unset, so the CLI picks its own piped width), no forced colour, and ``env`` laid over it all last."""
+    (None: unset, so the CLI picks its own piped width), no forced colour, and ``env`` laid over it all last
+    (a None value removes the variable)."""
     full = {k: v for k, v in os.environ.items() if k not in _WIDTH_AND_COLOUR}
     full["PYTHONPATH"] = os.pathsep.join([*([str(inject)] if inject else []), str(REPO)])
     if columns is not None:
         full["COLUMNS"] = str(columns)
-    return full | dict(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = value
+    return full
 
 
 def rushhour(*args: str | Path, cwd: Path | str | None = None, timeout: float = 600,
-             env: Mapping[str, str] | None = None, columns: int | None = 200, inject: Path | None = None,
+             env: Mapping[str, str | None] | None = None, columns: int | None = 200, inject: Path | None = None,
              script: bool = False) -> subprocess.CompletedProcess[str]:
     """``rushhour ARGS`` run to its end in a child process (cli_command, cli_env), output piped as in a CI log,
     never raising on its exit code. ``cwd`` defaults to the checkout; ``inject`` is a folder put first on the
