@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from helpers import MS, RunBuilder
-from support import rushhour, scenario
+from support import rushhour, write_scenario
 
 from rushhour import audit
 from rushhour.audit import integrity
@@ -272,8 +272,7 @@ def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
 @pytest.mark.e2e
 def test_a_real_run_is_sealed_intact_through_report_and_gate(tmp_path: Path) -> None:
     """`rushhour run` on the testbed: nothing writes into the folder after its seal (logs, ledger, reports)."""
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5))
+    path = write_scenario(tmp_path, seconds=5)
     res = rushhour("run", str(path), "--out", str(tmp_path / "runs"))
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert res.returncode == 0, res.stdout + res.stderr

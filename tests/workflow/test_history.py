@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from support import REPO, cli_command, cli_env, rushhour, scenario
+from support import REPO, cli_command, cli_env, rushhour, write_scenario
 
 from rushhour.audit.stats import percentiles
 from rushhour.audit.summary import Percentiles, Summary
@@ -225,8 +225,7 @@ def _summary(run_dir: Path) -> Summary:
 
 def _start(tmp_path: Path, runs: Path, name: str, seed: int, speed: float | None) -> subprocess.Popen[str]:
     """``rushhour run`` of a short testbed scenario into ``runs/NAME`` (its own testbed, its own port)."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(scenario(seconds=6, rate=8, seed=seed, speed=speed))
+    path = write_scenario(tmp_path, file=f"{name}.yaml", seconds=6, rate=8, seed=seed, speed=speed)
     return subprocess.Popen([*cli_command(), "run", str(path), "--out", str(runs / name), "--no-report"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=str(REPO))
 

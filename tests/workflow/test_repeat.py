@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support import REPO, cli_command, cli_env, rushhour, scenario
+from support import REPO, cli_command, cli_env, rushhour, write_scenario
 
 from rushhour.records.manifest import read_manifest
 from rushhour.reports.repeat import render_junit
@@ -108,8 +108,7 @@ def test_the_html_page_shows_every_run_the_mean_and_its_interval(tmp_path: Path)
 
 @pytest.mark.e2e
 def test_repeat_runs_aggregates_and_gates(tmp_path: Path) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5, seed=11))
+    path = write_scenario(tmp_path, seconds=5, seed=11)
     res = rushhour("run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report")
     (folder,) = (tmp_path / "runs").iterdir()
     data = json.loads((folder / "repeat.json").read_text())
@@ -137,8 +136,7 @@ def test_repeat_runs_aggregates_and_gates(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_repeat_with_a_failing_slo_fails(tmp_path: Path) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5, ttft_p50_ms=1))
+    path = write_scenario(tmp_path, seconds=5, ttft_p50_ms=1)
     res = rushhour("run", str(path), "--repeat", "2", "--repeat-gate", "aggregate", "--out", str(tmp_path / "runs"),
                    "--no-report", "--gate", "--junit", str(tmp_path / "run-junit.xml"))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -157,8 +155,7 @@ def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=8))
+    path = write_scenario(tmp_path, seconds=8)
     proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
                              "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
                             env=cli_env())
@@ -190,8 +187,7 @@ def test_a_repeat_interrupted_while_a_run_starts_exits_130(tmp_path: Path) -> No
     import subprocess
     import time
 
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=4))
+    path = write_scenario(tmp_path, seconds=4)
     proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
                              "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
                             env=cli_env())
