@@ -1,10 +1,17 @@
-"""Suite-wide: every rushhour module is imported under its one name, ``rushhour.<folder>.…``."""
+"""Suite-wide: the shared test support on the path, and every rushhour module imported under its one name."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
+
+# tests/support (the one CLI runner, scenario builder, run helper and script loader) is imported as `support`,
+# whatever pytest's import mode and in every xdist worker: each loads this file before any test module.
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 # The repository's package folders; installed they exist only as rushhour.<folder>. A checkout's root is on sys.path
 # (the editable install), so `import audit` would still work there and load a second copy of every module it

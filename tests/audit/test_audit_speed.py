@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from support import load_script
 
 import rushhour.audit.build as audit_mod
 import rushhour.audit.load as load_mod
@@ -17,7 +17,6 @@ from rushhour.audit.load import PARSE_SCHEMA, ShardParts, _add_chunk, parse_json
 from rushhour.audit.validity import dark_spans
 
 S = 1e9
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _random_attempts(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -107,11 +106,7 @@ def test_a_shard_read_in_chunks_equals_one_read(tmp_path: Path, chunk: int) -> N
 
 
 def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_audit", ROOT / "benchmarks" / "audit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/audit.py")
 
 
 def test_a_run_audited_in_small_chunks_equals_one_chunk_per_shard(tmp_path: Path,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import ANCHOR, MS, RunBuilder, S
+from support import cli_command
 
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import LEDGER_FILE, compare_with_ledger, load_ledger
@@ -130,11 +131,10 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     missing = _missing_pieces()
     if missing:
         pytest.fail(f"ground-truth e2e cannot run: {missing}. Wire the runner and testbed, then rerun.")
-    exe = str(Path(sys.executable).parent / "rushhour")
     procs = {}
     for name in E2E:
         out = tmp_path_factory.mktemp(name)
-        cmd = [exe, "run", str(SCENARIOS / f"{name}.yaml"), "--out", str(out), "--no-report"]
+        cmd = [*cli_command(script=True), "run", str(SCENARIOS / f"{name}.yaml"), "--out", str(out), "--no-report"]
         procs[name] = (out, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                              text=True, env={**os.environ, "NO_COLOR": "1"}))
     deadline = time.monotonic() + 150

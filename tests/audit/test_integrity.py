@@ -11,7 +11,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,13 +18,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from helpers import MS, RunBuilder
+from support import rushhour, write_scenario
 
 from rushhour import audit
 from rushhour.audit import integrity
 from rushhour.verify import Outcome, verify
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
 TIER = [{"name": "interactive", "priority": 100, "slo": {"ttft_ms": {"p50": 5000}}}]
 STAMPS = ["20261206T050000Z", "20261206T050100Z", "20261206T050200Z", "20261206T050300Z", "20261206T050400Z"]
 # an Ed25519 key pair (PEM), made for these tests only, and another private key (a raw seed)
@@ -34,11 +32,6 @@ SECRET = ("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDQ6kMD9MypB1h5+7vnk
 PUBLIC = ("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEATLATvINT+cK0Bs/Hp14r0fUE9tO7gGCFUmkS0iP4Guk=\n"
           "-----END PUBLIC KEY-----\n")
 OTHER = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"  # RFC 8032's first test seed
-
-
-def rushhour(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, PYTHONPATH=str(REPO), CI="true") | (env or {})
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, env=full, cwd=str(REPO))
 
 
 def make_run(root: Path, index: int, factor: float = 1.0, n: int = 240) -> Path:
@@ -279,10 +272,7 @@ def test_newest_problems_only_for_a_broken_or_out_of_order_newest() -> None:
 @pytest.mark.e2e
 def test_a_real_run_is_sealed_intact_through_report_and_gate(tmp_path: Path) -> None:
     """`rushhour run` on the testbed: nothing writes into the folder after its seal (logs, ledger, reports)."""
-    from ..workflow.wf_helpers import scenario
-
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5))
+    path = write_scenario(tmp_path, seconds=5)
     res = rushhour("run", str(path), "--out", str(tmp_path / "runs"))
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert res.returncode == 0, res.stdout + res.stderr

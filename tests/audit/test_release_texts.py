@@ -9,14 +9,12 @@ documented difference, never a silent one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support import load_script
 
 from rushhour import stacks
 
@@ -26,16 +24,9 @@ DOC = ROOT / "docs" / "development.md"
 PROFILE = {"vllm": "vllm", "litellm": "litellm"}
 
 
-def _releases() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rushhour_engines_releases", ROOT / "engines" / "releases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
 
 
-RELEASES = _releases().load()
+RELEASES = load_script("engines/releases.py").load()
 
 
 def message(case: dict[str, object]) -> str | None:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.audit.until import Until, UntilWatcher, known_to, parse_until
 from rushhour.scenarios.model import Scenario
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_spec_reads_and_a_wrong_one_is_named_in_one_line() -> None:
@@ -53,9 +50,8 @@ def test_until_ends_a_real_run_once_the_figure_is_known(tmp_path: Path) -> None:
 
     path = tmp_path / "u.yaml"
     path.write_text(SCENARIO.replace("duration: 30s", "duration: 120s"))
-    run = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(path), "--until",
-                          "interactive ttft_ms.p90 ±30%", "--out", str(tmp_path / "runs")],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    run = rushhour("run", str(path), "--until", "interactive ttft_ms.p90 ±30%", "--out", str(tmp_path / "runs"),
+                   timeout=300)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "run.json").read_text())

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 pytestmark = pytest.mark.e2e
 
@@ -51,13 +52,7 @@ def testbed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rushhour.cli", "doctor", "--out", str(tmp_path / "runs"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "COLUMNS": "200"},
-    )
+    return rushhour("doctor", "--out", str(tmp_path / "runs"), *args, timeout=300)
 
 
 @pytest.mark.parametrize("testbed", ["vllm"], indirect=True)

@@ -7,18 +7,15 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import REPO, run, rushhour
 
 from rushhour.loadgen.agent_traces import read_agent_trace
 from rushhour.records.record import read_shard, shard_paths
-
-from .run_helpers import REPO, run_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +70,7 @@ def _expected() -> tuple[dict[str, tuple[int, int, int]], int, int]:
 def test_run_replays_the_tree_with_its_fan_out_order_and_prefixes(tmp_path: Path) -> None:
     shutil.copy(SAMPLE, tmp_path / SAMPLE.name)
     log = tmp_path / "requests.jsonl"
-    done, run_dir = run_scenario(SCENARIO.format(log=log), tmp_path)
+    done, run_dir, _ = run(SCENARIO.format(log=log), tmp_path)
     assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: a busy host may make the run invalid for latency
     per, spawns, sub_calls = _expected()
     sessions = _by_session(run_dir)
@@ -116,8 +113,7 @@ def test_simulate_replays_the_same_tree(tmp_path: Path) -> None:
     shutil.copy(SAMPLE, tmp_path / SAMPLE.name)
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO.format(log=tmp_path / "requests.jsonl"))
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "simulate", str(scenario), "--out",
-                           str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    done = rushhour("simulate", str(scenario), "--out", str(tmp_path / "runs"), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     (run_dir,) = [p.parent for p in (tmp_path / "runs").glob("*/run.json")]
     per, spawns, sub_calls = _expected()

@@ -5,18 +5,18 @@ numeric flags that are inf, NaN or absurd are one line, exit 2."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support import cli_command
 
 from tests.loadgen.hostile_models import model_with_template as _model
 from tests.loadgen.hostile_models import run_measured
 
 pytestmark = pytest.mark.e2e
-CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
+CLI = cli_command()
 SCENARIO = """name: hostile
 target: {{url: testbed, profile: vllm, testbed: {{preset: tiny, replicas: 1}}, metrics: null{tokenizer}}}
 tiers: [{{name: interactive, priority: 0}}]

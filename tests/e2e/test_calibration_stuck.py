@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import cli_command, cli_env
 
 from rushhour.loadgen.probes import PROBE_TTFT_S
 from rushhour.loadgen.runner import RunOptions, run_scenario
@@ -129,9 +128,9 @@ def test_sigint_during_calibration(tmp_path: Path, hanging: HangingServer) -> No
     # a long probe deadline is capped at PROBE_TTFT_S anyway: interrupt well inside it
     scenario.write_text(SCENARIO.format(port=hanging.port))
     runs = tmp_path / "runs"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = cli_env()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(runs), "--no-report"],
+        [*cli_command(), "run", str(scenario), "--out", str(runs), "--no-report"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

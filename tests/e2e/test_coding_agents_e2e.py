@@ -10,14 +10,13 @@ checked for consistency, not for a value: the gate's exit code is derived here f
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support import rushhour
 
 from rushhour.audit.summary import Summary
 from rushhour.loadgen.datasets import read_dataset
@@ -32,11 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "scenarios" / "library" / "coding-agents.yaml"
 TOOLS = {"read_file", "search_code", "edit_file", "run_command"}
 DURATION = "15s"  # the library's 60 s main phase, scaled down (its 10 s drain stays as shipped)
-
-
-def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -94,7 +88,7 @@ def test_library_coding_agents_scenario_end_to_end(tmp_path: Path) -> None:
     assert "request_log" not in theirs["target"]["testbed"]["config"]
     assert mine == theirs
 
-    run = _cli("run", str(derived), "--duration", DURATION, "--out", str(tmp_path / "runs"), timeout=150)
+    run = rushhour("run", str(derived), "--duration", DURATION, "--out", str(tmp_path / "runs"), timeout=150)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if (p / "summary.json").is_file()]
@@ -200,7 +194,7 @@ def test_library_coding_agents_scenario_end_to_end(tmp_path: Path) -> None:
     checks = {(v.tier, v.check) for v in summary.verdicts}
     assert checks == {("interactive", "ttft_ms.p90"), ("interactive", "persona.chat-users.max_abandon_rate"),
                       ("agents", "max_drop_rate")}, checks
-    gate = _cli("gate", str(run_dir), timeout=120)
+    gate = rushhour("gate", str(run_dir), timeout=120)
     assert "Traceback" not in gate.stderr
     assert gate.returncode == expected == summary.exit_code, gate.stdout[-3000:] + gate.stderr[-2000:]
     print("figures:", {"requests": len(records), "requests_with_tools": agents.requests_with_tools,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import rushhour
 
 from rushhour.loadgen.datasets import read_dataset
 from rushhour.loadgen.runner import RunOptions, run_scenario
@@ -19,7 +18,6 @@ from rushhour.records.record import read_shard, shard_paths
 from rushhour.scenarios.distributions import BUNDLED_DATASETS
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 SCENARIO = """
 name: e2e-dataset
@@ -126,8 +124,7 @@ def test_a_bad_dataset_is_one_line_before_any_run(tmp_path: Path) -> None:
         f.write('{"conversations": [{"from": "narrator", "value": "once"}]}\n')
     (tmp_path / "s.yaml").write_text(SCENARIO.format(log=tmp_path / "r.jsonl", seed=1)
                                      .replace("chat-mini.jsonl", "mine.jsonl"))
-    out = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", str(tmp_path / "s.yaml")],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = rushhour("scenario", "check", str(tmp_path / "s.yaml"), timeout=120)
     assert out.returncode == 2
     assert "mine.jsonl:25: conversations[0]: unknown speaker 'narrator'" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr

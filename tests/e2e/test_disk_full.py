@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from support import rushhour
 
 from rushhour.loadgen.runner import EXIT_DISK_FULL, RunOptions, run_scenario
 from rushhour.records.manifest import write_manifest
@@ -26,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loadgen"))
 from wire_fakes import FakeServer
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 SCENARIO = """
 name: full
@@ -99,9 +99,7 @@ def test_a_disk_that_fills_mid_run(small_disk: Path, tmp_path: Path, server: Fak
     assert not (run_dir / "run.json.tmp").exists()
     assert not (run_dir / ".reserve").exists()
     assert time.monotonic() - started < 60  # the load stopped when the disk filled (phases: 12 s)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"}
-    audit = subprocess.run([sys.executable, "-m", "rushhour.cli", "audit", str(run_dir)], capture_output=True,
-                           text=True, env=env, timeout=180)
+    audit = rushhour("audit", run_dir, columns=300, timeout=180)
     assert "Traceback" not in audit.stderr + audit.stdout
     assert "because the disk was full" in audit.stderr, audit.stderr
     assert audit.returncode != 3, audit.stderr  # not an internal error

@@ -10,26 +10,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from support import REPO, cli_command, cli_env, rushhour
 
 from rushhour.audit import run_audit
 from rushhour.loadgen.runner import RunOptions, run_scenario
 from rushhour.records.manifest import read_manifest
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}  # one finding per line: rich wraps at the terminal's width
-    return subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def _wait_for(predicate, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
@@ -49,8 +42,8 @@ def _load_started(out: Path) -> bool:
 def test_ci_smoke_with_the_target_killed_fails_the_gate(tmp_path: Path) -> None:
     """Before: 72 of 73 requests failed, `gate --judge point` exited 0 and said interactive was never dropped."""
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "rushhour.cli", "run", "ci-smoke", "--no-report", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen([*cli_command(), "run", "ci-smoke", "--no-report", "--out", str(out)], cwd=REPO,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         assert _wait_for(lambda: _load_started(out), 90), "the load never started"
         time.sleep(5)  # ~5 s into the load, as in the review
@@ -61,10 +54,10 @@ def test_ci_smoke_with_the_target_killed_fails_the_gate(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode is not None, output
-    gate = _cli("gate", str(run_dir), "--judge", "point")
+    gate = rushhour("gate", str(run_dir), "--judge", "point")
     assert gate.returncode in (1, 2), gate.stdout + gate.stderr
     assert "target unreachable" in gate.stdout
-    report = _cli("report", str(run_dir))
+    report = rushhour("report", str(run_dir))
     assert report.returncode == 0, report.stdout + report.stderr
     for name in ("report.md", "report.html"):
         text = (run_dir / name).read_text()
@@ -134,7 +127,7 @@ def test_every_answer_unknown_is_not_served_and_named(tmp_path: Path) -> None:
     assert "no rule for profile vllm" in finding.message
     verdict = next(v for v in summary.verdicts if v.check == "max_drop_rate")
     assert not verdict.passed and verdict.observed == 1.0
-    gate = _cli("gate", str(result.run_dir), "--judge", "point")
+    gate = rushhour("gate", str(result.run_dir), "--judge", "point")
     # 1 (fail); 2 only when a busy machine also made the generator lag (validity): never a pass
     assert gate.returncode in (1, 2), gate.stdout + gate.stderr
     assert "Backend pool exhausted" in gate.stdout and "no rule for profile vllm" in gate.stdout

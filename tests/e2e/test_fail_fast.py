@@ -9,19 +9,17 @@ and exited 0.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.records.record import read_shard, shard_paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # the stop-time bar: never beside parallel workers
-REPO = Path(__file__).resolve().parents[2]
 STOP_WITHIN_S = 15.0  # from the command's start: the issue's bar
 
 SCENARIO = """
@@ -57,9 +55,9 @@ def _scenario(tmp_path: Path, model: str = "served-model", probes: int = 3, dura
 
 
 def _run(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``rushhour run ARGS`` and the seconds it took (the stop's deadline is what these tests are about)."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": "250"})
+    done = rushhour("run", *args, timeout=timeout, columns=250)
     return done, time.monotonic() - started
 
 
@@ -116,8 +114,7 @@ def test_a_dead_target_stops_within_seconds(tmp_path: Path, probes: int) -> None
     assert "the target refuses connections (ECONNREFUSED" in " ".join(done.stderr.split()), done.stderr
     manifest = json.loads((_run_dir(out) / "run.json").read_text())
     assert manifest["stop_reason"] == "aborted_doomed" and manifest["abort"]["status"] == 0
-    gate = subprocess.run([sys.executable, "-m", "rushhour.cli", "gate", str(_run_dir(out))], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    gate = rushhour("gate", _run_dir(out), timeout=120)
     assert gate.returncode == 2 and "refuses connections" in gate.stdout, gate.stdout + gate.stderr
 
 

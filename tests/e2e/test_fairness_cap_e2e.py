@@ -7,8 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import run
 
-from .run_helpers import last_scrape, run_scenario
+from .run_helpers import last_scrape
 
 pytestmark = pytest.mark.e2e
 QUEUE = "llm_d_epp_flow_control_request_queue_duration_seconds_count"
@@ -37,7 +38,7 @@ drain_s: 5
 
 
 def test_tenants_past_the_cap_are_lumped_and_named(tmp_path: Path) -> None:
-    _, run_dir = run_scenario(SCENARIO, tmp_path, "--no-report")
+    _, run_dir, _ = run(SCENARIO, tmp_path, "--no-report")
     from rushhour.audit import run_audit
 
     summary = run_audit(run_dir)

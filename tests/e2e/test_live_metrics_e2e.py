@@ -6,17 +6,16 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support import REPO, cli_command, cli_env, rushhour
 
 pytestmark = pytest.mark.e2e
 BOARD_METRIC = re.compile(r"\b(rushhour_[a-z_]+|vllm:[a-z_]+|llm_d_epp_[a-z_]+)")
-REPO = Path(__file__).resolve().parents[2]
 
 # a small llm-d testbed over its head: batch overflows its band (queue_full) while interactive is served
 SCENARIO = """
@@ -69,9 +68,8 @@ def test_live_figures_grow_with_the_run_and_agree_with_its_audit(tmp_path: Path)
     scenario.write_text(SCENARIO)
     port = _free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    cmd = [sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
-           "--metrics-port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [*cli_command(), "run", str(scenario), "--out", str(tmp_path / "runs"), "--metrics-port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     scrapes = []
     declared: set[str] = set()
     try:
@@ -129,9 +127,7 @@ def test_a_busy_metrics_port_is_one_line_before_anything_runs(tmp_path: Path) ->
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out",
-                               str(tmp_path / "runs"), "--metrics-port", str(port)], cwd=REPO, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = rushhour("run", str(scenario), "--out", str(tmp_path / "runs"), "--metrics-port", str(port), timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr + done.stdout
     assert f"port {port} is in use: pass --metrics-port N" in done.stderr + done.stdout
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/records"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import cli_command, cli_env
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def free_port() -> int:
 def test_harness_leaves_a_br02_report_where_llm_d_benchmark_looks(tmp_path: Path) -> None:
     port = free_port()
     # the default preset (H100-class replicas): the profile's peak queues nowhere, so its drain ends at once
-    serve = subprocess.Popen([sys.executable, "-m", "rushhour.cli", "serve", "--port", str(port)], cwd=REPO,
+    serve = subprocess.Popen([*cli_command(), "serve", "--port", str(port)], cwd=REPO, env=cli_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from support import cli_command
 
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import compare_with_ledger
@@ -48,7 +49,7 @@ OURS = re.compile(r"^rh-[0-9a-f]{6}-(?P<pid>[0-9]+)-(m|w1|w2|tb)$")
 MASTER_PORT = 5557
 TESTBED_PORT = 18080
 OTLP_PORT = 14318  # an OTLP receiver on the master's host (its own loopback)
-RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
+RUSHHOUR = cli_command()
 
 SCENARIO = """
 name: multihost

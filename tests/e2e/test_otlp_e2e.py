@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support import run, rushhour
 
 from rushhour.audit.ledger import LEDGER_FILE
 from rushhour.audit.table import ATTEMPTS_FILE
 from rushhour.records.reader import iter_run
 
 from .otlp_receiver import attributes, otlp_receiver
-from .run_helpers import REPO, run_scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +49,7 @@ def _sent(run_dir: Path) -> dict[str, dict]:
 
 def test_one_span_per_attempt_joins_the_ledger_and_carries_the_audits_class(tmp_path: Path) -> None:
     with otlp_receiver() as got:
-        done, run_dir = run_scenario(SCENARIO, tmp_path, "--otlp-endpoint", got.url)
+        done, run_dir, _ = run(SCENARIO, tmp_path, "--otlp-endpoint", got.url)
     out = done.stdout + done.stderr
     assert done.returncode in (0, 1), out[-3000:]
     records = _sent(run_dir)
@@ -106,8 +104,8 @@ def _closed_port() -> int:
 
 
 def test_a_dead_collector_is_a_warning_and_the_run_is_whole(tmp_path: Path) -> None:
-    done, run_dir = run_scenario(SCENARIO, tmp_path, "--otlp-endpoint", f"http://127.0.0.1:{_closed_port()}",
-                                 "--no-report")
+    done, run_dir, _ = run(SCENARIO, tmp_path, "--otlp-endpoint", f"http://127.0.0.1:{_closed_port()}",
+                           "--no-report")
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "Traceback" not in out and "Failed to export" not in out  # one line of ours, not the SDK's log
@@ -122,10 +120,9 @@ def test_otlp_without_the_extra_is_one_line_before_the_load(tmp_path: Path) -> N
     """Without the SDK installed (hidden from this interpreter) the flag fails in one line and nothing runs."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
-    code = ("import sys; sys.modules['opentelemetry'] = None\n"
-            "from rushhour.cli import app; sys.argv = ['rushhour'] + sys.argv[1:]; app()")
-    done = subprocess.run([sys.executable, "-c", code, "run", str(scenario), "--out", str(tmp_path / "runs"),
-                           "--otlp"], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    (tmp_path / "inject").mkdir()  # the child's start-up hides the package, as if it were not installed
+    (tmp_path / "inject" / "sitecustomize.py").write_text("import sys\nsys.modules['opentelemetry'] = None\n")
+    done = rushhour("run", scenario, "--out", tmp_path / "runs", "--otlp", inject=tmp_path / "inject", timeout=120)
     out = done.stdout + done.stderr
     assert done.returncode == 2 and "Traceback" not in out, out
     assert "pip install 'rushhour[otel]'" in out and len(out.strip().splitlines()) == 1, out

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support import run, rushhour
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 SCENARIO = """
 name: e2e-control-{profile}
@@ -39,16 +37,10 @@ drain_s: 8
 
 
 def _run(tmp_path: Path, profile: str) -> tuple[dict[str, dict[str, object]], Path]:
-    path = tmp_path / f"{profile}.yaml"
-    path.write_text(SCENARIO.format(profile=profile))
-    out = tmp_path / profile
-    proc = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(path), "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=240, check=False)
-    runs = [p for p in out.iterdir() if (p / "summary.json").exists()] if out.exists() else []
-    assert runs, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((runs[0] / "summary.json").read_text())
+    proc, run_dir, summary = run(SCENARIO.format(profile=profile), tmp_path / profile, timeout=240)
+    assert summary is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "priority vs equal-priority control: interactive" in proc.stdout, proc.stdout[-2000:]
-    return {t["name"]: t for t in summary["tiers"]}, runs[0]
+    return {t["name"]: t for t in summary["tiers"]}, run_dir
 
 
 def test_vllm_profile_shows_the_effect_and_fifo_does_not(tmp_path: Path) -> None:
@@ -102,8 +94,7 @@ def test_twins_are_counted_where_the_server_files_them(other: int, tmp_path: Pat
     their own, compared like any tier's."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(CROSSCHECKED.format(other=other))
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs"),
-                           "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    done = rushhour("run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report", timeout=300)
     assert done.returncode == 0, done.stderr
     run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
     from rushhour.audit import run_audit
@@ -151,8 +142,7 @@ def test_a_router_that_failed_open_never_gates_green(bypassed: bool, tmp_path: P
     router gets no such finding or check."""
     scenario = tmp_path / "s.yaml"
     scenario.write_text(FAIL_OPEN.format(faults=", faults: [{kind: fail_open}]" if bypassed else ""))
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(tmp_path / "runs")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    done = rushhour("run", str(scenario), "--out", str(tmp_path / "runs"), timeout=300)
     run_dir = next((tmp_path / "runs").glob("*/run.json")).parent
     summary = json.loads((run_dir / "summary.json").read_text())
     kinds = {f["kind"] for f in summary["findings"]}

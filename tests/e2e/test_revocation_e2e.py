@@ -10,8 +10,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import run
 
-from .run_helpers import last_scrape, run_scenario
+from .run_helpers import last_scrape
 
 pytestmark = pytest.mark.e2e
 REVOCATIONS = "llm_d_epp_flow_control_revocations_issued_total"
@@ -43,7 +44,7 @@ drain_s: 5
 
 
 def test_revocations_agree_between_client_ledger_and_counter(tmp_path: Path) -> None:
-    done, run_dir = run_scenario(SCENARIO, tmp_path, "--no-report")
+    done, run_dir, _ = run(SCENARIO, tmp_path, "--no-report")
     from rushhour.audit import run_audit
     from rushhour.audit.ledger import compare_with_ledger
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from support import cli_command
 
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import compare_with_ledger
@@ -35,7 +36,7 @@ from rushhour.scenarios import load_scenario
 from tests.e2e.rogue import LOCUST_VERSION, FakeMaster, Peer, forged, hello, plain
 
 pytestmark = pytest.mark.e2e
-RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
+RUSHHOUR = cli_command()
 RUN_S = 8
 
 SCENARIO = """

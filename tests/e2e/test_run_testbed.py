@@ -6,11 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import cli_command, cli_env
 
 from rushhour.loadgen.runner import RunOptions, run_scenario
 from rushhour.records.manifest import read_manifest
@@ -194,9 +194,7 @@ def test_kill9_worker_then_sigterm_runner(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "rushhour.cli",
+            *cli_command(),
             "run",
             str(scenario),
             "--processes",
@@ -206,6 +204,7 @@ def test_kill9_worker_then_sigterm_runner(tmp_path: Path) -> None:
             str(out),
         ],
         cwd=REPO,
+        env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from support import cli_command
 
 from rushhour.audit import run_audit
 from rushhour.audit.ledger import LEDGER_FILE
@@ -40,11 +40,10 @@ def _scenario(tmp: Path, profile: str) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One short saturating run per profile, at once."""
-    exe = str(Path(sys.executable).parent / "rushhour")
     procs = {}
     for profile in PROFILES:
         out = tmp_path_factory.mktemp(profile)
-        cmd = [exe, "run", str(_scenario(out, profile)), "--out", str(out), "--no-report"]
+        cmd = [*cli_command(script=True), "run", str(_scenario(out, profile)), "--out", str(out), "--no-report"]
         procs[profile] = (out, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                 text=True, env={**os.environ, "NO_COLOR": "1"}))
     deadline = time.monotonic() + 120

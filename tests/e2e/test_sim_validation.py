@@ -9,16 +9,12 @@ for a p99 to rest on more than its last two samples (docs/capacity.md: where the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
 
 SCENARIO = """
 name: sim-validation
@@ -75,11 +71,6 @@ COUNT_TOLERANCE = 0.05  # of the tier's requests
 TTFT_TOLERANCE = 0.10  # relative
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-
-
 def _summary(out: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(next(out.glob("*/summary.json")).read_text())
 
@@ -124,9 +115,9 @@ def test_compare_names_every_disagreement() -> None:
 def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
     scenario = tmp_path / "validation.yaml"
     scenario.write_text(SCENARIO)
-    real = _cli("run", str(scenario), "--out", str(tmp_path / "real"))
+    real = rushhour("run", str(scenario), "--out", str(tmp_path / "real"), columns=120)
     assert (tmp_path / "real").exists() and real.returncode in (0, 1, 2), real.stderr
-    sim = _cli("simulate", str(scenario), "--out", str(tmp_path / "sim"))
+    sim = rushhour("simulate", str(scenario), "--out", str(tmp_path / "sim"), columns=120)
     assert sim.returncode in (0, 1), sim.stderr
     real_s, sim_s = _summary(tmp_path / "real"), _summary(tmp_path / "sim")
     assert sim_s["run"]["mode"] == "simulated" and real_s["run"]["mode"] == "real"

@@ -11,17 +11,15 @@ fails), the second exit 2 (NOT JUDGED) unless its SLO allows it, in every output
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import run, rushhour
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 CHAT = ("{kind: chat, name: %s, tier: %s, arrival: {process: poisson, rate: 2}, turns: 1, system_prompt_tokens: 0, "
         "prompt_tokens: {dist: constant, value: %d}, output_tokens: {dist: constant, value: 8}%s}")
@@ -55,18 +53,9 @@ personas:
 """
 
 
-def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def _run(tmp: Path, body: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     """``rushhour run SCENARIO --gate`` with JUnit and Markdown, as a CI step would call it."""
-    (tmp / "scenario.yaml").write_text(body)
-    proc = _cli("run", str(tmp / "scenario.yaml"), "--out", str(tmp / "runs"), "--gate",
-                "--junit", str(tmp / "junit.xml"), "--markdown", str(tmp / "gate.md"))
-    run_dir = next((tmp / "runs").glob("*/run.json")).parent
+    proc, run_dir, _ = run(body, tmp, "--gate", "--junit", tmp / "junit.xml", "--markdown", tmp / "gate.md")
     return proc, run_dir
 
 
@@ -146,6 +135,6 @@ def test_allow_not_judged_is_the_users_explicit_choice(
     _, run_dir, tmp = vacuous_run
     slo = tmp / "allow.yaml"
     slo.write_text("tiers:\n  chatty: {max_abandon_rate: 0.1, max_deadline_miss_rate: 0.1, allow_not_judged: true}\n")
-    gate = _cli("gate", str(run_dir), "--slo", str(slo))
+    gate = rushhour("gate", str(run_dir), "--slo", str(slo))
     assert gate.returncode == 0, gate.stdout + gate.stderr  # gold judged and passed; chatty allowed, and said so
     assert "NOT JUDGED, allowed by allow_not_judged: chatty" in gate.stdout

@@ -5,24 +5,21 @@ runs as is against `rushhour serve`."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import REPO, cli_command, cli_env, rushhour
 
 from rushhour.fits import context_warnings
 from rushhour.scenarios import parse_scenario
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
 
 # the Mooncake trace at 10× speed: its first 60 s of rows in 6 s, against the default testbed (tiny × 1)
 MOONCAKE = """\
@@ -37,11 +34,6 @@ personas:
 phases:
   - {name: steady, duration: 6}
 """
-
-
-def _rushhour(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def _refused_for_context(run_dir: Path) -> tuple[int, int]:
@@ -59,7 +51,7 @@ def _refused_for_context(run_dir: Path) -> tuple[int, int]:
 
 def test_check_and_dry_run_count_the_rows_a_real_run_gets_refused(tmp_path: Path) -> None:
     (tmp_path / "moon.yaml").write_text(MOONCAKE)
-    check = _rushhour("scenario", "check", "moon.yaml", cwd=tmp_path)
+    check = rushhour("scenario", "check", "moon.yaml", cwd=tmp_path, script=True)
     assert check.returncode == 0, check.stderr  # it runs: a warning, not an error
     said = re.search(r"persona 'replay': (\d+) of the (\d+) rows of trace 'mooncake_fast25_conversation_trace"
                      r"\.jsonl' the run sends exceed the testbed's 4,096-token context", check.stderr)
@@ -67,12 +59,12 @@ def test_check_and_dry_run_count_the_rows_a_real_run_gets_refused(tmp_path: Path
     assert "give target.testbed.preset: h100-llama8b" in check.stderr
     over, rows = int(said[1]), int(said[2])
     assert 0 < over < rows
-    dry = _rushhour("run", "moon.yaml", "--dry-run", cwd=tmp_path)
+    dry = rushhour("run", "moon.yaml", "--dry-run", cwd=tmp_path, script=True)
     assert dry.returncode == 0, dry.stderr
     text = dry.stdout + dry.stderr
     assert "target: the embedded testbed: preset tiny × 1 replica(s), 64 sequences and a 4,096-token context" in text
     assert f"warning: persona 'replay': {over} of the {rows} rows" in text
-    done = _rushhour("run", "moon.yaml", "--no-report", "--out", "runs", cwd=tmp_path)
+    done = rushhour("run", "moon.yaml", "--no-report", "--out", "runs", cwd=tmp_path, script=True)
     assert done.returncode == 0, done.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert _refused_for_context(run_dir) == (over, rows)  # the warning's count is the testbed's own
@@ -111,8 +103,8 @@ def served() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([str(SCRIPT), "serve", "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen([*cli_command(script=True), "serve", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == f"testbed listening on http://127.0.0.1:{port}"
@@ -128,8 +120,8 @@ def test_the_readme_scenario_runs_against_rushhour_serve(served: str, tmp_path: 
     assert 'url: "http://127.0.0.1:8000"' in text  # `rushhour serve`'s own port: as is, but for this test's
     (tmp_path / "my-stack.yaml").write_text(text)
     started = time.monotonic()
-    done = _rushhour("run", "my-stack.yaml", "--target", served, "--duration", "4s", "--no-report",
-                     "--out", "runs", cwd=tmp_path)
+    done = rushhour("run", "my-stack.yaml", "--target", served, "--duration", "4s", "--no-report",
+                     "--out", "runs", cwd=tmp_path, script=True)
     assert done.returncode == 0, done.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     statuses: dict[int, int] = {}

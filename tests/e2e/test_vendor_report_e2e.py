@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-rehearsal-0123456789abcdef"
 
 
 def test_openai_flex_report_prices_only_what_the_table_prices(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "rushhour.cli", "run", "openai-flex", "--target", "testbed", "--profile", "openai",
-         "--duration", "10s", "--out", str(tmp_path)],
-        cwd=REPO, env={**os.environ, "OPENAI_API_KEY": KEY}, capture_output=True, text=True, timeout=300)
+    run = rushhour("run", "openai-flex", "--target", "testbed", "--profile", "openai", "--duration", "10s", "--out",
+                   str(tmp_path), env={"OPENAI_API_KEY": KEY}, timeout=300)
     assert run.returncode in (0, 1, 2), run.stderr[-3000:]  # judged (too few samples for a p99 is exit 2)
     assert "Traceback" not in run.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if (p / "summary.json").exists()]

@@ -11,11 +11,11 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import cli_command
 
 from rushhour.loadgen import runkey
 from rushhour.loadgen.testbed_proc import child_env
@@ -24,7 +24,7 @@ from rushhour.records.record import START_FAILED_MARK
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
+RUSHHOUR = cli_command()
 
 SCENARIO = """
 name: refusal

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
+from support import rushhour
 
 # Loaded by the child's interpreter at start-up: an internal error where no verb expects one.
 _SITECUSTOMIZE = """
@@ -23,15 +18,6 @@ scenarios.load_scenario = _boom
 """
 
 
-def _rushhour(*args: str, inject: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The real console script in a child process (this checkout first on the path)."""
-    if not SCRIPT.exists():
-        pytest.skip(f"no console script next to {sys.executable}")
-    path = [str(inject)] if inject else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(REPO)]), "COLUMNS": "200"}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
-
-
 @pytest.fixture
 def inject(tmp_path: Path) -> Path:
     folder = tmp_path / "inject"
@@ -41,7 +27,7 @@ def inject(tmp_path: Path) -> Path:
 
 
 def test_an_unexpected_error_is_one_line_and_a_hint(inject: Path) -> None:
-    result = _rushhour("scenario", "check", "demo", inject=inject)
+    result = rushhour("scenario", "check", "demo", inject=inject, script=True)
     assert result.returncode == 3, result
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stderr.strip().splitlines()
@@ -52,14 +38,14 @@ def test_an_unexpected_error_is_one_line_and_a_hint(inject: Path) -> None:
 @pytest.mark.parametrize("where", ["front", "end"])
 def test_debug_shows_the_traceback(inject: Path, where: str) -> None:
     args = ["--debug", "scenario", "check", "demo"] if where == "front" else ["scenario", "check", "demo", "--debug"]
-    result = _rushhour(*args, inject=inject)
+    result = rushhour(*args, inject=inject, script=True)
     assert result.returncode == 3
     assert "Traceback (most recent call last)" in result.stderr
     assert "RuntimeError: internal failure for the test" in result.stderr
 
 
 def test_help_lists_debug() -> None:
-    result = _rushhour("--help")
+    result = rushhour("--help", script=True)
     assert result.returncode == 0
     assert "--debug" in result.stdout
 
@@ -68,14 +54,14 @@ def test_help_lists_debug() -> None:
 def test_a_binary_scenario_is_a_one_line_problem(tmp_path: Path, verb: list[str]) -> None:
     binary = tmp_path / "s.yaml"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
-    result = _rushhour(*verb, str(binary))
+    result = rushhour(*verb, str(binary), script=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "not UTF-8 text" in result.stderr
 
 
 def test_a_directory_as_scenario_is_a_one_line_problem(tmp_path: Path) -> None:
-    result = _rushhour("scenario", "check", str(tmp_path))
+    result = rushhour("scenario", "check", str(tmp_path), script=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "is a directory" in result.stderr
@@ -84,6 +70,6 @@ def test_a_directory_as_scenario_is_a_one_line_problem(tmp_path: Path) -> None:
 @pytest.mark.parametrize("verb", [["run"], ["scenario", "show"], ["simulate"], ["sweep"]])
 def test_what_the_user_typed_is_never_read_as_markup(verb: list[str]) -> None:
     """A name with Rich markup in it ('[/]') is quoted back as text: exit 2, never a MarkupError (exit 3)."""
-    result = _rushhour(*verb, "[/]")
+    result = rushhour(*verb, "[/]", script=True)
     assert result.returncode == 2, result.stderr
     assert "'[/]'" in result.stderr and "MarkupError" not in result.stderr

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
+
+from support import rushhour
 
 from rushhour.audit import run_audit
 
@@ -23,10 +24,8 @@ def test_gate_with_an_slo_file_leaves_the_summary_alone(tmp_path: Path) -> None:
     before = (run / "summary.json").read_bytes()
     slo = tmp_path / "slo.yaml"
     slo.write_text("tiers:\n  gold:\n    ttft_ms: {p90: 50}\n")
-    gate = subprocess.run([sys.executable, "-m", "rushhour.cli", "gate", str(run), "--slo", str(slo)],
-                          capture_output=True, text=True, timeout=120)
+    gate = rushhour("gate", str(run), "--slo", str(slo), timeout=120)
     assert gate.returncode == 1, gate.stdout + gate.stderr  # 100 ms > 50 ms
     assert (run / "summary.json").read_bytes() == before
-    plain = subprocess.run([sys.executable, "-m", "rushhour.cli", "gate", str(run)],
-                           capture_output=True, text=True, timeout=120)
+    plain = rushhour("gate", str(run), timeout=120)
     assert plain.returncode == 0, plain.stdout + plain.stderr

@@ -10,20 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
-
-
-def _rushhour(*args: str, columns: str | None = "200", timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real console script in a child process (this checkout first on the path), output piped."""
-    if not SCRIPT.exists():
-        pytest.skip(f"no console script next to {sys.executable}")
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
-    env["PYTHONPATH"] = str(REPO)
-    if columns is not None:
-        env["COLUMNS"] = columns
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -45,7 +34,7 @@ def busy_port() -> Iterator[int]:
 
 
 def test_serve_on_a_busy_port_says_pass_port(busy_port: int) -> None:
-    done = _rushhour("serve", "--port", str(busy_port), timeout=60)
+    done = rushhour("serve", "--port", str(busy_port), timeout=60, script=True)
     assert _one_error_line(done) == f"error: port {busy_port} is in use: pass --port N (0 picks a free one)"
 
 
@@ -56,8 +45,8 @@ def test_the_testbed_alone_on_a_busy_port_says_pass_port(busy_port: int) -> None
 
 
 def test_a_master_on_a_busy_port_says_pass_master_port(busy_port: int, tmp_path: Path) -> None:
-    done = _rushhour("run", "ci-smoke", "--expect-workers", "1", "--master-port", str(busy_port),
-                     "--out", str(tmp_path / "runs"))
+    done = rushhour("run", "ci-smoke", "--expect-workers", "1", "--master-port", str(busy_port),
+                     "--out", str(tmp_path / "runs"), script=True)
     assert _one_error_line(done) == f"error: port {busy_port} is in use: pass --master-port N"
     assert not (tmp_path / "runs").exists()  # refused before a run folder was made
 
@@ -72,22 +61,22 @@ def test_a_master_on_a_busy_port_says_pass_master_port(busy_port: int, tmp_path:
     ["k8s", "demoo", "--workers", "2", "--target", "http://10.0.0.1:8000"],
 ])
 def test_a_mistyped_built_in_name_gets_a_did_you_mean(verb: list[str]) -> None:
-    line = _one_error_line(_rushhour(*verb))
+    line = _one_error_line(rushhour(*verb, script=True))
     assert line.startswith("error: no scenario file 'demoo': did you mean 'demo'? (built-in scenarios: "), line
 
 
 def test_k8s_takes_a_built_in_name_like_every_other_verb() -> None:
-    done = _rushhour("k8s", "ci-smoke", "--workers", "2", "--target", "http://10.0.0.1:8000")
+    done = rushhour("k8s", "ci-smoke", "--workers", "2", "--target", "http://10.0.0.1:8000", script=True)
     assert done.returncode == 0, done.stderr
     assert "kind: ConfigMap" in done.stdout and "name: ci-smoke" in done.stdout
 
 
 def test_piped_help_is_as_wide_as_the_piped_tables() -> None:
-    done = _rushhour("run", "--help", columns=None)
+    done = rushhour("run", "--help", columns=None, script=True)
     assert done.returncode == 0, done.stderr
     # at Rich's 80 columns this help text was cut over three lines
     assert "override target URL ('testbed' for the embedded one)" in done.stdout
-    narrow = _rushhour("run", "--help", columns="80")  # a COLUMNS the user set is kept
+    narrow = rushhour("run", "--help", columns=80, script=True)  # a COLUMNS the user set is kept
     assert "override target URL ('testbed' for the embedded one)" not in narrow.stdout
 
 
@@ -97,7 +86,7 @@ def test_piped_help_is_as_wide_as_the_piped_tables() -> None:
     ["serve", "--profile", "vLLM", "--port", "0"],
 ])
 def test_a_profile_in_the_wrong_case_gets_the_case_to_use(verb: list[str]) -> None:
-    done = _rushhour(*verb, timeout=60)
+    done = rushhour(*verb, timeout=60, script=True)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "unknown profile 'vLLM'" in done.stderr and "names are case-sensitive: 'vllm'" in done.stderr
     assert "Traceback" not in done.stderr

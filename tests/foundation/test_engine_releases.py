@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _releases() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rushhour_engines_releases", ROOT / "engines" / "releases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
 
 
-releases = _releases()
+releases = load_script("engines/releases.py")
 
 
 def test_the_listed_releases_have_one_pinned_per_engine_and_a_lock_each() -> None:

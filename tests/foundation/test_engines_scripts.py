@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ROOT / "engines"
@@ -71,14 +72,7 @@ def test_serve_refuses_a_port_another_server_holds() -> None:
 
 
 def _load_serve(name: str):  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ENGINES / "serve.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ENGINES / "serve.py", name)  # a fresh module per test: its own process table
 
 
 # A leader that forks a child and whose child starts a thread: vLLM's API server, engine core and worker in small.

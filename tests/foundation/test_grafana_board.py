@@ -3,7 +3,6 @@ dashboard model (grafana-foundation-sdk, generated from Grafana's published sche
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BOARD = ROOT / "deploy" / "grafana" / "rushhour.json"
@@ -46,10 +46,7 @@ def _decoded(board: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_shipped_board_is_the_builders_output() -> None:
-    spec = importlib.util.spec_from_file_location("grafana_board", ROOT / "tools" / "grafana_board.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("tools/grafana_board.py")
     assert json.loads(BOARD.read_text()) == module.board_json(), "run: .venv/bin/python tools/grafana_board.py " \
                                                                  "> deploy/grafana/rushhour.json"
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support import rushhour
 
 from rushhour.k8s import MASTER_PORT, K8sOptions, render
 from rushhour.loadgen import runkey
@@ -113,8 +112,7 @@ def test_bad_options_are_refused(bad: dict[str, Any]) -> None:
 def test_cli_refuses_the_embedded_testbed_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.replace('"http://gateway.inference.svc:80"', "testbed"))
-    out = subprocess.run([sys.executable, "-c", "import sys; from rushhour.cli import app; sys.exit(app())", "k8s",
-                          str(path), "--workers", "2"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = rushhour("k8s", path, "--workers", "2", timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: the embedded testbed") and len(out.stderr.strip().splitlines()) == 1
 
@@ -128,9 +126,7 @@ def test_cli_refuses_the_embedded_testbed_in_one_line(tmp_path: Path) -> None:
 def test_cli_validates_its_options_as_run_does(tmp_path: Path, args: list[str], says: str) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
-    cmd = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.exit(app())", "k8s", str(path),
-           "--workers", "2", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = rushhour("k8s", path, "--workers", "2", *args, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
     assert says in out.stderr and "sk-live-secret" not in out.stderr + out.stdout, out.stderr
 

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support import rushhour
 
 from rushhour import shipped
 from rushhour.audit.schema import SCHEMA_PATH
 from rushhour.scenarios import parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
-
-
-def _rushhour(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real console script, from a folder that is not the checkout."""
-    if not SCRIPT.exists():
-        pytest.skip(f"no console script next to {sys.executable}")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd)
 
 
 def test_scenario_show_prints_every_builtin_as_shipped(tmp_path: Path) -> None:
@@ -31,14 +20,14 @@ def test_scenario_show_prints_every_builtin_as_shipped(tmp_path: Path) -> None:
         text = shipped.scenario_text(name)
         assert text == path.read_text()
         assert parse_scenario(text, f"{name}.yaml").name  # a template that loads as it is
-    done = _rushhour("scenario", "show", "demo", cwd=tmp_path)
+    done = rushhour("scenario", "show", "demo", cwd=tmp_path, script=True)
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["name"] == "demo"
 
 
 @pytest.mark.parametrize("name", ["nope", "../demo", "demo.yaml", "/etc/passwd", "", "[bold]x[/]", "[/]"])
 def test_scenario_show_refuses_other_names_in_one_line(tmp_path: Path, name: str) -> None:
-    done = _rushhour("scenario", "show", name, cwd=tmp_path)
+    done = rushhour("scenario", "show", name, cwd=tmp_path, script=True)
     assert done.returncode == 2
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
@@ -47,12 +36,12 @@ def test_scenario_show_refuses_other_names_in_one_line(tmp_path: Path, name: str
 
 
 def test_examples_are_the_repository_files(tmp_path: Path) -> None:
-    done = _rushhour("example", "locustfile", cwd=tmp_path)
+    done = rushhour("example", "locustfile", cwd=tmp_path, script=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (REPO / "examples" / "locustfile.py").read_text()
-    docker = _rushhour("example", "dockerfile", cwd=tmp_path)
+    docker = rushhour("example", "dockerfile", cwd=tmp_path, script=True)
     assert docker.returncode == 0 and docker.stdout == (REPO / "examples" / "Dockerfile").read_text()
-    bad = _rushhour("example", "../locustfile", cwd=tmp_path)
+    bad = rushhour("example", "../locustfile", cwd=tmp_path, script=True)
     assert bad.returncode == 2 and "examples: locustfile, dockerfile" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -65,6 +54,6 @@ def test_the_wheel_carries_the_example_where_the_command_reads_it() -> None:
 
 
 def test_schema_summary_prints_the_committed_schema(tmp_path: Path) -> None:
-    done = _rushhour("schema", "summary", cwd=tmp_path)
+    done = rushhour("schema", "summary", cwd=tmp_path, script=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == SCHEMA_PATH.read_text()

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import cli_command
 
 from rushhour.loadgen import runkey
 from rushhour.loadgen.distributed import worker_env
 from rushhour.loadgen.testbed_proc import child_env
 
-RUSHHOUR = [sys.executable, "-c", "import sys; from rushhour.cli import app; sys.argv[0] = 'rushhour'; sys.exit(app())"]
+RUSHHOUR = cli_command()
 
 
 def test_a_tag_covers_every_field_and_their_boundaries() -> None:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import rushhour
 
 from rushhour.loadgen.distributed import parse_master, resolve_master, worker_command
 from rushhour.loadgen.ship import Receiver, all_done, complete_lines, read_anchor, safe_name, write_anchor
@@ -67,10 +65,8 @@ def test_a_master_name_that_does_not_resolve_is_one_line_at_once() -> None:
     resolve_master("localhost", wait_s=0)
     with pytest.raises(ValueError, match=r"cannot resolve 'no-such-master\.invalid'"):
         resolve_master("no-such-master.invalid", wait_s=0)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     # Locust alone retried that name for 5 minutes: the 120-s timeout is the hang this catches
-    out = subprocess.run([sys.executable, "-m", "rushhour.cli", "worker", "--master", "bad:host:x"],
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = rushhour("worker", "--master", "bad:host:x", timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "more than one ':'" in out.stderr
 

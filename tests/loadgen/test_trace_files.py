@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.loadgen.runner import RunOptions, run_scenario
 from rushhour.loadgen.traces import localise_traces, locate_trace, read_trace
 from rushhour.scenarios import ScenarioError, load_scenario
 from rushhour.scenarios.distributions import BUNDLED_TRACES
 from rushhour.scenarios.model import TraceReplayPersona
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
 
 SCENARIO = """
 name: replay
@@ -122,17 +118,13 @@ def test_run_refuses_before_making_a_run_folder(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("verb", [["scenario", "check"], ["run", "--dry-run"]])
 def test_the_cli_says_one_line_and_honours_allow_path(tmp_path: Path, verb: list[str]) -> None:
-    if not SCRIPT.exists():
-        pytest.skip("no console script")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "t.csv").write_text(AZURE)
     path = _scenario(tmp_path / "sc", str(outside / "t.csv"))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"}
-    refused = subprocess.run([str(SCRIPT), *verb, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    refused = rushhour(*verb, path, script=True, columns=300, timeout=120)
     assert refused.returncode == 2
     assert "Traceback" not in refused.stderr
     assert "--allow-path" in refused.stderr
-    allowed = subprocess.run([str(SCRIPT), *verb, str(path), "--allow-path", str(outside)], capture_output=True,
-                             text=True, env=env, timeout=120)
+    allowed = rushhour(*verb, path, "--allow-path", outside, script=True, columns=300, timeout=120)
     assert allowed.returncode == 0, allowed.stderr

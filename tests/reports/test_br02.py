@@ -3,7 +3,6 @@ published pydantic schema (a copy in tests/fixtures/llm_d_benchmark, which rejec
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from support import REPO, run, rushhour
 
 from rushhour.audit import load_or_audit, report_table
 from rushhour.audit.integrity import check_outputs
@@ -19,7 +19,6 @@ from rushhour.audit.summary import Summary
 from rushhour.reports.br02 import BR02_FILE, EXTENSION, render_br02, render_br02_yaml
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 SCHEMA_COPY = REPO / "tests" / "fixtures" / "llm_d_benchmark"
 
 # Two tiers on the testbed: a warm-up the audit leaves out, then injected 503s and cut streams (not served)
@@ -62,19 +61,12 @@ def validate(document: dict[str, Any]) -> Any:
     return BenchmarkReportV02.model_validate(document)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("br02")
-    (root / "s.yaml").write_text(SCENARIO)
-    done = cli("run", str(root / "s.yaml"), "--out", str(root / "runs"))
-    runs = list((root / "runs").glob("*/summary.json"))
-    assert runs, done.stdout[-2000:] + done.stderr[-2000:]
-    return runs[0].parent
+    done, folder, summary = run(SCENARIO, root)
+    assert summary is not None, done.stdout[-2000:] + done.stderr[-2000:]
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +75,7 @@ def audited(run_dir: Path) -> tuple[Summary, Any]:
 
 
 def test_cli_writes_a_br02_file_the_published_schema_accepts(run_dir: Path, tmp_path: Path) -> None:
-    done = cli("report", str(run_dir), "--format", "br0.2")
+    done = rushhour("report", str(run_dir), "--format", "br0.2")
     assert done.returncode == 0, done.stderr
     path = run_dir / BR02_FILE
     assert str(path.resolve()) in done.stdout
@@ -92,13 +84,13 @@ def test_cli_writes_a_br02_file_the_published_schema_accepts(run_dir: Path, tmp_
     assert check_outputs(run_dir, [BR02_FILE]) is not None  # integrity.json names it (rushhour verify checks it)
     elsewhere = tmp_path / "results" / "br.yaml"  # --out: where a harness wants it, with the experiment's id
     experiment = "rushhour-1765000000-x1"
-    assert cli("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere), "--experiment-id",
+    assert rushhour("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere), "--experiment-id",
                experiment).returncode == 0
     moved = validate(yaml.safe_load(elsewhere.read_text()))
     assert moved.run.eid == str(uuid.uuid5(uuid.NAMESPACE_URL, experiment)) and report.run.eid is None
-    assert cli("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere.parent)).returncode == 0
+    assert rushhour("report", str(run_dir), "--format", "br0.2", "--out", str(elsewhere.parent)).returncode == 0
     assert (elsewhere.parent / BR02_FILE).read_text() == path.read_text()  # a folder: the file under its name
-    refused = cli("report", str(run_dir), "--format", "br0.3")
+    refused = rushhour("report", str(run_dir), "--format", "br0.3")
     assert refused.returncode == 2 and "br0.2" in refused.stderr and "Traceback" not in refused.stderr
 
 

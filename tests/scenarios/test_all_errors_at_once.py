@@ -3,18 +3,14 @@ the nearest valid name, the case to use or the unit wanted."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.scenarios import ScenarioError, parse_scenario
 from rushhour.scenarios.loader import validate_data
 from rushhour.scenarios.names import did_you_mean
-
-REPO = Path(__file__).resolve().parents[2]
 
 BROKEN = """\
 name: broken
@@ -93,9 +89,7 @@ def test_nearest_name() -> None:
 
 def test_scenario_check_prints_them_all_and_exits_2(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text(BROKEN)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", "b.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=env)
+    done = rushhour("scenario", "check", "b.yaml", cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "invalid scenario b.yaml (10 problems):" in done.stderr
     for expected in EXPECTED:
@@ -135,16 +129,13 @@ tiers:
 personas:
   - {kind: trace_replay, name: r, tier: a, trace: mooncake_trace.jsonl}
 """)
-    env = {k: v for k, v in os.environ.items() if k != "RUSHHOUR_TEST_UNSET_KEY"}
-    env["PYTHONPATH"] = str(REPO)
-    check = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", "t.yaml"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60, env=env)
+    env: dict[str, str | None] = {"RUSHHOUR_TEST_UNSET_KEY": None}  # unset in the child, whatever the parent has
+    check = rushhour("scenario", "check", "t.yaml", cwd=tmp_path, timeout=60, env=env)
     assert check.returncode == 2
     assert ("t.yaml:6: personas.0.trace: trace file 'mooncake_trace.jsonl' not found — did you mean "
             "'mooncake_fast25_conversation_trace.jsonl'?") in check.stderr, check.stderr
     fixed = (tmp_path / "t.yaml").read_text().replace("mooncake_trace", "mooncake_fast25_conversation_trace")
     (tmp_path / "t.yaml").write_text(fixed)
-    dry = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", "t.yaml", "--dry-run"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60, env=env)
+    dry = rushhour("run", "t.yaml", "--dry-run", cwd=tmp_path, timeout=60, env=env)
     assert dry.returncode == 2
     assert "t.yaml:4: tiers.gold: tier 'gold': environment variable RUSHHOUR_TEST_UNSET_KEY" in dry.stderr, dry.stderr

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.scenarios import ScenarioError, json_schema, load_scenario, parse_scenario
 from rushhour.scenarios.distributions import Geometric, LogNormal
@@ -121,18 +120,15 @@ def test_json_schema_is_valid_json() -> None:
 
 
 def test_cli_check_and_schema(tmp_path: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", "demo"],
-                        capture_output=True, text=True, timeout=60)
+    ok = rushhour("scenario", "check", "demo", timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert "ok  demo" in ok.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL.replace("rate: 1", "rat: 1"))
-    result = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "check", str(bad)],
-                            capture_output=True, text=True, timeout=60)
+    result = rushhour("scenario", "check", str(bad), timeout=60)
     assert result.returncode == 2
     assert "did you mean 'rate'?" in result.stderr
-    schema = subprocess.run([sys.executable, "-m", "rushhour.cli", "scenario", "schema"],
-                            capture_output=True, text=True, timeout=60)
+    schema = rushhour("scenario", "schema", timeout=60)
     assert json.loads(schema.stdout)["title"] == "rushhour scenario"
 
 

@@ -1,21 +1,14 @@
-"""Shared bits of the simulator's tests: the real CLI in a subprocess, small scenarios."""
+"""Shared bits of the simulator's tests: the CLI at their width, small scenarios."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import functools
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
+from support import rushhour
 
-
-def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``rushhour ARGS`` in a fresh process (stdout a pipe, as in CI)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
-    env.pop("FORCE_COLOR", None)
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+# the simulator's tests read its tables at 120 columns
+cli = functools.partial(rushhour, columns=120)
 
 
 def only_run(out: Path) -> Path:

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from sim_helpers import REPO, cli
+from sim_helpers import cli
+from support import REPO
 
 from rushhour.scenarios import parse_scenario
 from rushhour.scenarios.planner import (

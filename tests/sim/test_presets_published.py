@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from support import load_script
 
 from rushhour.testbed.presets import PRESETS
 
@@ -12,12 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("presets_vs_published", ROOT / "benchmarks/presets_vs_published.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/presets_vs_published.py")
 
 
 def test_doc_table_matches_the_script_and_marks_every_preset():

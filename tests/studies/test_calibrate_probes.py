@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
-from rushhour.calibrate import decode_probes, heldout, laid_out, prefill_probes, public_url, trace_rows
+from support import rushhour
 
-REPO = Path(__file__).resolve().parents[2]
+from rushhour.calibrate import decode_probes, heldout, laid_out, prefill_probes, public_url, trace_rows
 
 
 def test_probes_are_laid_out_alone_and_every_kind_is_held_out_somewhere() -> None:
@@ -36,9 +33,7 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "rushhour.cli", "calibrate", "--target", f"http://127.0.0.1:{port}",
-                           "--runs", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    proc = rushhour("calibrate", "--target", f"http://127.0.0.1:{port}", "--runs", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "cannot reach the server" in proc.stderr and "Traceback" not in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing probed, nothing written
 

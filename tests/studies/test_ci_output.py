@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
+
+from support import cli_command, cli_env
 
 from .test_cli import _run_dir
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()"]
+CLI = cli_command()
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="80")
-    env.pop("FORCE_COLOR", None)
-    return env
+    return cli_env(columns=80)
 
 
 def test_compare_into_a_closed_pipe_keeps_exit_0(tmp_path: Path) -> None:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.studies.compare import compare_pair, load_run
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = Path(sys.executable).parent / "rushhour"
 
 SCENARIO = """\
 name: ports
@@ -32,17 +28,12 @@ phases:
 """
 
 
-def _rushhour(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=180, env=env, cwd=cwd)
-
-
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     folder = tmp_path_factory.mktemp("ports")
     (folder / "ports.yaml").write_text(SCENARIO)
     for _ in range(2):
-        done = _rushhour("run", "ports.yaml", "--no-report", "--out", "runs", cwd=folder)
+        done = rushhour("run", "ports.yaml", "--no-report", "--out", "runs", cwd=folder, script=True)
         assert done.returncode == 0, done.stderr
     runs = sorted((folder / "runs").iterdir())
     assert len(runs) == 2
@@ -53,7 +44,7 @@ def test_two_testbed_runs_on_other_ports_are_the_same_target(two_runs: list[Path
     base, cand = (load_run(run)[0] for run in two_runs)
     assert base.run.target != cand.run.target  # two ephemeral ports: what used to be "target changed"
     assert base.run.testbed == cand.run.testbed == "llm-d · tiny × 1"
-    done = _rushhour("compare", *map(str, two_runs), cwd=two_runs[0].parent)
+    done = rushhour("compare", *map(str, two_runs), cwd=two_runs[0].parent, script=True)
     assert done.returncode == 0, done.stderr
     assert "changed" not in done.stdout + done.stderr
 

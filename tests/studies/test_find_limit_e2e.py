@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from tests.studies.test_search_e2e import SCENARIO
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 SIM_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 10, settle_s: 3, lag_s: 2, bisect: 3, "
              "hold_s: 40}\n")
 REAL_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 4, settle_s: 1, lag_s: 2, bisect: 2, "
@@ -31,8 +30,8 @@ def scenario(tmp_path: Path, duration: str, limit: str = "") -> Path:
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    run = subprocess.run([sys.executable, "-m", "rushhour.cli", *args], cwd=REPO, capture_output=True, text=True,
-                         timeout=timeout)
+    """``rushhour ARGS``, which must succeed without a traceback."""
+    run = rushhour(*args, timeout=timeout, columns=None)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
     return run
 

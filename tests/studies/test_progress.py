@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.progress import StepWatch
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _request(i: int, status: int = 200) -> str:
@@ -45,9 +41,8 @@ def test_step_watch_counts_the_requests_done(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_a_sweep_step_prints_progress_lines(tmp_path: Path) -> None:
     """A real 12 s step against the testbed, stdout/stderr piped as in CI: progress lines inside the step."""
-    cmd = [sys.executable, "-c", "import sys; from rushhour.cli import main; sys.argv[0] = 'rushhour'; main()",
-           "sweep", "sweep-tiers", "--scale", "1", "--step-duration", "12s", "--warmup", "0", "--out", str(tmp_path)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    res = rushhour("sweep", "sweep-tiers", "--scale", "1", "--step-duration", "12s", "--warmup", "0", "--out", tmp_path,
+                   columns=None, timeout=600)
     assert res.returncode == 0, res.stderr
     progress = [line for line in res.stderr.splitlines() if line.startswith("  step 1/1 (1×): ") and " s, " in line]
     assert progress, res.stderr

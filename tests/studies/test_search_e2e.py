@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 
 SCENARIO = """
 name: search-e2e
@@ -55,11 +53,8 @@ def test_search_brackets_the_boundary_of_a_saturating_testbed(tmp_path: Path) ->
     scenario = tmp_path / "search.yaml"
     scenario.write_text(SCENARIO)
     # 1× (8 req/s) is far below what one tiny replica serves, 8× (64 req/s) far above: the boundary is inside
-    run = subprocess.run(
-        [sys.executable, "-m", "rushhour.cli", "sweep", str(scenario), "--search", "--scale", "1..8",
-         "--step-duration", "6s", "--warmup", "0", "--max-probes", "4", "--precision", "0.5",
-         "--out", str(tmp_path / "runs")],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
+    run = rushhour("sweep", str(scenario), "--search", "--scale", "1..8", "--step-duration", "6s", "--warmup", "0",
+                   "--max-probes", "4", "--precision", "0.5", "--out", str(tmp_path / "runs"), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     probes_printed = [line for line in run.stderr.splitlines() if line.strip().startswith("probe ")]
@@ -86,7 +81,6 @@ def test_search_brackets_the_boundary_of_a_saturating_testbed(tmp_path: Path) ->
 def test_search_refuses_a_scenario_without_slo(tmp_path: Path) -> None:
     scenario = tmp_path / "no-slo.yaml"
     scenario.write_text(SCENARIO.replace("    slo: {ttft_ms: {p90: 1000}, max_drop_rate: 0.05}\n", ""))
-    run = subprocess.run([sys.executable, "-m", "rushhour.cli", "sweep", str(scenario), "--search",
-                          "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = rushhour("sweep", str(scenario), "--search", "--out", str(tmp_path / "runs"), timeout=120)
     assert run.returncode == 2 and "no tier has an SLO" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "runs").exists()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import run, rushhour, scenario
 
 from rushhour.audit.early import STOP_HOPELESS, STOP_SATURATION, TierSoFar, Watcher, hopeless, saturated
 from rushhour.audit.gates import abort_verdicts
@@ -15,7 +16,7 @@ from rushhour.records.manifest import RunManifest, read_manifest
 from rushhour.scenarios import ScenarioError, parse_scenario
 from rushhour.scenarios.model import SLO, LatencySLO
 
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 # ---------------------------------------------------------------------------------------------- pure decisions
 
@@ -197,12 +198,9 @@ def test_abort_flag_and_a_caller_without_a_watcher(tmp_path: Path) -> None:
 
 
 def _run(tmp_path: Path, text: str, *args: str) -> tuple[Path, str]:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
-    res = rushhour("run", str(path), "--out", str(tmp_path / "runs"), *args)
-    assert res.returncode == 0, res.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return run_dir, res.stderr
+    done, run_dir, _ = run(text, tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    return run_dir, done.stderr
 
 
 @pytest.mark.e2e

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support import REPO, cli_command, cli_env, rushhour, write_scenario
 
 from rushhour.audit.stats import percentiles
 from rushhour.audit.summary import Percentiles, Summary
@@ -28,7 +28,6 @@ from rushhour.studies.history import (
 )
 
 from ..studies.helpers import summary, tier, verdicts_for
-from .wf_helpers import CLI, REPO, rushhour, scenario
 
 
 def _run(i: int, dropped: int, p99: float, *, name: str = "s", valid: bool = True, seed: int = 0) -> HistoryRun:
@@ -226,11 +225,9 @@ def _summary(run_dir: Path) -> Summary:
 
 def _start(tmp_path: Path, runs: Path, name: str, seed: int, speed: float | None) -> subprocess.Popen[str]:
     """``rushhour run`` of a short testbed scenario into ``runs/NAME`` (its own testbed, its own port)."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(scenario(seconds=6, rate=8, seed=seed, speed=speed))
-    full = dict(os.environ, PYTHONPATH=str(REPO), CI="true")
-    return subprocess.Popen([*CLI, "run", str(path), "--out", str(runs / name), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=str(REPO))
+    path = write_scenario(tmp_path, file=f"{name}.yaml", seconds=6, rate=8, seed=seed, speed=speed)
+    return subprocess.Popen([*cli_command(), "run", str(path), "--out", str(runs / name), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=str(REPO))
 
 
 @pytest.mark.e2e

@@ -8,13 +8,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support import REPO, cli_command, cli_env, rushhour, write_scenario
 
 from rushhour.records.manifest import read_manifest
 from rushhour.reports.repeat import render_junit
 from rushhour.studies.repeat import RepeatRun, aggregate, derive_seed, spread, t_quantile
 
 from ..studies.helpers import summary, tier, verdicts_for
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 
 def test_seeds_are_derived_deterministically() -> None:
@@ -107,8 +108,7 @@ def test_the_html_page_shows_every_run_the_mean_and_its_interval(tmp_path: Path)
 
 @pytest.mark.e2e
 def test_repeat_runs_aggregates_and_gates(tmp_path: Path) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5, seed=11))
+    path = write_scenario(tmp_path, seconds=5, seed=11)
     res = rushhour("run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report")
     (folder,) = (tmp_path / "runs").iterdir()
     data = json.loads((folder / "repeat.json").read_text())
@@ -136,8 +136,7 @@ def test_repeat_runs_aggregates_and_gates(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_repeat_with_a_failing_slo_fails(tmp_path: Path) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=5, ttft_p50_ms=1))
+    path = write_scenario(tmp_path, seconds=5, ttft_p50_ms=1)
     res = rushhour("run", str(path), "--repeat", "2", "--repeat-gate", "aggregate", "--out", str(tmp_path / "runs"),
                    "--no-report", "--gate", "--junit", str(tmp_path / "run-junit.xml"))
     assert res.returncode == 1, res.stdout + res.stderr
@@ -152,18 +151,14 @@ def test_repeat_with_a_failing_slo_fails(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
     """Ctrl-C during the second run: exit 130, repeat.json aggregates the runs done and never passes."""
-    import os
     import signal
     import subprocess
     import time
 
-    from .wf_helpers import CLI, REPO
-
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=8))
-    proc = subprocess.Popen([*CLI, "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO), CI="true"))
+    path = write_scenario(tmp_path, seconds=8)
+    proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
+                             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env=cli_env())
     deadline = time.monotonic() + 300
     second: list[Path] = []
     while time.monotonic() < deadline and not second:
@@ -188,18 +183,14 @@ def test_an_interrupted_repeat_keeps_what_it_ran(tmp_path: Path) -> None:
 def test_a_repeat_interrupted_while_a_run_starts_exits_130(tmp_path: Path) -> None:
     """Ctrl-C while the second run's testbed starts (nothing recorded yet): the repeat was interrupted, so
     130 with the first run aggregated — it used to try to audit the empty run and exit 2 ("has no shards")."""
-    import os
     import signal
     import subprocess
     import time
 
-    from .wf_helpers import CLI, REPO
-
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=4))
-    proc = subprocess.Popen([*CLI, "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
-                            env=dict(os.environ, PYTHONPATH=str(REPO), CI="true"))
+    path = write_scenario(tmp_path, seconds=4)
+    proc = subprocess.Popen([*cli_command(), "run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"),
+                             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env=cli_env())
     deadline = time.monotonic() + 300
     said = ""
     # the second run's testbed is starting: its folder exists, nothing is recorded yet

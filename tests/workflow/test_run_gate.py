@@ -6,16 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from support import run, rushhour, scenario, write_scenario
 
-from .wf_helpers import machine_invalid, rushhour, scenario
+from .wf_helpers import machine_invalid
 
 
 def _run(tmp_path: Path, text: str, *args: str) -> tuple[Path, int, str, str]:
-    path = tmp_path / "s.yaml"
-    path.write_text(text)
-    res = rushhour("run", str(path), "--out", str(tmp_path / "runs"), *args)
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    return run_dir, res.returncode, res.stdout, res.stderr
+    done, run_dir, _ = run(text, tmp_path, *args)
+    return run_dir, done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.e2e
@@ -50,8 +48,7 @@ def test_a_passing_run_gates_zero_and_no_report_still_judges(tmp_path: Path) -> 
     (["--gate", "--dry-run"], "a dry run sends nothing"),
 ])
 def test_gate_options_that_cannot_judge_are_one_line_errors(tmp_path: Path, args: list[str], words: str) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=8))
+    path = write_scenario(tmp_path, seconds=8)
     res = rushhour("run", str(path), "--out", str(tmp_path / "runs"), *args)
     assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support import rushhour, write_scenario
 
 from rushhour.loadgen.live import ShardTail, progress_line
-
-from .wf_helpers import rushhour, scenario
 
 
 def _request(tier: str, status: int, i: int) -> str:
@@ -36,8 +35,7 @@ def test_progress_line_per_tier(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_run_in_a_ci_log_prints_progress(tmp_path: Path) -> None:
     """A real 14 s run against the testbed, output piped: progress lines with growing counts."""
-    path = tmp_path / "s.yaml"
-    path.write_text(scenario(seconds=14))
+    path = write_scenario(tmp_path, seconds=14)
     res = rushhour("run", str(path), "--out", str(tmp_path / "runs"), "--no-report")
     assert res.returncode == 0, res.stderr
     progress = [line for line in res.stderr.splitlines() if line.startswith("load ") and "/17 s" in line]
