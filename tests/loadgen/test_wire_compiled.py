@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import rushhour
 
 from rushhour.loadgen import compiled
 from rushhour.records.record import read_shard, shard_paths
@@ -74,8 +75,7 @@ def _run(tmp_path: Path, value: str | None) -> tuple[dict[str, Any], list[dict[s
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO)
     out = tmp_path / f"runs-{value}"
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--out", str(out),
-                           "--no-report"], cwd=REPO, capture_output=True, text=True, timeout=300, env=_env(value))
+    done = rushhour("run", scenario, "--out", out, "--no-report", timeout=300, env={compiled.ENV: value})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run_dir = next(out.glob("*/run.json")).parent
     # the scenario's requests (the idle probes before the anchor are sent when the process is ready: not seeded)

@@ -8,17 +8,15 @@ counter barely moves; at the first failing level it does.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from support import rushhour
 
 from rushhour.audit.metrics import load_metrics
 
-from .helpers import ROOT, SCENARIOS
+from .helpers import SCENARIOS
 
 REJECTIONS = "vllm:admission_rejections_total"
 
@@ -40,9 +38,8 @@ def rejections_between(metrics: object, start_s: float, end_s: float) -> float:
 def test_find_limit_on_real_vllm_agrees_with_its_rejection_counter(vllm_server, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(SCENARIOS / "vllm-find-limit.yaml"),
-                           "--find-limit", "--target", vllm_server.url, "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240, env={**os.environ, "COLUMNS": "250"})
+    done = rushhour("run", SCENARIOS / "vllm-find-limit.yaml", "--find-limit", "--target", vllm_server.url,
+                    "--out", out, timeout=240, columns=250)
     took = time.monotonic() - started
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     (run_dir,) = [p.parent for p in out.glob("*/run.json")]
