@@ -94,6 +94,11 @@ def _release_engine(name: str) -> str:
     return twin if release.pinned else f"{twin}[{release.name}]"
 
 
+def pinned_release(name: str) -> bool:
+    """Whether release ``name`` is its engine's pinned one (served by the pinned twin itself)."""
+    return serve.releases.find(name, RELEASES).pinned
+
+
 def _start_release(name: str) -> Callable[[Path], object]:
     """A start like the pinned twin's (vllm_server, litellm_server), on release ``name``."""
     if name.startswith("vllm-"):
@@ -215,3 +220,14 @@ def vllm_release(request: pytest.FixtureRequest, engine_pool: EnginePool) -> obj
 def litellm_release(request: pytest.FixtureRequest, engine_pool: EnginePool) -> object:
     """litellm_server on each LiteLLM release in engines/releases.toml (the pinned one is litellm_server itself)."""
     return engine_pool.get(_release_engine(request.param))
+
+
+@pytest.fixture(scope="session")
+def saturated_vllm_run(vllm_server: object, tmp_path_factory: pytest.TempPathFactory) -> tuple[object, ...]:
+    """One saturating run (scenarios/vllm-saturate.yaml) on vllm_server between two settled scrapes of its
+    counters: (before, summary, after). Shared: test_vllm_real compares its counts with vLLM's own, and
+    test_br02_real writes its run folder as BR0.2 (a two-tier run on vLLM 0.32 with usage on every answer, as
+    that test needs, and with rejections too), so the pinned vLLM is saturated once, not once per test."""
+    from .helpers import SCENARIOS, counted_run  # helpers import nothing from here; loaded when first used
+
+    return counted_run(vllm_server, SCENARIOS / "vllm-saturate.yaml", tmp_path_factory.mktemp("saturated") / "runs")

@@ -109,3 +109,17 @@ def attempts(summary: Mapping[str, object], tier: str, cls: str) -> int:
 
 
 NEVER_FOR_A_REJECTION = ("failed", "transport", "unclassified")
+
+
+def idle_vllm(samples: list[Sample]) -> bool:
+    """vLLM runs and queues nothing (its gauges), so its counters can be read as a before or an after."""
+    return total(samples, "vllm:num_requests_running") + total(samples, "vllm:num_requests_waiting") == 0
+
+
+def counted_run(server: Any, scenario: Path, out: Path) -> tuple[list[Sample], dict[str, object], list[Sample]]:
+    """A ``rushhour run`` against a real vLLM between two settled scrapes of its counters: (before, summary, after)."""
+    url = server.url + "/metrics"
+    before = settle(lambda: scrape(url, server=server), idle_vllm)
+    summary = run_rushhour(scenario, server.url, out)
+    after = settle(lambda: scrape(url, server=server), idle_vllm)
+    return before, summary, after

@@ -1,5 +1,9 @@
-"""A short two-tier run on the session's real vLLM 0.32, written with ``rushhour report --format br0.2``: the file
-llm-d-benchmark's published BR0.2 schema accepts, with vLLM's own token counts in it."""
+"""A two-tier run on the session's real vLLM 0.32, written with ``rushhour report --format br0.2``: the file
+llm-d-benchmark's published BR0.2 schema accepts, with vLLM's own token counts in it.
+
+The run is the session's saturating one (conftest ``saturated_vllm_run``, shared with test_vllm_real): two tiers,
+the vllm profile, usage on every served answer, and rejections besides, which the report must carry as
+failures. A run of its own would cost a vLLM run more and prove no more."""
 
 from __future__ import annotations
 
@@ -11,14 +15,14 @@ from typing import Any
 
 import yaml
 
-from .helpers import ROOT, SCENARIOS, run_rushhour
+from .helpers import ROOT
 
 SCHEMA_COPY = ROOT / "tests" / "fixtures" / "llm_d_benchmark"
 BR02_FILE = "benchmark_report_v0.2,_rushhour.yaml"
 
 
-def test_real_vllm_run_as_br02_validates(vllm_server: Any, tmp_path: Path) -> None:
-    summary = run_rushhour(SCENARIOS / "vllm-br02.yaml", vllm_server.url, tmp_path / "runs")
+def test_real_vllm_run_as_br02_validates(saturated_vllm_run: tuple[Any, dict[str, Any], Any]) -> None:
+    summary = saturated_vllm_run[1]
     run_dir = Path(str(summary["_run_dir"]))
     done = subprocess.run([sys.executable, "-m", "rushhour.cli", "report", str(run_dir), "--format", "br0.2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)

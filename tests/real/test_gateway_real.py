@@ -41,21 +41,42 @@ def _post(url: str, key: str, fields: dict[str, object], done: dict[str, float],
     conn.close()
 
 
-def _finish_order(url: str, carry: Callable[[int], dict[str, object]]) -> list[str]:
-    """A long blocker holds vLLM's one sequence slot; then a less urgent (priority 5) and, 0.5 s later,
-    a more urgent (priority -5) request wait. vLLM serves the waiters by (priority, arrival) when it
-    sees the priorities, else first come first served."""
+def _queue(engine: object) -> tuple[int, int]:
+    """vLLM's own (running, waiting) gauges, as it reports them now."""
+    samples = scrape(engine.url + "/metrics", server=engine)  # type: ignore[attr-defined]
+    return (round(total(samples, "vllm:num_requests_running")), round(total(samples, "vllm:num_requests_waiting")))
+
+
+def _await_queue(engine: object, want: tuple[int, int], threads: list[threading.Thread]) -> None:
+    """Until vLLM reports ``want`` (running, waiting), or the test fails saying what it saw (bounded: 120 s)."""
+    end = time.monotonic() + 120
+    seen = _queue(engine)
+    while seen != want:
+        assert time.monotonic() < end and all(t.is_alive() for t in threads), (
+            f"vLLM never held (running, waiting) = {want}: last {seen}; a request ended early: "
+            f"{[t.name for t in threads if not t.is_alive()]}")
+        time.sleep(0.05)
+        seen = _queue(engine)
+
+
+def _finish_order(engine: object, url: str, carry: Callable[[int], dict[str, object]]) -> list[str]:
+    """A long blocker holds vLLM's one sequence slot; then a less urgent (priority 5) and after it a more
+    urgent (priority -5) request wait. vLLM serves the waiters by (priority, arrival) when it sees the
+    priorities, else first come first served.
+
+    Each step waits until vLLM's own gauges show the request in place (the blocker running, then one, then two
+    waiting), not for a fixed time: so the blocker need only outlast a few scrapes (1,000 tokens, ~3 s on a
+    quiet core and ~10 s on a loaded one), and the order the waiters arrived in is known, not assumed."""
     done: dict[str, float] = {}
     batch_key, urgent_key = KEYS["RH_LITELLM_KEY_BATCH"], KEYS["RH_LITELLM_KEY_INTERACTIVE"]
-    threads = [threading.Thread(target=_post, args=(url, batch_key, {"max_tokens": 3000, **carry(0)}, done, "blocker"))]
-    threads[0].start()
-    time.sleep(1.5)  # the blocker (3000 tokens, several seconds) holds the slot
-    threads.append(threading.Thread(target=_post, args=(url, batch_key, {"max_tokens": 30, **carry(5)}, done, "batch")))
-    threads[-1].start()
-    time.sleep(0.5)
-    threads.append(threading.Thread(target=_post, args=(url, urgent_key, {"max_tokens": 30, **carry(-5)}, done,
-                                                         "interactive")))
-    threads[-1].start()
+    assert _queue(engine) == (0, 0), f"vLLM is not idle before the trial: {_queue(engine)}"
+    threads: list[threading.Thread] = []
+    for name, key, fields, queued in (("blocker", batch_key, {"max_tokens": 1000, **carry(0)}, (1, 0)),
+                                      ("batch", batch_key, {"max_tokens": 30, **carry(5)}, (1, 1)),
+                                      ("interactive", urgent_key, {"max_tokens": 30, **carry(-5)}, (1, 2))):
+        threads.append(threading.Thread(target=_post, args=(url, key, fields, done, name), name=name))
+        threads[-1].start()
+        _await_queue(engine, queued, threads)
     for t in threads:
         t.join(timeout=180)
     assert set(done) == {"blocker", "batch", "interactive"} and all(v == v for v in done.values()), done
@@ -70,13 +91,13 @@ def _profile_fields(vllm_priority: int) -> dict[str, object]:
 
 
 def test_priority_reaches_vllm_through_litellm_only_in_extra_body(gateway) -> None:  # type: ignore[no-untyped-def]
-    _, proxy = gateway
+    engine, proxy = gateway
     # a top-level body ``priority`` is taken by LiteLLM's router: vLLM serves first come, first served
-    assert _finish_order(proxy.url, lambda p: {"priority": p}) == ["batch", "interactive"]
+    assert _finish_order(engine, proxy.url, lambda p: {"priority": p}) == ["batch", "interactive"]
     # the profile also sends it inside ``extra_body``: it reaches vLLM, which serves the later but more
     # urgent request first
     assert _profile_fields(-5) == {"priority": -5, "extra_body": {"priority": -5}}
-    assert _finish_order(proxy.url, _profile_fields) == ["interactive", "batch"]
+    assert _finish_order(engine, proxy.url, _profile_fields) == ["interactive", "batch"]
 
 
 def test_engine_rejections_behind_the_gateway_equal_both_servers_counters(gateway, tmp_path) -> None:  # type: ignore[no-untyped-def]
