@@ -7,7 +7,7 @@ from pathlib import Path
 
 # the audit's own words for a generator that fell behind (audit/validity.py): the machine, not the run's target
 _MACHINE = ("generator loop lag", "generator CPU", "the generator fell behind", "generator out of slots",
-            "the generator could not offer")
+            "the generator could not offer", "read after a generator stall")
 
 
 def machine_invalid(run_dir: Path) -> list[str]:
