@@ -12,6 +12,9 @@ NAMES: tuple[str, ...] = tuple(PERSONA_MODELS)
 
 T = TypeVar("T")
 
+# Every per-kind table a higher layer passed through ``every_kind``, by its module (the foundation test reads them).
+TABLES: dict[str, Mapping[str, Any]] = {}
+
 
 class MissingKind(RuntimeError):
     """A per-kind table of a higher layer that lacks a registered kind (or names one that is not)."""
@@ -47,4 +50,5 @@ def every_kind(table: Mapping[str, T], where: str) -> Mapping[str, T]:
         raise MissingKind(f"{where}: per-kind table " + "; ".join(
             ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"names unknown {', '.join(extra)}"]
                                                                      if extra else [])))
+    TABLES[where] = table
     return table
