@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 
 from rushhour.audit.fold import NS_PER_S
 from rushhour.audit.stats import percentiles, wilson
 from rushhour.audit.summary import TaskStats
+from rushhour.scenarios.kinds import every_kind
 
-AGENT_KINDS = ("agent_swarm", "agent_trace")
-SESSION_KINDS = ("chat", "trace_replay")
+# what each persona kind's ``task`` lines are, by its ``kind``: agent tasks (deadlines, makespan) or chat sessions
+TASK_UNITS: Mapping[str, Literal["agent", "session"]] = every_kind(
+    {"chat": "session", "agent_swarm": "agent", "trace_replay": "session", "agent_trace": "agent"}, __name__)
+AGENT_KINDS = tuple(k for k, unit in TASK_UNITS.items() if unit == "agent")
 
 
 def split_kinds(tasks: pd.DataFrame, persona_kinds: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from rushhour.loadgen.agent_traces import read_agent_trace
 from rushhour.loadgen.datasets import load_dataset
 from rushhour.loadgen.prompts import count as count_tokens
 from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.kinds import every_kind
 from rushhour.scenarios.model import (
     AgentSwarmPersona,
     AgentTracePersona,
@@ -298,7 +300,7 @@ def _trace_rows(path: Path) -> list[tuple[float, float, float]]:
     return rows
 
 
-def _replay(p: TraceReplayPersona, sc: Scenario) -> PersonaPlan:
+def _replay(p: TraceReplayPersona, sc: Scenario, ttft_s: float, tpot_s: float) -> PersonaPlan:
     rows = _trace_rows(resolve_trace_path(p.trace))
     duration = sc.duration_s
     picked = [r for r in rows if 0 <= (r[0] - p.start_s) / p.time_scale < duration]
@@ -317,7 +319,7 @@ def _replay(p: TraceReplayPersona, sc: Scenario) -> PersonaPlan:
     )
 
 
-def _agent_trace(p: AgentTracePersona, sc: Scenario) -> PersonaPlan:
+def _agent_trace(p: AgentTracePersona, sc: Scenario, ttft_s: float, tpot_s: float) -> PersonaPlan:
     """The sessions that start within the run, every call of each (sub-agents' included), sizes capped."""
     sessions = read_agent_trace(resolve_trace_path(p.trace), p.format, p.sessions)
     gap = p.session_gap_s / p.time_scale
@@ -341,6 +343,12 @@ def _agent_trace(p: AgentTracePersona, sc: Scenario) -> PersonaPlan:
     )
 
 
+# each persona kind's estimate (persona, scenario, assumed TTFT s, assumed TPOT s), by its ``kind``; the trace
+# replays ignore the assumed timings (their trace sets the times)
+ESTIMATES: Mapping[str, Callable[[Any, Scenario, float, float], PersonaPlan]] = every_kind(
+    {"chat": _chat, "agent_swarm": _agents, "trace_replay": _replay, "agent_trace": _agent_trace}, __name__)
+
+
 # --------------------------------------------------------------------------- plan
 
 
@@ -357,14 +365,7 @@ def plan(
         prices = prices_from_budget(scenario.budget, tier_names)
     personas: list[PersonaPlan] = []
     for persona in scenario.personas:
-        if isinstance(persona, ChatPersona):
-            pp = _chat(persona, scenario, assumed_ttft_s, assumed_tpot_s)
-        elif isinstance(persona, AgentSwarmPersona):
-            pp = _agents(persona, scenario, assumed_ttft_s, assumed_tpot_s)
-        elif isinstance(persona, AgentTracePersona):
-            pp = _agent_trace(persona, scenario)
-        else:
-            pp = _replay(persona, scenario)
+        pp = ESTIMATES[persona.kind](persona, scenario, assumed_ttft_s, assumed_tpot_s)
         _with_twins(pp, scenario)
         if prices is not None and pp.tier in prices:
             p_in, p_out = prices[pp.tier]

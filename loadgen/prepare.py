@@ -298,9 +298,7 @@ def _loopback(host: str) -> bool:
 def closed_personas(scenario: Scenario) -> list[str]:
     """The ramped personas the live load scale does not reach (no open-loop arrival rate): a find-limit refuses."""
     persona = scenario.find_limit.persona if scenario.find_limit else None
-    return [p.name for p in scenario.personas if (persona is None or p.name == persona)
-            and not ((p.kind == "chat" and getattr(p, "concurrency", None) is None)
-                     or (p.kind == "agent_swarm" and getattr(p, "start", "") == "arrivals"))]
+    return [p.name for p in scenario.personas if (persona is None or p.name == persona) and not p.has_arrival_rate()]
 
 
 def check_find_limit(scenario: Scenario, options: RunOptions, where: str) -> None:

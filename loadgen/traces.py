@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +13,7 @@ from typing import Any
 
 from rushhour.loadgen.bounded_json import JsonShapeError, check_depth
 from rushhour.loadgen.trace_error import TraceError as TraceError  # its home; the readers import it from here
+from rushhour.scenarios.kinds import every_kind
 
 MOONCAKE_BLOCK_TOKENS = 512
 MAX_TRACE_BYTES = 2 << 30  # every load process reads the whole trace
@@ -20,6 +21,9 @@ MAX_TRACE_LINE = 1 << 20  # a Mooncake line with a 2M-token prompt's block ids i
 MAX_HASH_IDS = 2_000_000 // MOONCAKE_BLOCK_TOKENS + 1  # the blocks of the largest prompt (MAX_TOKENS)
 DATASET = "dataset"  # a TraceRef's format prefix for a persona's conversation dataset (loadgen/datasets.py)
 AGENT = "agent"  # a TraceRef's format prefix for an agent trace's sessions (loadgen/agent_traces.py)
+# the format prefix of the trace file a persona kind's ``trace`` names, by its ``kind`` (None: it names none)
+TRACE_FORMATS: Mapping[str, str | None] = every_kind(
+    {"chat": None, "agent_swarm": None, "trace_replay": "", "agent_trace": f"{AGENT}:"}, __name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +186,9 @@ def trace_refs(data: Any, where: str = "") -> list[TraceRef]:
     found: list[TraceRef] = []
     if isinstance(data, dict):
         field = f"{where}.trace".lstrip(".")
-        if isinstance(data.get("trace"), str) and data.get("kind") == "trace_replay":
-            found.append(TraceRef(field, data["trace"], str(data.get("format") or "auto")))
-        elif isinstance(data.get("trace"), str) and data.get("kind") == "agent_trace":
-            found.append(TraceRef(field, data["trace"], f"{AGENT}:{data.get('format') or 'auto'}"))
+        prefix = TRACE_FORMATS.get(str(data.get("kind"))) if isinstance(data.get("trace"), str) else None
+        if prefix is not None:
+            found.append(TraceRef(field, data["trace"], f"{prefix}{data.get('format') or 'auto'}"))
         elif isinstance(data.get("trace"), str) and data.get("dist") == "empirical":
             found.append(TraceRef(field, data["trace"], column=str(data.get("column"))))
         dataset = data.get("dataset")

@@ -9,8 +9,10 @@ Sizes are counted as the load generator sizes prompts (bytes / 4 without a token
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rushhour.loadgen.agent_traces import read_agent_trace
 from rushhour.loadgen.datasets import load_dataset
@@ -18,7 +20,15 @@ from rushhour.loadgen.prompts import count as count_tokens
 from rushhour.loadgen.testbed_proc import testbed_config
 from rushhour.loadgen.traces import read_trace, schedule
 from rushhour.scenarios.distributions import resolve_trace_path
-from rushhour.scenarios.model import AgentSwarmPersona, AgentTracePersona, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.scenarios.kinds import every_kind
+from rushhour.scenarios.model import (
+    AgentSwarmPersona,
+    AgentTracePersona,
+    ChatPersona,
+    Dataset,
+    Scenario,
+    TraceReplayPersona,
+)
 from rushhour.testbed.config import ConfigError, TestbedConfig, from_dict
 from rushhour.testbed.presets import get_preset
 
@@ -75,7 +85,7 @@ def _trace_over(persona: TraceReplayPersona, scenario: Scenario, shape: TestbedS
             f"{_advice(shape)}")
 
 
-def _agent_trace_over(persona: AgentTracePersona, shape: TestbedShape) -> str | None:
+def _agent_trace_over(persona: AgentTracePersona, scenario: Scenario, shape: TestbedShape) -> str | None:
     """Calls of the replayed sessions (sub-agents' included) whose prompt and max_tokens exceed the context."""
     sessions = read_agent_trace(resolve_trace_path(persona.trace), persona.format, persona.sessions)
     calls = [c for s in sessions for run in s.runs() for c in run.calls]
@@ -88,18 +98,29 @@ def _agent_trace_over(persona: AgentTracePersona, shape: TestbedShape) -> str | 
             f"max_tokens; preset {shape.preset}): {_advice(shape)}")
 
 
-def _dataset_over(persona: ChatPersona | AgentSwarmPersona, shape: TestbedShape) -> str | None:
-    spec = persona.dataset
-    assert spec is not None
+def _chat_over(persona: ChatPersona, scenario: Scenario, shape: TestbedShape) -> str | None:
+    """A chat's dataset conversations (each up to max_turns) that cannot fit; nothing without a dataset."""
+    if persona.dataset is None:
+        return None
+    return _dataset_over(persona.name, persona.dataset, persona.system_prompt_tokens, persona.dataset.max_turns,
+                         shape)
+
+
+def _swarm_over(persona: AgentSwarmPersona, scenario: Scenario, shape: TestbedShape) -> str | None:
+    """A swarm's dataset tasks (each a conversation's first turn) that cannot fit, else its shared context alone."""
+    if persona.dataset is None:
+        return _shared_over(persona, shape)
+    return _dataset_over(persona.name, persona.dataset, persona.shared_context_tokens, 1, shape)
+
+
+def _dataset_over(name: str, spec: Dataset, shared: int, max_turns: int | None, shape: TestbedShape
+                  ) -> str | None:
     dialogs = load_dataset(spec.path, spec.format, spec.limit)
     over = 0
     for dialog in dialogs:
-        turns = dialog.turns[: spec.max_turns or len(dialog.turns)] if isinstance(persona, ChatPersona) \
-            else dialog.turns[:1]
+        turns = dialog.turns[: max_turns or len(dialog.turns)]
         if not turns:
             continue
-        shared = (persona.system_prompt_tokens if isinstance(persona, ChatPersona)
-                  else persona.shared_context_tokens)
         prompt = shared + (count_tokens(dialog.system) if dialog.system else 0)
         for turn in turns[:-1]:  # a chat's last turn resends every earlier one: its largest request
             prompt += count_tokens(turn.user) + (count_tokens(turn.reply) if turn.reply else 0)
@@ -110,7 +131,7 @@ def _dataset_over(persona: ChatPersona | AgentSwarmPersona, shape: TestbedShape)
             over += 1
     if not over:
         return None
-    return (f"persona {persona.name!r}: {over:,} of the {len(dialogs):,} conversations of dataset {spec.path!r} "
+    return (f"persona {name!r}: {over:,} of the {len(dialogs):,} conversations of dataset {spec.path!r} "
             f"exceed the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
 
 
@@ -122,6 +143,12 @@ def _shared_over(persona: AgentSwarmPersona, shape: TestbedShape) -> str | None:
             f"over the testbed's {shape.context:,}-token context (preset {shape.preset}): {_advice(shape)}")
 
 
+# each persona kind's size check (persona, scenario, testbed shape) → one warning line or None, by its ``kind``
+OVER: Mapping[str, Callable[[Any, Scenario, TestbedShape], str | None]] = every_kind(
+    {"chat": _chat_over, "agent_swarm": _swarm_over, "trace_replay": _trace_over, "agent_trace": _agent_trace_over},
+    __name__)
+
+
 def context_warnings(scenario: Scenario) -> list[str]:
     """One line per persona whose trace rows or dataset conversations cannot fit the testbed's context (and per
     swarm whose shared context alone cannot)."""
@@ -130,16 +157,7 @@ def context_warnings(scenario: Scenario) -> list[str]:
         return []
     out: list[str] = []
     for persona in scenario.personas:
-        if isinstance(persona, TraceReplayPersona):
-            line = _trace_over(persona, scenario, shape)
-        elif isinstance(persona, AgentTracePersona):
-            line = _agent_trace_over(persona, shape)
-        elif persona.dataset is not None:
-            line = _dataset_over(persona, shape)
-        elif isinstance(persona, AgentSwarmPersona):
-            line = _shared_over(persona, shape)
-        else:
-            continue
+        line = OVER[persona.kind](persona, scenario, shape)
         if line:
             out.append(line)
     return out

@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -478,6 +478,9 @@ class ChatPersona(Strict):
     """Latency-sensitive chat: sessions arrive open-loop; turns are closed-loop with think time."""
 
     kind: Literal["chat"]
+    # where a scenario's raw data holds its arrival rate (the phase-span check); None: no rate of its own
+    RATE_PATH: ClassVar[tuple[str, ...] | None] = ("arrival", "rate")
+    SWARM: ClassVar[bool] = False  # a population of agents that phases scale (agents_scale)
     name: str
     tier: str
     stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
@@ -524,6 +527,10 @@ class ChatPersona(Strict):
             update["concurrency"] = max(1, round(self.concurrency * factor))
         return self.model_copy(update=update)
 
+    def has_arrival_rate(self) -> bool:
+        """Whether its load is an open-loop arrival rate (the live load scale reaches it): not a closed loop."""
+        return self.concurrency is None
+
     def peak_sockets(self, scale: float) -> float:
         """Sockets it may hold at once over all processes: one per session slot (closed loop: per user)."""
         return float(self.concurrency if self.concurrency is not None else self.max_concurrent_sessions)
@@ -546,6 +553,8 @@ class AgentSwarmPersona(Strict):
     """Bursty agents: fan-out of parallel calls, quiet during tools, back with a longer prefix."""
 
     kind: Literal["agent_swarm"]
+    RATE_PATH: ClassVar[tuple[str, ...] | None] = ("task_rate",)
+    SWARM: ClassVar[bool] = True
     name: str
     tier: str
     stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
@@ -634,6 +643,10 @@ class AgentSwarmPersona(Strict):
             update["task_rate"] = self.task_rate * factor
         return self.model_copy(update=update)
 
+    def has_arrival_rate(self) -> bool:
+        """Whether its load is an open-loop arrival rate: tasks that arrive, not a standing population."""
+        return self.start == "arrivals"
+
     def peak_sockets(self, scale: float) -> float:
         """Sockets it may hold at once over all processes: its agents (at the largest phase ``scale`` unless they
         arrive) times their widest fan-out."""
@@ -645,6 +658,8 @@ class TraceReplayPersona(Strict):
     """Replays a real trace: timestamps become intended send times, token counts become prompts."""
 
     kind: Literal["trace_replay"]
+    RATE_PATH: ClassVar[tuple[str, ...] | None] = None
+    SWARM: ClassVar[bool] = False
     name: str
     tier: str
     stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
@@ -663,6 +678,10 @@ class TraceReplayPersona(Strict):
         return self.model_copy(update={"time_scale": self.time_scale * factor,
                                        "max_in_flight": max(1, round(self.max_in_flight * factor))})
 
+    def has_arrival_rate(self) -> bool:
+        """Whether its load is an open-loop arrival rate: no, the trace's own times (time_scale)."""
+        return False
+
     def peak_sockets(self, scale: float) -> float:
         """Sockets it may hold at once over all processes: its in-flight cap."""
         return float(self.max_in_flight)
@@ -673,6 +692,8 @@ class AgentTracePersona(Strict):
     parallel, the context carried from call to call (a Weka agent trace: ``loadgen/agent_traces.py``)."""
 
     kind: Literal["agent_trace"]
+    RATE_PATH: ClassVar[tuple[str, ...] | None] = None
+    SWARM: ClassVar[bool] = False
     name: str
     tier: str = Field(description="the tier of the main agents' calls (and of sub-agents not in subagent_tiers)")
     stream: bool | None = Field(default=None, description="stream the answers (SSE); unset: the target's "
@@ -704,13 +725,27 @@ class AgentTracePersona(Strict):
         return self.model_copy(update={"time_scale": self.time_scale * factor,
                                        "max_sessions_in_flight": max(1, round(self.max_sessions_in_flight * factor))})
 
+    def has_arrival_rate(self) -> bool:
+        """Whether its load is an open-loop arrival rate: no, the trace's sessions (time_scale)."""
+        return False
+
     def peak_sockets(self, scale: float) -> float:
         """Sockets it may hold at once over all processes: its sessions, each with its widest fan-out."""
         return float(self.max_sessions_in_flight * self.max_fan_out)
 
 
+# The persona kinds: adding a kind is its model class and one entry in this union (scenarios/kinds.py is the
+# registry read off it; each higher layer's per-kind table is checked against it).
 Persona = Annotated[ChatPersona | AgentSwarmPersona | TraceReplayPersona | AgentTracePersona,
                     Field(discriminator="kind")]
+
+
+def kind_of(model: type[BaseModel]) -> str:
+    """A persona model's ``kind`` tag: the one value of its discriminator."""
+    return str(get_args(model.model_fields["kind"].annotation)[0])
+
+
+PERSONA_MODELS: dict[str, Any] = {kind_of(m): m for m in get_args(get_args(Persona)[0])}
 
 
 # --------------------------------------------------------------------------- phases, resilience, budget
@@ -907,15 +942,14 @@ def span_problems(data: Any) -> list[Reference]:
 
 def _persona_spans(i: int, persona: Mapping[str, Any], phases: list[dict[str, Any]]) -> list[Reference]:
     """A persona's rate at each phase's scale, and a swarm's size at each phase's scale (the first phase over)."""
-    kind, name = persona.get("kind"), persona.get("name")
-    arrival = persona.get("arrival")
-    where: tuple[str | int, ...]
-    if kind == "chat" and isinstance(arrival, Mapping):
-        base, where = _number(arrival.get("rate")), ("personas", i, "arrival", "rate")
-    elif kind == "agent_swarm":
-        base, where = _number(persona.get("task_rate")), ("personas", i, "task_rate")
-    else:
+    model, name = PERSONA_MODELS.get(str(persona.get("kind"))), persona.get("name")
+    if model is None or (model.RATE_PATH is None and not model.SWARM):
         return []
+    where: tuple[str | int, ...] = ("personas", i, *(model.RATE_PATH or ()))
+    value: Any = persona if model.RATE_PATH else None
+    for key in model.RATE_PATH or ():
+        value = value.get(key) if isinstance(value, Mapping) else None
+    base = _number(value)
     out: list[Reference] = []
     for phase in phases:
         scale = _number(phase.get("rate_scale", 1.0))
@@ -924,7 +958,7 @@ def _persona_spans(i: int, persona: Mapping[str, Any], phases: list[dict[str, An
                                         f"scale {scale:g} is over the limit of {MAX_RATE:,.0f} arrivals/s"))
             break
     agents = _number(persona.get("agents", 10))
-    for phase in phases if kind == "agent_swarm" and agents is not None else []:
+    for phase in phases if model.SWARM and agents is not None else []:
         scale = _number(phase.get("agents_scale")) if phase.get("agents_scale") is not None else \
             _number(phase.get("rate_scale", 1.0))
         if scale is not None and agents is not None and agents * scale > MAX_AGENTS:

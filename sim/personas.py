@@ -15,10 +15,10 @@ from typing import Any
 
 from rushhour.loadgen.breaker import RouteBreaker
 from rushhour.loadgen.budget import BudgetGuard
-from rushhour.loadgen.flow import agent_trace, agents, chat, replay
+from rushhour.loadgen.flow.kinds import FLOWS
 from rushhour.loadgen.flow.protocol import Flow, Fork, Logical, Send, Spawn, Wait
 from rushhour.records.record import BreakerRecord, RequestRecord, TaskRecord
-from rushhour.scenarios.model import AgentSwarmPersona, AgentTracePersona, ChatPersona, Scenario, TraceReplayPersona
+from rushhour.scenarios.model import Persona, Scenario
 from rushhour.sim.driver import Env, attempt
 from rushhour.sim.loop import NS, Sleep
 from rushhour.sim.prompt import Conversation, from_text, piece
@@ -150,12 +150,6 @@ def run_flow(host: SimHost, flow: Flow) -> Task:
             raise TypeError(f"a flow yielded {cmd!r}")
 
 
-# each persona kind's flow, by the scenario's ``kind`` (the same flows the load process drives, loadgen/flow)
-FLOWS: dict[str, Any] = {"chat": chat.run_chat, "agent_swarm": agents.run_swarm, "trace_replay": replay.run_replay,
-                         "agent_trace": agent_trace.run_agent_trace}
-
-
-def run_persona(host: SimHost, persona: ChatPersona | AgentSwarmPersona | TraceReplayPersona | AgentTracePersona
-                ) -> Task:
+def run_persona(host: SimHost, persona: Persona) -> Task:
     """The persona's driver loop (chat arrivals, a swarm, a trace replay) as a loop task."""
     return run_flow(host, FLOWS[persona.kind](host, persona))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from rushhour.scenarios.kinds import of_kind
 from rushhour.scenarios.loader import validate_data
 from rushhour.scenarios.model import MAX_LADDER, MAX_SCALE, ChatPersona, Phase, Scenario, Tier
 
@@ -264,11 +265,12 @@ def tier_mix(k: int, mix: str) -> list[float]:
 def study_scenario(base: Scenario, k: int, mix: str, load: str, policy: str, *, duration_s: float,
                    warmup_s: float = 0.0, seed: int | None = None) -> Scenario:
     """K tiers t0…t(K-1) (t0 most urgent) sharing the base's chat persona by ``mix``, under ``policy``."""
-    template = next((p for p in base.personas if isinstance(p, ChatPersona)), None)
+    chats = of_kind(base.personas, ChatPersona)
+    template = chats[0] if chats else None
     if template is None:
         raise SweepError("the study scenario needs a chat persona to split across tiers")
     slo_tier = base.tiers[0]
-    rate = sum(p.arrival.rate for p in base.personas if isinstance(p, ChatPersona)) * LOAD_LEVELS[load]
+    rate = sum(p.arrival.rate for p in chats) * LOAD_LEVELS[load]
     tiers: list[dict[str, Any]] = []
     personas: list[dict[str, Any]] = []
     for p, share in enumerate(tier_mix(k, mix)):

@@ -56,6 +56,7 @@ from rushhour.loadgen.live import ShardTail
 from rushhour.loadgen.traces import DATASET, TraceError, TraceRef, TraceRow, check_trace_file, read_trace, schedule
 from rushhour.records.record import Anchor, ShardWriter
 from rushhour.scenarios.distributions import resolve_trace_path
+from rushhour.scenarios.kinds import as_kind, of_kind
 from rushhour.scenarios.model import (
     AgentSwarmPersona,
     ChatPersona,
@@ -178,11 +179,16 @@ class ChatUser(RushhourUser):
     abandon_retries: ClassVar[int] = 1
     dataset: ClassVar[str | dict[str, Any] | None] = None
 
+    @classmethod
+    def persona_spec(cls) -> dict[str, Any]:
+        """This class as a scenario chat persona; its arrival rate is unused (Locust's users and wait_time pace
+        the sessions)."""
+        return {**super().persona_spec(), "arrival": {"rate": 1.0}}
+
     @task
     def session(self) -> None:
         run = self._run or process_run(self.environment)
-        persona = run.persona(type(self))
-        assert isinstance(persona, ChatPersona)
+        persona = as_kind(run.persona(type(self)), ChatPersona)
         instance = run.next_instance(persona.name)
         tenants = run.ctx.scenario.tier(persona.tier).tenant_ids
         tenant = run.ctx.rng(persona.name, run.ctx.worker_index, instance, "tenant").choice(tenants)
@@ -233,8 +239,7 @@ class AgentUser(RushhourUser):
     @task
     def work(self) -> None:
         run = self._run or process_run(self.environment)
-        persona = run.persona(type(self))
-        assert isinstance(persona, AgentSwarmPersona)
+        persona = as_kind(run.persona(type(self)), AgentSwarmPersona)
         instance = run.next_instance(persona.name)
         ctx = run.ctx
         rng = ctx.rng(persona.name, ctx.worker_index, instance)
@@ -271,8 +276,7 @@ class ReplayUser(RushhourUser):
     @task
     def replay(self) -> None:
         run = self._run or process_run(self.environment)
-        persona = run.persona(type(self))
-        assert isinstance(persona, TraceReplayPersona)
+        persona = as_kind(run.persona(type(self)), TraceReplayPersona)
         plan = run.plans[persona.name]
         self.drive(_replay, run, persona, plan, run.ctx.now_s())
         raise StopUser()  # the trace is done; Locust's run time decides when the run ends
@@ -341,7 +345,7 @@ def scenario_for(classes: list[type[RushhourUser]], host: str, duration_s: float
         "target": {"url": host, "profile": first.profile, "model": first.model, "dialect": first.dialect,
                    "stream": first.stream, "metrics": first.metrics},
         "tiers": list(tiers.values()),
-        "personas": [_persona_spec(c) for c in classes],
+        "personas": [c.persona_spec() for c in classes],
         "phases": [{"name": PHASE, "duration": duration_s}],
         "resilience": {"timeouts": {"ttft_s": first.ttft_timeout_s, "total_s": first.total_timeout_s},
                        "fallback": list(first.fallback or []), "breaker": first.breaker},
@@ -407,13 +411,6 @@ def _where(classes: list[type[RushhourUser]], loc: tuple[Any, ...]) -> str:
         knob = loc[1:] if loc[0] in ("resilience", "target") else loc
         return ".".join([classes[0].__name__, *(str(p) for p in knob)])
     return ".".join(str(p) for p in loc)
-
-
-def _persona_spec(cls: type[RushhourUser]) -> dict[str, Any]:
-    spec = cls.persona_spec()
-    if cls.kind == "chat":
-        spec["arrival"] = {"rate": 1.0}  # unused: Locust's users and wait_time pace the sessions
-    return spec
 
 
 # --------------------------------------------------------------------------- one Locust process's run
@@ -588,11 +585,11 @@ def process_run(environment: Environment) -> LocustRun:
     for cls in user_classes(environment):
         run.personas[cls.persona_name()] = next(p for p in scenario.personas if p.name == cls.persona_name())
     ctx.group = run.group
-    for persona in scenario.personas:  # traces are read before any user sends: reading blocks the process
-        if isinstance(persona, TraceReplayPersona):
-            rows = read_trace(resolve_trace_path(persona.trace), persona.format)
-            run.plans[persona.name] = schedule(rows, time_scale=persona.time_scale, start_s=persona.start_s,
-                                               limit=persona.limit, end_s=scenario.duration_s)
+    for replayed in of_kind(scenario.personas, TraceReplayPersona):  # traces are read before any user sends
+        rows = read_trace(resolve_trace_path(replayed.trace), replayed.format)  # (reading blocks the process)
+        run.plans[replayed.name] = schedule(rows, time_scale=replayed.time_scale, start_s=replayed.start_s,
+                                            limit=replayed.limit, end_s=scenario.duration_s)
+    for persona in scenario.personas:
         dataset = getattr(persona, "dataset", None)
         if dataset is not None:  # likewise the datasets (cached for every session of the process)
             load_dataset(dataset.path, dataset.format, dataset.limit)
@@ -632,9 +629,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
     try:  # the classes' knobs are checked once, before any user starts: one line, then exit
         scenario = scenario_for(user_classes(environment), environment.host or "http://127.0.0.1", _planned_s(opts),
                                 base=locustfile_dir(opts))
-        for persona in scenario.personas:
-            if isinstance(persona, TraceReplayPersona):
-                resolve_trace_path(persona.trace)
+        for replayed in of_kind(scenario.personas, TraceReplayPersona):
+            resolve_trace_path(replayed.trace)
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"rushhour: {exc}\n")
         sys.exit(2)

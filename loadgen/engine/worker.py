@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import gevent
 from gevent.pool import Group
 
@@ -13,10 +16,12 @@ from rushhour.loadgen.engine.personas.chat import run_chat
 from rushhour.loadgen.engine.personas.common import sleep_until
 from rushhour.loadgen.engine.personas.replay import run_replay
 from rushhour.loadgen.engine.wire.client import Cancelled
+from rushhour.scenarios.kinds import every_kind
 
 CANCEL_GRACE_S = 5.0
-# each persona kind's driver loop, by the scenario's ``kind``: a new kind is one entry here and one in sim/personas
-DRIVERS = {"chat": run_chat, "agent_swarm": run_swarm, "trace_replay": run_replay, "agent_trace": run_agent_trace}
+# each persona kind's driver loop in a load process, by the scenario's ``kind`` (the simulator's: loadgen/flow/kinds)
+DRIVERS: Mapping[str, Callable[[WorkerContext, Any, Group], None]] = every_kind(
+    {"chat": run_chat, "agent_swarm": run_swarm, "trace_replay": run_replay, "agent_trace": run_agent_trace}, __name__)
 
 
 class Worker:
