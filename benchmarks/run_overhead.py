@@ -6,7 +6,10 @@ the wall time at those lines and at the files the run leaves (anchor.json, run.j
 of each process's entry module. Nothing is timed inside rushhour: re-run it before and after a change, under the
 same load (the load averages are printed with the figures).
 
-    .venv/bin/python benchmarks/run_overhead.py [--runs 3] [--scenario ci-smoke] [--duration 2s] [--peer DIR]
+    .venv/bin/python benchmarks/run_overhead.py [--runs 3] [--scenario ci-smoke] [--duration 2s] [--peer DIR] [--report]
+
+``--report``: the run audits and renders its reports too (as most tests and CI gates do); the last stage is then
+the audit, the reports and the exit.
 
 ``--peer DIR``: a checkout of another version (e.g. ``git archive BASE | tar -x -C DIR``), run in turn with this
 tree in the same sitting (each with its own folder first on PYTHONPATH), so the busy machine weighs on both alike.
@@ -37,7 +40,7 @@ ENTRY_MODULES = {
 }
 STAGES = ("CLI start-up and prepare", "testbed start-up", "calibration (child + probes)",
           "Locust start-up (to its test start)", "anchor lead (idle by design)", "load + drain",
-          "end of load to the last line", "exit (reports off)")
+          "end of load to the last line", "exit (or audit + reports + exit)")
 
 
 HERE = Path(__file__).resolve().parents[1]  # this tree
@@ -102,6 +105,7 @@ def main() -> None:
     parser.add_argument("--scenario", default="ci-smoke")
     parser.add_argument("--duration", default="2s")
     parser.add_argument("--peer", type=Path, help="another checkout, measured in turn with this one")
+    parser.add_argument("--report", action="store_true", help="audit and render the reports too")
     args = parser.parse_args()
     trees = {"this": HERE} | ({"peer": args.peer.resolve()} if args.peer else {})
     print(f"load averages before: {os.getloadavg()}")
@@ -111,14 +115,15 @@ def main() -> None:
             for label, tree in (trees.items() if i % 2 == 0 else reversed(trees.items())):
                 where = Path(out) / f"{label}-{i}"
                 cmd = [sys.executable, "-m", "rushhour.cli", "run", args.scenario, "--duration", args.duration,
-                       "--no-report", "--out", str(where)]
+                       "--report" if args.report else "--no-report", "--out", str(where)]
                 t0_mono = time.monotonic()
                 wall, lines = stamped_run(cmd, tree)
                 (run_dir,) = where.iterdir()
                 for name, value in stages(wall, t0_mono, lines, run_dir).items():
                     rows[label][name].append(value)
                 rows[label]["total"].append(round(wall, 2))
-    print(f"`rushhour run {args.scenario} --duration {args.duration} --no-report`, {args.runs} run(s) each, seconds, "
+    flag = "--report" if args.report else "--no-report"
+    print(f"`rushhour run {args.scenario} --duration {args.duration} {flag}`, {args.runs} run(s) each, seconds, "
           "median [min, max]:")
     print(f"  {'stage':<40} " + "  ".join(f"{label + ' ' + str(tree):<24}" for label, tree in trees.items()))
     for name in (*STAGES, "total"):
