@@ -434,7 +434,7 @@ def _calibrate(ctx: RunContext, target_url: str, planned: int) -> dict[str, Any]
             deadline = started + CALIBRATION_TIMEOUT_S
             said_at = started
             while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
+                _wait_exit(proc, 0.1)
                 if time.monotonic() - said_at >= CALIBRATION_PROGRESS_EVERY_S:
                     said_at = time.monotonic()
                     progress = read_progress(run_dir) or {}
@@ -612,6 +612,17 @@ class _Signals:
 
 
 WORKERS_GAVE_UP = "Gave up waiting for workers to connect"  # Locust's own log line
+ANCHOR_POLL_S = 0.05  # how often the anchor file is looked for: a stat, while the run's t = 0 nears
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``proc`` to exit; True when it has. Unlike a sleep it returns as soon as the
+    child ends, so a run is not held up to one poll interval past its load (a signal still runs its handler)."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals) -> Anchor | str | None:
@@ -638,7 +649,7 @@ def _await_anchor(ctx: RunContext, proc: subprocess.Popen[bytes], sigs: _Signals
             ctx.say(f"waiting for {ctx.options.expect_workers} worker(s) on "
                     f"{ctx.options.master_bind}:{ctx.options.master_port} "
                     f"(at most {ctx.options.workers_wait_s:g} s) …")
-        time.sleep(0.2)
+        time.sleep(ANCHOR_POLL_S)
     return None
 
 
@@ -727,7 +738,8 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         killed_late_s: float | None = None  # seconds after the run's end at which we SIGKILLed it
         try:
             while proc.poll() is None:
-                time.sleep(0.5)
+                if _wait_exit(proc, 0.5):
+                    break  # Locust has ended: what follows the loop reads its last records (its PID may be reused)
                 procs.remember(children, procs.descendants(proc.pid))
                 tail.poll()
                 elapsed = (time.monotonic_ns() - anchor.mono_ns) / 1e9

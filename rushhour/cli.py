@@ -264,13 +264,11 @@ def run(
              "half-width within 5 % of it); the run's duration is the cap")] = None,
 ) -> None:
     """Run a scenario: start the testbed if targeted, drive Locust, record, audit and report."""
-    from rushhour.audit.early import Watcher
-    from rushhour.audit.limit import LimitController
-    from rushhour.audit.live import LiveMetrics
     from rushhour.fits import dry_run_notes
     from rushhour.loadgen.prepare import RunOptions
     from rushhour.loadgen.runner import run_scenario
     from rushhour.scenarios import ScenarioError
+    from rushhour.warm import later, warm
 
     if expect_workers < 0 or (expect_workers and processes != 1):
         raise _fail("--expect-workers takes a number >= 1 and replaces --processes (each worker is one process)")
@@ -296,11 +294,19 @@ def run(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
         expect_workers=expect_workers, master_bind=master_bind, master_port=master_port, workers_wait_s=workers_wait,
-        abort=_abort_modes(abort), watcher=Watcher, dry_run_notes=dry_run_notes, keep_going=keep_going,
-        metrics_port=metrics_port, metrics_host=metrics_host, live_metrics=LiveMetrics, otlp=otlp_sink,
-        until=until_factory, limit=LimitController, find_limit=find_limit or bool(find_limit_persona),
+        abort=_abort_modes(abort), watcher=later("rushhour.audit.early", "Watcher"), dry_run_notes=dry_run_notes,
+        keep_going=keep_going, metrics_port=metrics_port, metrics_host=metrics_host,
+        live_metrics=later("rushhour.audit.live", "LiveMetrics"), otlp=otlp_sink, until=until_factory,
+        limit=later("rushhour.audit.limit", "LimitController"), find_limit=find_limit or bool(find_limit_persona),
         find_limit_persona=find_limit_persona,
     )
+    # the audit (pandas, pyarrow) loads while the testbed starts and the calibration probes, not before them, and
+    # only when this run will surely use it; a --no-report run without a watcher never loads it
+    needed = [*(["rushhour.audit.early"] if report or gate_run or abort else []),
+              *(["rushhour.audit.limit"] if options.find_limit else []),
+              *(["rushhour.audit.live"] if metrics_port is not None else []), *(["rushhour.reports"] if report else [])]
+    if needed and not dry_run:
+        warm(*needed)
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
     if repeat > 1 and not dry_run:
