@@ -120,6 +120,9 @@ class RunOptions:
     # --until: builds the precision watcher (rushhour passes audit.until.UntilWatcher): it ends the run once its
     # figure is known well enough (``look`` returns run.json's ``until``), else the run's duration is the cap
     until: Callable[[Scenario], Watch] | None = None
+    # called once the idle calibration probes are done, before the load processes start: the CLI begins its
+    # heavy imports (the audit) there, in the start-up the anchor's lead absorbs, never beside the probes
+    after_calibration: Callable[[], object] | None = None
 
 
 def apply_overrides(scenario: Scenario, options: RunOptions) -> Scenario:

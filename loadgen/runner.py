@@ -258,6 +258,8 @@ def _start_and_drive(ctx: RunContext) -> RunResult:
         if found is not None:
             return _stop_doomed(ctx, {**found, "at_s": None, "during": "calibration"}, target_url)
     manifest.resolved_target_url = target_url
+    if ctx.options.after_calibration is not None:
+        ctx.options.after_calibration()
     ctx.stage = "the load"
     try:
         return _drive(ctx, route_urls)

@@ -300,13 +300,14 @@ def run(
         limit=later("rushhour.audit.limit", "LimitController"), find_limit=find_limit or bool(find_limit_persona),
         find_limit_persona=find_limit_persona,
     )
-    # the audit (pandas, pyarrow) loads while the testbed starts and the calibration probes, not before them, and
-    # only when this run will surely use it; a --no-report run without a watcher never loads it
+    # the audit (pandas, pyarrow) loads in the background once the idle probes are done (a second or two of CPU
+    # beside them would lengthen the baseline they measure), while Locust starts, and only when this run will
+    # surely use it; a --no-report run without a watcher never loads it
     needed = [*(["rushhour.audit.early"] if report or gate_run or abort else []),
               *(["rushhour.audit.limit"] if options.find_limit else []),
               *(["rushhour.audit.live"] if metrics_port is not None else []), *(["rushhour.reports"] if report else [])]
     if needed and not dry_run:
-        warm(*needed)
+        options.after_calibration = lambda: warm(*needed)
     if repeat_gate not in ("any", "aggregate", "both"):  # a dry run is where a typo should show
         raise _fail(f"--repeat-gate takes any, aggregate or both, not {repeat_gate!r}")
     if repeat > 1 and not dry_run:
