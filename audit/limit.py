@@ -622,4 +622,7 @@ def limit_sentence(found: dict[str, Any]) -> str:
         return f"no tier failed up to {at(lo)}: the limit is above the range ({tried} step(s))"
     if lo is None or hi is None:
         return f"limit not found ({status}; {tried} step(s))"
+    if status == "cap":  # a passing ramp or bisection level, never held: one real run's hold failed just there
+        return (f"not confirmed: the run ended before the search did; {at(lo)} passed a step, {at(hi)} failed{who} "
+                f"({tried} step(s))")
     return f"highest sustainable load {at(lo)}, first failing {at(hi)}{who} ({tried} step(s))"

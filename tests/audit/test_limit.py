@@ -65,6 +65,14 @@ def test_ramp_bisect_hold_bracket_the_limit() -> None:
     assert "interactive binds first on ttft_ms.p90" in limit_sentence(found)
 
 
+def test_a_search_the_runs_end_cut_short_is_not_called_the_limit() -> None:
+    found = {"status": "cap", "low_scale": 8.0, "high_scale": 11.3, "base_rps": 2.0, "steps": [{}] * 6,
+             "binding": {"tier": "interactive", "check": "max_drop_rate"}}
+    line = limit_sentence(found)
+    assert line.startswith("not confirmed") and "highest sustainable" not in line and "11.3× (22.6/s) failed" in line
+    assert limit_sentence({**found, "status": "within"}).startswith("highest sustainable load 8× (16/s)")
+
+
 def test_requests_sent_while_settling_count_in_no_step() -> None:
     ctl = LimitController(scenario())
     ctl.start(0.0)
