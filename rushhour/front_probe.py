@@ -21,7 +21,6 @@ Two measurements, both read from the server's own ``process_cpu_seconds_total`` 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import threading
 import time
@@ -31,7 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-CPU_LINE = re.compile(r"^process_cpu_seconds_total\s+([0-9.eE+-]+)\s*$", re.M)
+from rushhour.loadgen.scrape import parse_metrics_text
+
+CPU_COUNTER = "process_cpu_seconds_total"
 MAX_BODY = 4 * 2**20
 TIMEOUT_S = 30.0
 GROUPS = 5  # the median of 5 groups lies within their range with 94 % probability (1 − 2/2^5)
@@ -72,11 +73,12 @@ def _read(url: str, data: bytes | None = None) -> tuple[int, bytes]:
 def api_cpu_s(target: str) -> float | None:
     """The API server's CPU seconds so far (``process_cpu_seconds_total``), None when the server has none."""
     _, page = _read(target.rstrip("/") + "/metrics")
-    match = CPU_LINE.search(page.decode("utf-8", errors="replace"))
-    if not match:
+    try:  # the scraper's parser (prometheus_client's), not a second one
+        samples = parse_metrics_text(page.decode("utf-8", errors="replace"), [CPU_COUNTER])
+    except ValueError:  # not the Prometheus format: no counter to read
         return None
-    value = float(match.group(1))
-    return value if 0 <= value < 1e9 else None
+    values = [s.value for s in samples if s.name == CPU_COUNTER and not s.labels]
+    return values[0] if len(values) == 1 and 0 <= values[0] < 1e9 else None
 
 
 def body(model: str, tokens: int, prompt_words: int = 48) -> bytes:
