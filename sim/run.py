@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import gc
 import os
 import platform
@@ -17,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rushhour.loadgen.lifecycle import iso
 from rushhour.loadgen.live import ShardTail
 from rushhour.loadgen.prepare import (
     STOP_LIMIT_FOUND,
@@ -153,10 +153,6 @@ def with_preset(scenario: Scenario, preset: str | None) -> Scenario:
     return revalidate(scenario.model_copy(update={"target": target}), f"--preset {preset}")
 
 
-def _iso(ns: int) -> str:
-    return dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _versions() -> dict[str, str]:
     try:
         version = metadata.version("rushhour")
@@ -197,7 +193,7 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
         profile=scenario.target.profile, model=scenario.target.model, dialect=scenario.target.dialect,
         duration_s=scenario.duration_s, drain_s=scenario.drain_s, mode=MODE, processes=1, versions=_versions(),
         command_line=list(sys.argv), hostname=socket.gethostname(), mono_anchor_ns=0, wall_anchor_ns=wall0,
-        started_at=_iso(wall0), schedule_starts_at=_iso(wall0),
+        started_at=iso(wall0), schedule_starts_at=iso(wall0),
     )
     write_manifest(run_dir, manifest)
     clock = VirtualClock(0)
@@ -273,7 +269,7 @@ def simulate_scenario(scenario: Scenario, source: str, options: SimOptions) -> S
                      **({} if r.url == "testbed" else {"imitates": f"{r.url} was not contacted"})}
             for r in fallbacks}
     manifest.simulation = stats
-    manifest.ended_at = _iso(time.time_ns())
+    manifest.ended_at = iso(time.time_ns())
     manifest.stop_reason = host.stop_reason or "completed"
     if limit is not None:
         limit_tail.poll()  # the drain's records: every step judged again on all its requests, the late ones too
