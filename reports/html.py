@@ -138,7 +138,7 @@ def _percentile_rows(tier: TierSummary) -> list[tuple[str, Any]]:
     ]
     # pooled ITL beside TPOT; not recorded: a row of dashes that says why, never a figure made up from TPOT
     rows.insert(3, ("inter-token gap, pooled (every token)", lat.itl_ms) if lat.itl_ms is not None else
-                ("inter-token gap, pooled: not recorded (record_token_times off)", Percentiles(n=0)))
+                ("inter-token gap, pooled: not recorded", Percentiles(n=0)))  # why: in the note under the table
     if tier.saturation is not None:
         rows.insert(2, ("TTFT during saturation", tier.saturation.ttft_ms))
     return rows
