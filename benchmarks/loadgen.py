@@ -63,6 +63,7 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
     client.USE_REACTOR = reactor
     # how much later the reactor read first-token bytes than the kernel received them (the record says both)
     read_delays: list[int] = []
+    batches: dict[str, int] = {}  # tokens in the read that brought a request's first token
     env = Environment()
     env.create_local_runner()  # so request events update Locust's stats, as in a worker
     fire = env.events.request.fire
@@ -96,14 +97,54 @@ def run_gevent(url: str, streams: int, duration: float, tokens: int, out: Path, 
                 context={},
             )
             results.append((rid, rec.first_token_ns, rec.tokens))
+            if rec.first_token_batch:
+                batches[rid] = rec.first_token_batch
             if rec.first_token_clock == FIRST_TOKEN_KERNEL and rec.first_token_read_ns and rec.first_token_ns:
                 read_delays.append(rec.first_token_read_ns - rec.first_token_ns)
 
+    stalls, sweeps = _watch_loop(stop_at)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     gevent.joinall([gevent.spawn(user, i) for i in range(streams)])
     _dump(out, results, cpu0, time.monotonic() - t0, streams, passes=the_reactor().passes if reactor else 0,
-          read_delays_ms=[d / 1e6 for d in read_delays], code=wire_status())
+          read_delays_ms=[d / 1e6 for d in read_delays], code=wire_status(), batches=batches, stalls_ms=stalls,
+          gc_ms=sweeps)
+
+
+STALL_TICK_S = 0.01  # the stall watcher's timer: 100 wake-ups a second (~0.1 µs per event at 10k events/s)
+STALL_MS = 5.0  # a timer this much later than due is a stall worth counting
+
+
+def _watch_loop(stop_at: float) -> tuple[list[float], list[tuple[int, float, float]]]:
+    """Start watching this gevent process: the loop's stalls (ms a STALL_TICK_S timer fired late, over
+    STALL_MS) and the collector's pauses over 1 ms (generation, wall ms, CPU ms); lists filled as it runs."""
+    import gc
+
+    import gevent
+
+    stalls: list[float] = []
+    sweeps: list[tuple[int, float, float]] = []
+    began = [0, 0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[:] = [time.monotonic_ns(), time.thread_time_ns()]
+            return
+        wall = (time.monotonic_ns() - began[0]) / 1e6
+        if wall > 1:
+            sweeps.append((info["generation"], wall, (time.thread_time_ns() - began[1]) / 1e6))
+
+    def tick() -> None:
+        while time.monotonic() < stop_at:
+            t = time.monotonic_ns()
+            gevent.sleep(STALL_TICK_S)
+            late = (time.monotonic_ns() - t) / 1e6 - STALL_TICK_S * 1e3
+            if late > STALL_MS:
+                stalls.append(late)
+
+    gc.callbacks.append(on_gc)
+    gevent.spawn(tick)
+    return stalls, sweeps
 
 
 def run_fasthttp(url: str, streams: int, duration: float, tokens: int, out: Path) -> None:
@@ -334,6 +375,9 @@ def _run_client(kind: str, url: str, args: argparse.Namespace, tmp: Path, cores:
     merged = dict(parts[0])
     merged["results"] = [r for p in parts for r in p["results"]]
     merged["read_delays_ms"] = [d for p in parts for d in p.get("read_delays_ms") or []]
+    merged["batches"] = {k: v for p in parts for k, v in (p.get("batches") or {}).items()}
+    merged["stalls_ms"] = [d for p in parts for d in p.get("stalls_ms") or []]
+    merged["gc_ms"] = [g for p in parts for g in p.get("gc_ms") or []]
     for key in ("cpu_s", "cpu_user_s", "cpu_sys_s", "streams", "passes"):
         merged[key] = sum(p.get(key) or 0 for p in parts)
     merged["wall_s"] = max(p["wall_s"] for p in parts)
@@ -368,6 +412,7 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
         for kind in args.clients.split(","):
             (tmp / kind).mkdir()
             print(f"[{args.streams} streams] {kind} ...", file=sys.stderr, flush=True)
+            load_before = os.getloadavg()[0]
             tb, url, ledger_path = _start_testbed(tmp / kind, server_cores, args.streams * args.processes)
             try:
                 data = _run_client(kind, url, args, tmp / kind, client_cores)
@@ -375,11 +420,18 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
                 tb.terminate()
                 tb.wait(timeout=20)
             ledger = _ledger(ledger_path)
-            errors = [
-                (first - ledger[rid]["first_token_ns"]) / 1e6
+            by_rid = {
+                rid: (first - ledger[rid]["first_token_ns"]) / 1e6
                 for rid, first, _ in data["results"]
                 if first is not None and rid in ledger and ledger[rid].get("first_token_ns")
-            ]
+            }
+            errors = list(by_rid.values())
+            # the kernel's stamp of a TCP read is its newest segment's: a first token read together with later
+            # tokens (the loop came late) is stamped at a later token's arrival; read alone, at its own
+            batches = data.get("batches") or {}
+            alone = [e for rid, e in by_rid.items() if batches.get(rid) == 1]
+            merged = [e for rid, e in by_rid.items() if batches.get(rid, 0) > 1]
+            full_sweeps = [g for g in data.get("gc_ms") or [] if g[0] == 2]
             events = sum(n for _, _, n in data["results"])
             bursts = _burst_positions(data["results"], ledger)
             label = LABELS.get(kind) or f"aiohttp + {data.get('loop')}"
@@ -389,6 +441,7 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "kind": kind,
                     "code": data.get("code"),
                     "load_average": os.getloadavg()[0],
+                    "load_average_before": load_before,
                     "processes": args.processes,
                     "streams": data["streams"],
                     "requests": len(data["results"]),
@@ -403,6 +456,15 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "ttft_err_p50_ms": _pct(errors, 0.5),
                     "ttft_err_p99_ms": _pct(errors, 0.99),
                     "ttft_err_max_ms": max(errors) if errors else float("nan"),
+                    "first_read_alone": len(alone),
+                    "first_read_alone_err_p99_ms": _pct(alone, 0.99) if alone else None,
+                    "first_read_merged": len(merged),
+                    "first_read_merged_err_p99_ms": _pct(merged, 0.99) if merged else None,
+                    "loop_stalls": len(data.get("stalls_ms") or []),
+                    "loop_stall_max_ms": max(data.get("stalls_ms") or [0.0]),
+                    "full_sweeps": len(full_sweeps),
+                    "full_sweep_max_ms": max((g[1] for g in full_sweeps), default=0.0),
+                    "full_sweep_max_cpu_ms": max((g[2] for g in full_sweeps), default=0.0),
                     "cpu_user_s": data.get("cpu_user_s"),
                     "cpu_sys_s": data.get("cpu_sys_s"),
                     "ttft_err_by_burst_position": bursts,
@@ -436,6 +498,16 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
                 print(f"{ours['kind']} / {peer['client']}: CPU per event ×{cpu:.2f}, TTFT error p99 ×{p99:.3g}")
         if ours["events_per_pass"]:
             print(f"{ours['kind']}: {ours['events_per_pass']:.1f} events per receive pass (one hub switch each)")
+        if ours["first_read_alone"] or ours["first_read_merged"]:
+            share = ours["first_read_merged"] / max(1, ours["first_read_alone"] + ours["first_read_merged"])
+            print(f"{ours['kind']}: first tokens read alone: {ours['first_read_alone']}, TTFT error p99 "
+                  f"{_ms(ours['first_read_alone_err_p99_ms'])}; read with later tokens (the loop came late; the "
+                  f"kernel stamps a TCP read at its newest segment): {ours['first_read_merged']} ({share:.1%}), "
+                  f"p99 {_ms(ours['first_read_merged_err_p99_ms'])}")
+            print(f"{ours['kind']}: loop stalls over {STALL_MS:.0f} ms: {ours['loop_stalls']} (longest "
+                  f"{ours['loop_stall_max_ms']:.1f} ms); full collector sweeps: {ours['full_sweeps']} (longest "
+                  f"{ours['full_sweep_max_ms']:.1f} ms, {ours['full_sweep_max_cpu_ms']:.1f} ms CPU); load average "
+                  f"{ours['load_average_before']:.1f} before, {ours['load_average']:.1f} after")
         if ours["read_delay_p50_ms"] is not None:
             print(f"{ours['kind']}: first-token bytes were read {ours['read_delay_p50_ms']:.2f} ms (p50) / "
                   f"{ours['read_delay_p99_ms']:.2f} ms (p99) after the kernel received them: what a recv-time "
@@ -448,6 +520,10 @@ def orchestrate(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
         print(f"  {r['client']:<32}{cells}")
     return rows
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} ms"
 
 
 def main() -> None:

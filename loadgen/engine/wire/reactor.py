@@ -8,6 +8,9 @@ stamps each read (until the first token with the kernel's receive time of its by
 The user greenlet of an attempt sleeps until something it cares about happens: its first token, the
 end marker, the end of the response, an error, or its deadline.
 
+While it has streams, the cyclic collector keeps to young sweeps (``collector.py``): a full sweep held
+the loop for tens of ms, and a first token read late together with later tokens carries a later stamp.
+
 Fairness: at most ``MAX_READS_PER_WAKE`` reads per socket per pass (a socket that floods at full speed
 is simply ready again on the next pass), and the loop goes back to the gevent hub between passes, so
 timers (deadlines), users and the health sampler run however busy the sockets are.
@@ -28,6 +31,7 @@ from gevent.event import Event
 from gevent.hub import get_hub
 from gevent.monkey import get_original
 
+from rushhour.loadgen.engine.wire.collector import collector
 from rushhour.records.record import FIRST_TOKEN_KERNEL, FIRST_TOKEN_RECV
 
 # the real epoll: Locust monkey-patches ``select`` (gevent's has none), and this loop must not block in it
@@ -224,6 +228,7 @@ class Reactor:
         self._streams: dict[int, Stream] = {}
         self._glet: gevent.Greenlet | None = None
         self._watcher: Any = None
+        self._collector = collector(self.busy)
         self.passes = 0  # wake-ups of the loop (for the benchmark: events per pass)
 
     def add(self, stream: Stream) -> None:
@@ -231,6 +236,12 @@ class Reactor:
         self._streams[stream.fd] = stream
         if self._glet is None or self._glet.dead:
             self._glet = gevent.spawn(self._run)
+        # a full sweep of the collector would stall every stream at once (collector.py); idempotent
+        self._collector.start()
+
+    def busy(self) -> bool:
+        """Whether any stream is being read."""
+        return bool(self._streams)
 
     def remove(self, stream: Stream) -> None:
         """Stop reading ``stream`` (idempotent): before its socket is closed or pooled again."""
