@@ -15,6 +15,8 @@ Three rows, one after the other in one run, each in a fresh process: ``no agents
 machine itself adds, the floor), ``on the loop`` (every encoding on the loop's thread: the code before
 loadgen/engine/tokenize.py) and ``off the loop`` (``off_loop``: each encoding in a thread of gevent's pool, the
 GIL released while Rust works). Also printed: how long a step waited for its prompt (arrival to counted).
+``--contend`` pins each row to one core and runs a busy loop (another process at the same priority) on that
+core meanwhile: a host whose cores are wanted by others, where a tokenizer thread of lower priority starved.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="requests per agent (a whole-prompt count each)")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--modes", default="idle,on,off")
+    ap.add_argument("--contend", action="store_true",
+                    help="each row on one core, with a busy loop of another process on that core")
     ap.add_argument("--mode", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
@@ -130,18 +134,31 @@ def main() -> None:
         run_mode(Path(args.folder), args.mode, args, Path(args.out))
         return
     rows = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         make_tokenizer(tmp)
+        core = min(os.sched_getaffinity(0))
         for mode in args.modes.split(","):
             out = tmp / f"{mode}.json"
-            subprocess.run([sys.executable, __file__, "--mode", mode, "--folder", str(tmp), "--out", str(out),
-                            "--rate", str(args.rate), "--context", str(args.context), "--shared", str(args.shared),
-                            "--steps", str(args.steps), "--duration", str(args.duration)], check=True, cwd=ROOT)
+            cmd = [sys.executable, __file__, "--mode", mode, "--folder", str(tmp), "--out", str(out),
+                   "--rate", str(args.rate), "--context", str(args.context), "--shared", str(args.shared),
+                   "--steps", str(args.steps), "--duration", str(args.duration)]
+            hog = None
+            if args.contend:
+                cmd = ["taskset", "-c", str(core), *cmd]
+                hog = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+            try:
+                subprocess.run(cmd, check=True, cwd=ROOT)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
             rows.append(json.loads(out.read_text()))
+    where = f"core #{core} with a busy loop beside" if args.contend else f"cores {sorted(os.sched_getaffinity(0))}"
     print(f"\n{args.rate:g} agents/s, {args.context:,}-token contexts ({args.shared:,} shared), "
-          f"{args.steps} counted requests each, "
-          f"{args.duration:g} s; cores {sorted(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f}")
+          f"{args.steps} counted requests each, {args.duration:g} s; {where}; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     header = (f"{'encodings':<14}{'stall p50':>10}{'p99':>9}{'max':>9}{'agents':>8}{'done':>6}"
               f"{'prompt wait p50':>17}{'p99':>9}{'CPU s':>7}")
     print(header)

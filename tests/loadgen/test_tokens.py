@@ -144,7 +144,7 @@ def test_a_growing_prompt_is_counted_from_its_counted_start(tokenizer: tokens.To
         tokenizer.backend = real
 
 
-def test_a_load_process_encodes_in_its_tokenizer_thread_below_the_loops_priority(tokenizer: tokens.Tokenizer) -> None:
+def test_a_load_process_encodes_in_its_tokenizer_thread_at_the_process_priority(tokenizer: tokens.Tokenizer) -> None:
     import os
     import threading
 
@@ -167,5 +167,6 @@ def test_a_load_process_encodes_in_its_tokenizer_thread_below_the_loops_priority
         tokenizer.backend = real
         tokenizer.offload = None
     assert seen and all(ident != threading.get_ident() for ident, _ in seen)  # never on the loop's thread
+    # not nicer than the process: a nicer thread starved as soon as another process wanted the core (tokenize.py)
     mine = os.getpriority(os.PRIO_PROCESS, 0)
-    assert all(nice == min(19, mine + 10) for _, nice in seen)
+    assert all(nice == mine for _, nice in seen)
