@@ -124,6 +124,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="requests per agent (a whole-prompt count each)")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--modes", default="idle,on,off")
+    ap.add_argument("--json", default=None, help="also write the rows' figures as JSON here")
     ap.add_argument("--contend", action="store_true",
                     help="each row on one core, with a busy loop of another process on that core")
     ap.add_argument("--mode", default=None, help=argparse.SUPPRESS)
@@ -168,6 +169,13 @@ def main() -> None:
         print(f"{label.get(r['mode'], r['mode']):<14}{_pct(r['lags_ms'], .5):>8.2f}ms{_pct(r['lags_ms'], .99):>7.1f}ms"
               f"{max(r['lags_ms'], default=float('nan')):>7.0f}ms{r['agents']:>8}{r['agents_done_in_window']:>6}"
               f"{_pct(r['waits_ms'], .5):>15.0f}ms{_pct(r['waits_ms'], .99):>7.0f}ms{r['cpu_s']:>7.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([
+            {"mode": r["mode"], "stall_p50_ms": _pct(r["lags_ms"], .5), "stall_p99_ms": _pct(r["lags_ms"], .99),
+             "stall_max_ms": max(r["lags_ms"], default=float("nan")), "agents": r["agents"],
+             "agents_done_in_window": r["agents_done_in_window"], "prompt_wait_p50_ms": _pct(r["waits_ms"], .5),
+             "prompt_wait_p99_ms": _pct(r["waits_ms"], .99), "cpu_s": r["cpu_s"],
+             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]} for r in rows], indent=2))
     by = {r["mode"]: r for r in rows}
     if "on" in by and "off" in by:
         ratio = _pct(by["off"]["lags_ms"], .99) / _pct(by["on"]["lags_ms"], .99)
