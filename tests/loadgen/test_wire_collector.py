@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -127,6 +128,8 @@ def test_a_frozen_heap_that_doubles_is_swept_while_streams_run(server: FakeServe
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     _idle()
     monkeypatch.setattr(policy, "MIN_SWEPT", 0)
+    monkeypatch.setattr(policy, "REGROW", 1.2)  # a fifth more: a big test process need not double its heap here
+    monkeypatch.setattr(policy, "REGROW_CHECK_S", policy.FREEZE_S)
     gc.collect()
     coll = reactor()._collector
     sweeps = coll.full_sweeps
@@ -144,7 +147,7 @@ def test_a_frozen_heap_that_doubles_is_swept_while_streams_run(server: FakeServe
         for _ in range(100):
             if coll.full_sweeps > sweeps:
                 break  # the frozen heap grows until the policy sweeps it
-            kept.extend([] for _ in range(max(5000, len(gc.get_objects()) // 4)))
+            kept.extend([] for _ in range(max(5000, sys.getallocatedblocks() // 20)))
             gevent.sleep(policy.FREEZE_S)
 
     glet = gevent.spawn(grow)
@@ -167,3 +170,19 @@ def test_a_process_that_turned_the_collector_off_is_left_alone(server: FakeServe
         assert gc.get_threshold() == before and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_a_process_that_froze_its_heap_has_it_frozen_again(server: FakeServer) -> None:
+    """Locust freezes its heap before it forks workers (copy-on-write): the policy's release leaves it frozen."""
+    _idle()
+    gc.collect()
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        rec, pool = attempt(server.port, "ok")
+        pool.close()
+        assert rec.complete and reactor()._collector.running
+        _idle()
+        assert gc.get_freeze_count() >= before * 0.9  # frozen again (what died meanwhile was freed)
+    finally:
+        gc.unfreeze()

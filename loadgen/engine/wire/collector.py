@@ -43,6 +43,7 @@ class Collector:
         self._busy = busy
         self._glet: gevent.Greenlet | None = None
         self._saved: tuple[int, ...] | None = None
+        self._refreeze = False  # the process had frozen objects before (Locust freezes before it forks workers)
         self.full_sweeps = 0  # for tests and the benchmark: sweeps of the whole heap while it ran
 
     @property
@@ -55,6 +56,7 @@ class Collector:
         if self.running or not gc.isenabled():
             return
         self._saved = gc.get_threshold()
+        self._refreeze = gc.get_freeze_count() > 0  # walks the frozen heap: once per start, never per tick
         gc.freeze()  # what is alive now (imports, Locust, the users) is never swept again while streams run
         gc.set_threshold(YOUNG_THRESHOLD, _NEVER, _NEVER)
         self._glet = gevent.spawn(self._run)
@@ -98,6 +100,8 @@ class Collector:
             self._saved = None
         if gc.isenabled():
             gc.collect()
+        if self._refreeze:  # frozen again, as the process had it (a forked worker's shared pages stay untouched
+            gc.freeze()  # by later sweeps; this one touched them once)
 
 
 _COLLECTOR: tuple[int, Collector] | None = None
