@@ -17,14 +17,15 @@ is the client process's user+system CPU divided by the content events it parsed.
 runs N client processes of ``--streams`` streams each at once (one core each where there are cores).
 
 Whose error a TTFT tail is: the testbed writes a first token at once after stamping it (measured: 0.02–0.06 ms,
-its write buffer empty), and rushhour's rows take the kernel's receive stamp, which on loopback is the testbed's
-``send``; but the kernel's stamp of a TCP read is its newest segment's, so a first token read together with
-later tokens (the client's loop came late: a stall, a collector sweep, a descheduled process) is stamped at a
-later token's arrival. rushhour's rows therefore also print the TTFT error of first tokens read alone (the
-stamp's own error) apart from those read with later tokens (the client's lateness), the loop's stalls over 5 ms
-(a 10 ms timer's lateness) and the cyclic collector's full sweeps. At the end the issue's goals (#41) are
-printed against the run's rows; ``--tokenized`` then runs ``benchmarks/tokenized.py`` (no agents, and
-encodings off the loop: 10 agents/s of 30k-token prompts for ``--duration`` s) for the loop-stall goal.
+its write buffer empty; 5.5–12.3 ms for 7 of 3,624 when its busy core descheduled it), and rushhour's rows
+take the kernel's receive stamp, which on loopback is the testbed's ``send``; but the kernel's stamp of a TCP
+read is its newest segment's, so a first token read together with later tokens (the client's loop came late:
+a stall, a collector sweep, a descheduled process) is stamped at a later token's arrival. rushhour's rows
+therefore also print the TTFT error of first tokens read alone (the stamp's own error) apart from those read
+with later tokens (the client's lateness), the loop's stalls over 5 ms (a 10 ms timer's lateness) and the
+cyclic collector's full sweeps. At the end the issue's goals (#41) are printed against the run's rows;
+``--tokenized`` then runs ``benchmarks/tokenized.py`` (no agents, and encodings off the loop: 10 agents/s of
+30k-token prompts for ``--duration`` s) for the loop-stall goal.
 """
 
 from __future__ import annotations

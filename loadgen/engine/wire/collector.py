@@ -1,7 +1,7 @@
 """The cyclic garbage collector kept to short pauses while the reactor reads streams.
 
 Measured (benchmarks/loadgen.py, 2,000 streams, one process): the collector's full (gen-2) sweeps over the
-~150,000 objects of a loaded process paused the loop 35-48 ms of CPU (88-167 ms of wall time on a busy
+~150,000 objects of a loaded process paused the loop 35-67 ms of CPU (88-202 ms of wall time on a busy
 core); a stream whose first token landed in such a pause was read with several tokens at once, and the
 kernel's stamp of a TCP read is its newest segment's, so its first token was stamped at a later token's
 arrival (the benchmark's TTFT error p99 of ~100 ms at 2,000 streams). An attempt frees its objects by
