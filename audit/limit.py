@@ -27,6 +27,7 @@ censored there (a failure the change could explain is ``unsure`` and its level m
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
@@ -45,6 +46,7 @@ NOT_SENT_SHARE = 0.01  # a step whose generator could not send more than this sh
 # A step is looked at every second before its window ends; deciding on the first confident look is a sequential
 # test, so those looks use the early-abort watcher's stricter level (a one-sided 99 % bound each way)
 EARLY_LEVEL = 0.98
+MIN_SCALE = 1e-3  # a search started from a prior steps down no further than this (× the rates)
 MIN_SHARE_N = 5  # a drop share surely under its limit still needs this many requests (the scenario's lowest min)
 # unsure: failed on all its requests, but not on those the next level's load could not have touched (``_confirm``)
 Outcome = Literal["pass", "fail", "thin", "limited", "unsure"]
@@ -220,7 +222,8 @@ def share_known(slo: SLO, so_far: TierSoFar) -> bool:
 class LimitController:
     """Fed with a run's records while it goes; ``look`` says which load scale to set, ``done`` when it is over."""
 
-    def __init__(self, scenario: Scenario, settings: FindLimit | None = None) -> None:
+    def __init__(self, scenario: Scenario, settings: FindLimit | None = None,
+                 prior: Mapping[str, Any] | None = None) -> None:
         self.cfg = settings or scenario.find_limit or FindLimit()
         self.persona = self.cfg.persona
         self.slos = {t.name: t.slo for t in scenario.tiers if watched(t.slo)}
@@ -238,7 +241,35 @@ class LimitController:
         self.done = False
         self.status = "running"
         self.hold_end = ""
-        self.scale = self.cfg.start
+        # the bracket the bisection narrows to: what ``bisect`` halvings of the ramp's factor leave
+        self.target_width = self.cfg.factor ** (0.5 ** self.cfg.bisect)
+        self.prior = self._prior(prior) if prior is not None else None
+        self.first = self.prior["low"] if self.prior is not None else self.cfg.start
+        # with a prior: the ratio of the next step away from it (up past its high, down from a failing low),
+        # squared after each step that still does not bracket the limit, never over the ramp's factor
+        self.stride = self.cfg.factor
+        if self.prior is not None:
+            high = self.prior["high"]
+            self.stride = min(self.cfg.factor, max(self.target_width, high / self.first if high else 0.0))
+            if high:  # a wide prior bracket gets the halvings it needs to come down to the target width
+                self.bisections_left = max(self.cfg.bisect, halvings(high / self.first, self.target_width))
+        self.scale = self.first
+
+    def _prior(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The prior bracket in this run's scales: a run folder's answer, measured against other rates, is
+        converted by its arrivals per second; another persona's ramp means another load, refused."""
+        if given.get("persona") is not None and given.get("persona") != self.persona:
+            raise ValueError(f"--find-limit-from: the prior ramped persona {given.get('persona')!r}, this run "
+                             f"{'the whole mix' if self.persona is None else repr(self.persona)}: not the same load")
+        low, high = float(given["low"]), given.get("high")
+        rps = given.get("base_rps")
+        per = float(rps) / self.base_rps if isinstance(rps, int | float) and rps > 0 and self.base_rps > 0 else 1.0
+        low, high = low * per, None if high is None else float(high) * per
+        if not (0 < low <= self.cfg.max_scale) or (high is not None and not low < high):
+            raise ValueError(f"--find-limit-from: the prior bracket [{low:g}×, {high}×] is not inside (0, "
+                             f"max_scale {self.cfg.max_scale:g}×] with its low under its high")
+        return {"low": low, "high": None if high is None else min(high, self.cfg.max_scale),
+                "source": str(given.get("source") or "")}
 
     # ---- the records ---------------------------------------------------------------------------
     def feed(self, record: dict[str, Any], shard: str = "") -> None:
@@ -294,7 +325,7 @@ class LimitController:
     # ---- the clock -----------------------------------------------------------------------------
     def start(self, now_s: float = 0.0) -> float:
         """The first step begins: the scale to set now."""
-        self._begin("ramp", self.cfg.start, now_s)
+        self._begin("ramp", self.first, now_s)
         return self.scale
 
     def _begin(self, kind: Literal["ramp", "bisect", "hold"], scale: float, now_s: float) -> None:
@@ -423,18 +454,40 @@ class LimitController:
             if step.scale >= cfg.max_scale:
                 self.status = "above_range"
                 return self._hold_or_finish(now_s)
-            self._begin("ramp", min(step.scale * cfg.factor, cfg.max_scale), now_s)
+            self._begin("ramp", min(self._up(step.scale), cfg.max_scale), now_s)
             return self.scale
         if self.lo is None:
+            down = self._down(step.scale)
+            if down is not None:  # started from a prior: the limit is below it, step down towards it
+                self._begin("ramp", down, now_s)
+                return self.scale
             self.status = "below_range"  # the first level already failed: the limit is below ``start``
             self._finish("below_range", now_s)
             return None
-        if self.bisections_left > 0 and self.hi / self.lo > 1.0 + 1e-9:
+        if self.bisections_left > 0 and self.hi / self.lo > self.target_width * (1.0 + 1e-9):
             self.bisections_left -= 1
             self._begin("bisect", math.sqrt(self.lo * self.hi), now_s)
             return self.scale
         self.status = "within"
         return self._hold_or_finish(now_s)
+
+    def _up(self, scale: float) -> float:
+        """The ramp's next level: × ``factor``; from a prior, its high first, then strides growing from it."""
+        if self.prior is None:
+            return scale * self.cfg.factor
+        high = self.prior["high"]
+        if high is not None and scale < high * (1.0 - 1e-9):
+            return float(high)
+        up, self.stride = scale * self.stride, min(self.cfg.factor, self.stride ** 2)
+        return up
+
+    def _down(self, scale: float) -> float | None:
+        """Below a prior's failing low, the next level down (strides growing as going up); None without a prior
+        (the first level failing is the answer: below the range) or at the floor ``MIN_SCALE``."""
+        if self.prior is None:
+            return None
+        down, self.stride = scale / self.stride, min(self.cfg.factor, self.stride ** 2)
+        return down if down >= MIN_SCALE else None
 
     def _hold_or_finish(self, now_s: float) -> float | None:
         if self.cfg.hold_s <= 0 or self.lo is None:
@@ -460,6 +513,10 @@ class LimitController:
             below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
             self.lo = max(below) if below else None
             if self.lo is None:
+                down = self._down(step.scale)
+                if down is not None:  # the prior's low held no longer: step down towards the limit
+                    self._begin("ramp", down, now_s)
+                    return self.scale
                 self.status = "below_range"
                 self._finish("below_range", now_s, "the hold failed and no lower level passed")
                 return None
@@ -578,8 +635,15 @@ class LimitController:
                     "half_width": round(hold_check.half_width(), 4) if math.isfinite(hold_check.half_width())
                     else None}},
             "tiers": limits, "unwatched_tiers": self.unwatched, "steps": steps,
-            "settings": cfg.model_dump(mode="json"),
+            "settings": cfg.model_dump(mode="json"), "prior": self.prior,
         }
+
+
+def halvings(width: float, target: float) -> int:
+    """Bisections that bring a bracket ``width`` wide (high / low) down to ``target`` or under."""
+    if width <= target * (1.0 + 1e-9) or target <= 1.0:
+        return 0
+    return math.ceil(math.log2(math.log(width) / math.log(target)) - 1e-9)
 
 
 def step_tokens(step: Step, tier: str) -> dict[str, float | None]:
