@@ -497,31 +497,29 @@ class LimitController:
         return self.scale
 
     def _look_hold(self, step: Step, now_s: float) -> float | None:
-        capped = now_s - step.window[0] >= self.cfg.hold_s + self.cfg.lag_s
-        if capped or now_s >= self.cap_s - self.cfg.lag_s:
-            step.window = (step.window[0], now_s - self.cfg.lag_s)
+        cfg = self.cfg
+        capped = now_s - step.window[0] >= cfg.hold_s + step.extensions * cfg.step_s + cfg.lag_s
+        ending = now_s >= self.cap_s - cfg.lag_s
+        if capped and not ending:
+            verdict = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s)
+            if verdict.outcome == "fail" and not verdict.confident and step.extensions < MAX_EXTENSIONS:
+                step.extensions += 1  # a failure its interval does not bear out: more requests before the verdict
+                return None
+            lower = any(s.outcome == "pass" and s.scale < step.scale for s in self.steps)
+            if verdict.outcome == "fail" and self.prior is not None and not lower:
+                return self._hold_failed(step, now_s)  # nothing measured below it: step down from the prior
+        if capped or ending:
+            step.window = (step.window[0], now_s - cfg.lag_s)
             self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
             return None
-        if now_s < step.window[0] + self.cfg.step_s + self.cfg.lag_s:
+        if now_s < step.window[0] + cfg.step_s + cfg.lag_s:
             return None
-        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer
-        verdict = judge(step, self.slos, self.cfg.min_samples, now_s - self.cfg.lag_s)
-        if verdict.outcome == "fail" and verdict.confident:  # it fails, surely: step back to the next passing level
-            step.outcome, step.decided_s = "fail", now_s
-            step.window = (step.window[0], now_s)
-            self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
-            below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
-            self.lo = max(below) if below else None
-            if self.lo is None:
-                down = self._down(step.scale)
-                if down is not None:  # the prior's low held no longer: step down towards the limit
-                    self._begin("ramp", down, now_s)
-                    return self.scale
-                self.status = "below_range"
-                self._finish("below_range", now_s, "the hold failed and no lower level passed")
-                return None
-            self._begin("hold", self.lo, now_s)
-            return self.scale
+        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer. The hold
+        # looks every second, so a failure is taken at the early looks' stricter level (each look is a test)
+        sure = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s, EARLY_LEVEL)
+        if sure.outcome == "fail" and sure.confident:  # it fails, surely: step back to the next passing level
+            return self._hold_failed(step, now_s)
+        verdict = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s)
         binding = self.binding_check()
         if binding is None:
             return None
@@ -531,6 +529,24 @@ class LimitController:
             self._finish(self.status, now_s, "precision reached")
             return None
         return None
+
+    def _hold_failed(self, step: Step, now_s: float) -> float | None:
+        """The held level failed: hold the next lower passing level, or (from a prior, none measured) step down."""
+        step.outcome, step.decided_s = "fail", now_s
+        step.window = (step.window[0], now_s)
+        self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+        below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+        self.lo = max(below) if below else None
+        if self.lo is None:
+            down = self._down(step.scale)
+            if down is not None:  # the prior's low held no longer: step down towards the limit
+                self._begin("ramp", down, now_s)
+                return self.scale
+            self.status = "below_range"
+            self._finish("below_range", now_s, "the hold failed and no lower level passed")
+            return None
+        self._begin("hold", self.lo, now_s)
+        return self.scale
 
     def _finish(self, status: str, now_s: float, why: str = "") -> None:
         self.done = True

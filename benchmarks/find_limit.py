@@ -48,6 +48,10 @@ def timed(args: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def x(scale: float | None) -> str:
+    return "-" if scale is None else f"{scale:.3g}×"
+
+
 def only(folder: Path) -> Path:
     (run_dir,) = folder.iterdir()
     return run_dir
@@ -71,7 +75,7 @@ def main() -> None:
                              "--out", str(root / "prior")])
             first = ["--find-limit-from", str(only(root / "prior"))]
             prior = json.loads((only(root / "prior") / "run.json").read_text())["find_limit"]
-            print(f"prior      : [{prior['low_scale']:.3g}×, {prior['high_scale']:.3g}×] simulated in {prior_s:.1f} s")
+            print(f"prior      : [{x(prior['low_scale'])}, {x(prior['high_scale'])}] simulated in {prior_s:.1f} s")
         one = prior_s + timed(["simulate" if opts.simulate else "run",
                                str(scenario(root, "300s" if opts.simulate else "50s", limit)), "--find-limit", *first,
                                "--out", str(root / "one")])
@@ -87,15 +91,16 @@ def main() -> None:
         (sweep_dir,) = (root / "search").glob("sweep-*")
         search = json.loads((sweep_dir / "sweep.json").read_text())["search"]
     print(f"load average after {os.getloadavg()[0]:.1f}")
-    print(f"find-limit : [{found['low_scale']:.3g}×, {found['high_scale']:.3g}×] in {one:.1f} s "
+    print(f"find-limit : [{x(found['low_scale'])}, {x(found['high_scale'])}] in {one:.1f} s "
           f"({len(found['steps'])} steps, {found['status']})")
-    print(f"search     : [{search['pass_scale']:.3g}×, {search['fail_scale']:.3g}×] in {search_s:.1f} s "
+    print(f"search     : [{x(search['pass_scale'])}, {x(search['fail_scale'])}] in {search_s:.1f} s "
           f"({len(search['probes'])} probes of {warm} + {step} + {cool}, {search['status']})")
     for s in found["steps"]:
         how = "early" if s.get("early") else "ahead" if s.get("ahead") is not None else ""
         print(f"  {s['index']} {s['kind']:<6} {s['scale']:<8.4g} {s['window_s']} {s['outcome']:<5} "
               f"{how:<5} {s['reason'][:90]}")
-    meet = found["low_scale"] < search["fail_scale"] and search["pass_scale"] < found["high_scale"]
+    lo, hi, plo, phi = found["low_scale"], found["high_scale"], search["pass_scale"], search["fail_scale"]
+    meet = None not in (lo, hi, plo, phi) and lo < phi and plo < hi
     print(f"ratio      : {one / search_s:.2f} of the search's wall time; brackets meet: {meet}")
 
 
