@@ -64,7 +64,9 @@ def test_simulated_find_limit_agrees_with_the_search_in_less_load_time(tmp_path:
     search = json.loads((root / "sweep.json").read_text())["search"]
     assert found["status"] == search["status"] == "within"
     # the two brackets hold a common load: the limit the one run found is where the search put it
-    assert found["low_scale"] < search["fail_scale"] and search["pass_scale"] < found["high_scale"], (found, search)
+    # (levels within 0.1 % are one level: the search's 3.667× and the one run's 3.668× are the same load)
+    assert (found["low_scale"] < search["fail_scale"] * 0.999 and search["pass_scale"] < found["high_scale"] * 0.999), \
+        (found, search)
     steps = {s["kind"] for s in found["steps"]}
     assert steps == {"ramp", "bisect", "hold"} and found["binding"]["tier"] in ("interactive", "batch")
     # load time, in virtual seconds (deterministic, not the busy machine's clock): the search's probes each ran
