@@ -21,7 +21,7 @@ REAL_LIMIT = ("find_limit: {start: 1, factor: 2, max_scale: 8, step_s: 4, settle
               "hold_s: 8, min_samples: 10}\n")
 # the reference search's probes in real time (benchmarks/find_limit.py): each measures the steady state, a warm-up
 # before its judged window and the load kept on after it (in virtual time 6 seeds of 6 agreed with 120-s runs)
-SEARCH_WARMUP, SEARCH_STEP, SEARCH_COOLDOWN = "5s", "6s", "3s"
+SEARCH_WARMUP, SEARCH_STEP, SEARCH_COOLDOWN = "5s", "20s", "3s"
 
 
 def scenario(tmp_path: Path, duration: str, limit: str = "") -> Path:
