@@ -97,3 +97,27 @@ def test_plan_find_limit_says_what_each_cluster_size_carries(tmp_path: Path) -> 
     # the second replica's ramp is scaled with it (2× the first level), and it carries more than the first alone
     assert two["steps"][0]["scale"] == 2 * one["steps"][0]["scale"] and two["low_rps"] > one["high_rps"]
     assert "| 2 | within |" in (root / "plan-limit.md").read_text()
+
+
+def test_real_find_limit_starts_from_a_simulated_first_pass(tmp_path: Path) -> None:
+    cli("simulate", str(scenario(tmp_path, "300s", SIM_LIMIT)), "--find-limit", "--no-report",
+        "--out", str(tmp_path / "sim"))
+    (sim_dir,) = (tmp_path / "sim").iterdir()
+    prior = json.loads((sim_dir / "run.json").read_text())["find_limit"]
+    assert prior["status"] == "within"
+    run = cli("run", str(scenario(tmp_path, "50s", REAL_LIMIT)), "--find-limit", "--find-limit-from", str(sim_dir),
+              "--out", str(tmp_path / "real"), timeout=240)
+    assert "find-limit: starting from the prior" in run.stderr + run.stdout
+    found = found_in(tmp_path / "real")
+    assert found["prior"]["low"] == prior["low_scale"] and found["prior"]["source"] == str(sim_dir)
+    steps = found["steps"]
+    # the search starts at the prior's low; then its high when the low passed, else a step down
+    assert steps[0]["scale"] == round(prior["low_scale"], 6)
+    second = prior["high_scale"] if steps[0]["live"] == "pass" else None
+    assert second is None or steps[1]["scale"] == round(second, 6)
+    assert found["status"] in ("within", "above_range") and found["low_scale"] is not None
+    assert all(s["sent"] > 0 for s in steps) and steps[-1]["kind"] == "hold"
+    # a wrong prior costs steps, never the run: a folder without an answer is refused in one line, before any load
+    bad = rushhour("run", str(scenario(tmp_path, "50s", REAL_LIMIT)), "--find-limit", "--find-limit-from",
+                   str(tmp_path), "--out", str(tmp_path / "bad"), columns=None)
+    assert bad.returncode == 2 and "not a readable run.json" in bad.stderr and not (tmp_path / "bad").exists()
