@@ -562,6 +562,8 @@ class LimitController:
                 self.hi = last.scale if self.hi is None else min(self.hi, last.scale)
                 below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
                 self.lo = max(below) if below else None
+                if self.lo is None and self.status == "within":  # nothing passed under it: not a bracket
+                    self.status = "below_range"
         return None
 
     def binding_check(self) -> tuple[str, str] | None:
@@ -635,9 +637,11 @@ class LimitController:
         hi = min(fails) if fails else None
         passes = [s["scale"] for s in steps if s["outcome"] == "pass" and (hi is None or s["scale"] < hi)]
         lo = max(passes) if passes else None
+        # a bracket the late requests undid (a hold started from a prior failing on them, nothing passed under it)
+        status = "below_range" if self.status == "within" and lo is None and hi is not None else self.status
         return {
             "live_low_scale": self.lo, "live_high_scale": self.hi,
-            "status": self.status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
+            "status": status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
             "low_scale": lo, "high_scale": hi,
             "low_rps": None if lo is None else round(lo * self.base_rps, 4),
             "high_rps": None if hi is None else round(hi * self.base_rps, 4),

@@ -305,3 +305,28 @@ def test_the_prior_flag_reads_a_scale_a_bracket_or_a_run_folder(tmp_path: Path) 
     (run / "run.json").write_text("{}")
     with pytest.raises(PriorError, match="no find-limit answer"):
         read_prior(str(run))
+
+
+def test_a_prior_whose_held_low_fails_on_its_late_requests_is_below_it_never_within() -> None:
+    # the hold's cap look passes on the requests in by then; its late ones (refusals after a queue's timeout) fail it
+    ctl = LimitController(scenario(hold_s=6), prior={"low": 3.0, "high": 3.5})
+    scale = ctl.start(0.0)
+    late: list[dict[str, Any]] = []
+    for t in range(60):
+        n = round(10 * scale)
+        for i in range(n):
+            fast = 100 * scale * scale * (0.9 + 0.02 * (i % 10))
+            if ctl.steps[-1].kind == "hold" and i % 2:  # half the hold's requests refused, their records late
+                late.append(record(t + i / n, 0.0, status=503))
+            else:
+                ctl.feed(record(t + i / n, fast))
+        changed = ctl.look(t + 1.0)
+        scale = changed if changed is not None else scale
+        if ctl.done:
+            break
+    assert ctl.done and ctl.steps[-1].kind == "hold"
+    assert ctl.result()["status"] == "within"  # live, on the requests in by the hold's cap
+    for rec in late:  # the drain: the run's end judges every step on all its requests
+        ctl.feed(rec)
+    found = ctl.result()
+    assert found["low_scale"] is None and found["status"] == "below_range", found["status"]
