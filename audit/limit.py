@@ -22,6 +22,10 @@ Sooner, without crediting one level's queue to another (``_look_early``, ``_conf
 (at 98 %) on its requests sent ``lag_s`` ago ends there; a step whose answered requests pass at its window's end
 starts the next level at once and is confirmed on all its requests after its lag, those unanswered at the change
 censored there (a failure the change could explain is ``unsure`` and its level measured again).
+
+From a prior bracket (``prior``: ``--find-limit-from``, e.g. a simulated run's answer) the search starts at its low,
+then tries its high, steps away from it in strides growing from its width until the limit is bracketed, and bisects
+only to the width the plain ramp reaches: the prior moves where the steps are, never how one is judged.
 """
 
 from __future__ import annotations
