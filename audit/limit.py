@@ -505,16 +505,26 @@ class LimitController:
         capped = now_s - step.window[0] >= cfg.hold_s + step.extensions * cfg.step_s + cfg.lag_s
         ending = now_s >= self.cap_s - cfg.lag_s
         if capped and not ending:
-            verdict = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s)
+            if math.isinf(step.window[1]):  # the window closes; its last requests finish while the load stays
+                step.window = (step.window[0], now_s - cfg.lag_s)
+                step.judge_at_s = now_s + cfg.lag_s
+                return None
+            if now_s < step.judge_at_s:
+                return None
+            # judged on all its window's requests: a refusal after a queue's timeout can come as late as lag_s
+            verdict = judge(step, self.slos, cfg.min_samples)
             if verdict.outcome == "fail" and not verdict.confident and step.extensions < MAX_EXTENSIONS:
                 step.extensions += 1  # a failure its interval does not bear out: more requests before the verdict
+                step.window = (step.window[0], math.inf)
                 return None
             lower = any(s.outcome == "pass" and s.scale < step.scale for s in self.steps)
             if verdict.outcome == "fail" and self.prior is not None and not lower:
                 return self._hold_failed(step, now_s)  # nothing measured below it: step down from the prior
-        if capped or ending:
-            step.window = (step.window[0], now_s - cfg.lag_s)
-            self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
+            self._finish(self.status, now_s, "the hold's time cap")
+            return None
+        if ending:
+            step.window = (step.window[0], min(step.window[1], now_s - cfg.lag_s))
+            self._finish(self.status, now_s, "the run's end")
             return None
         if now_s < step.window[0] + cfg.step_s + cfg.lag_s:
             return None
@@ -537,7 +547,7 @@ class LimitController:
     def _hold_failed(self, step: Step, now_s: float) -> float | None:
         """The held level failed: hold the next lower passing level, or (from a prior, none measured) step down."""
         step.outcome, step.decided_s = "fail", now_s
-        step.window = (step.window[0], now_s)
+        step.window = (step.window[0], min(step.window[1], now_s))
         self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
         below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
         self.lo = max(below) if below else None

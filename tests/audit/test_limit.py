@@ -330,3 +330,27 @@ def test_a_prior_whose_held_low_fails_on_its_late_requests_is_below_it_never_wit
         ctl.feed(rec)
     found = ctl.result()
     assert found["low_scale"] is None and found["status"] == "below_range", found["status"]
+
+
+def test_a_holds_cap_waits_for_its_windows_late_requests_and_acts_on_them() -> None:
+    ctl = LimitController(scenario(hold_s=6, precision=0.001), prior={"low": 3.0, "high": 3.5})  # to its cap
+    scale, injected, t = ctl.start(0.0), False, 0
+    while not ctl.done and t < 120:
+        n = round(10 * scale)
+        for i in range(n):
+            ctl.feed(record(t + i / n, quadratic(scale, i)))
+        hold = ctl.steps[-1]
+        if hold.kind == "hold" and math.isfinite(hold.window[1]) and not injected:
+            # the window closed at its cap: refusals of its requests (a queue's timeout) come in during the lag
+            injected = True
+            assert not ctl.done
+            for i in range(300):
+                ctl.feed(record(hold.window[0] + (hold.window[1] - hold.window[0]) * i / 300, 0.0, status=503))
+        t += 1
+        changed = ctl.look(float(t))
+        scale = changed if changed is not None else scale
+    kinds = [(s.kind, round(s.scale, 3), s.outcome) for s in ctl.steps]
+    assert injected and ("hold", 3.0, "fail") in kinds, kinds
+    # nothing measured under the prior's low: the search steps down from it, and brackets the limit there
+    after = kinds[kinds.index(("hold", 3.0, "fail")) + 1]
+    assert after[0] == "ramp" and after[1] < 3.0, kinds
