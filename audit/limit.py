@@ -22,11 +22,16 @@ Sooner, without crediting one level's queue to another (``_look_early``, ``_conf
 (at 98 %) on its requests sent ``lag_s`` ago ends there; a step whose answered requests pass at its window's end
 starts the next level at once and is confirmed on all its requests after its lag, those unanswered at the change
 censored there (a failure the change could explain is ``unsure`` and its level measured again).
+
+From a prior bracket (``prior``: ``--find-limit-from``, e.g. a simulated run's answer) the search starts at its low,
+then tries its high, steps away from it in strides growing from its width until the limit is bracketed, and bisects
+only to the width the plain ramp reaches: the prior moves where the steps are, never how one is judged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
@@ -45,6 +50,7 @@ NOT_SENT_SHARE = 0.01  # a step whose generator could not send more than this sh
 # A step is looked at every second before its window ends; deciding on the first confident look is a sequential
 # test, so those looks use the early-abort watcher's stricter level (a one-sided 99 % bound each way)
 EARLY_LEVEL = 0.98
+MIN_SCALE = 1e-3  # a search started from a prior steps down no further than this (× the rates)
 MIN_SHARE_N = 5  # a drop share surely under its limit still needs this many requests (the scenario's lowest min)
 # unsure: failed on all its requests, but not on those the next level's load could not have touched (``_confirm``)
 Outcome = Literal["pass", "fail", "thin", "limited", "unsure"]
@@ -220,7 +226,8 @@ def share_known(slo: SLO, so_far: TierSoFar) -> bool:
 class LimitController:
     """Fed with a run's records while it goes; ``look`` says which load scale to set, ``done`` when it is over."""
 
-    def __init__(self, scenario: Scenario, settings: FindLimit | None = None) -> None:
+    def __init__(self, scenario: Scenario, settings: FindLimit | None = None,
+                 prior: Mapping[str, Any] | None = None) -> None:
         self.cfg = settings or scenario.find_limit or FindLimit()
         self.persona = self.cfg.persona
         self.slos = {t.name: t.slo for t in scenario.tiers if watched(t.slo)}
@@ -238,7 +245,35 @@ class LimitController:
         self.done = False
         self.status = "running"
         self.hold_end = ""
-        self.scale = self.cfg.start
+        # the bracket the bisection narrows to: what ``bisect`` halvings of the ramp's factor leave
+        self.target_width = self.cfg.factor ** (0.5 ** self.cfg.bisect)
+        self.prior = self._prior(prior) if prior is not None else None
+        self.first = self.prior["low"] if self.prior is not None else self.cfg.start
+        # with a prior: the ratio of the next step away from it (up past its high, down from a failing low),
+        # squared after each step that still does not bracket the limit, never over the ramp's factor
+        self.stride = self.cfg.factor
+        if self.prior is not None:
+            high = self.prior["high"]
+            self.stride = min(self.cfg.factor, max(self.target_width, high / self.first if high else 0.0))
+            if high:  # a wide prior bracket gets the halvings it needs to come down to the target width
+                self.bisections_left = max(self.cfg.bisect, halvings(high / self.first, self.target_width))
+        self.scale = self.first
+
+    def _prior(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The prior bracket in this run's scales: a run folder's answer, measured against other rates, is
+        converted by its arrivals per second; another persona's ramp means another load, refused."""
+        if given.get("persona") is not None and given.get("persona") != self.persona:
+            raise ValueError(f"--find-limit-from: the prior ramped persona {given.get('persona')!r}, this run "
+                             f"{'the whole mix' if self.persona is None else repr(self.persona)}: not the same load")
+        low, high = float(given["low"]), given.get("high")
+        rps = given.get("base_rps")
+        per = float(rps) / self.base_rps if isinstance(rps, int | float) and rps > 0 and self.base_rps > 0 else 1.0
+        low, high = low * per, None if high is None else float(high) * per
+        if not (0 < low <= self.cfg.max_scale) or (high is not None and not low < high):
+            raise ValueError(f"--find-limit-from: the prior bracket [{low:g}×, {high}×] is not inside (0, "
+                             f"max_scale {self.cfg.max_scale:g}×] with its low under its high")
+        return {"low": low, "high": None if high is None else min(high, self.cfg.max_scale),
+                "source": str(given.get("source") or "")}
 
     # ---- the records ---------------------------------------------------------------------------
     def feed(self, record: dict[str, Any], shard: str = "") -> None:
@@ -294,7 +329,7 @@ class LimitController:
     # ---- the clock -----------------------------------------------------------------------------
     def start(self, now_s: float = 0.0) -> float:
         """The first step begins: the scale to set now."""
-        self._begin("ramp", self.cfg.start, now_s)
+        self._begin("ramp", self.first, now_s)
         return self.scale
 
     def _begin(self, kind: Literal["ramp", "bisect", "hold"], scale: float, now_s: float) -> None:
@@ -423,18 +458,40 @@ class LimitController:
             if step.scale >= cfg.max_scale:
                 self.status = "above_range"
                 return self._hold_or_finish(now_s)
-            self._begin("ramp", min(step.scale * cfg.factor, cfg.max_scale), now_s)
+            self._begin("ramp", min(self._up(step.scale), cfg.max_scale), now_s)
             return self.scale
         if self.lo is None:
+            down = self._down(step.scale)
+            if down is not None:  # started from a prior: the limit is below it, step down towards it
+                self._begin("ramp", down, now_s)
+                return self.scale
             self.status = "below_range"  # the first level already failed: the limit is below ``start``
             self._finish("below_range", now_s)
             return None
-        if self.bisections_left > 0 and self.hi / self.lo > 1.0 + 1e-9:
+        if self.bisections_left > 0 and self.hi / self.lo > self.target_width * (1.0 + 1e-9):
             self.bisections_left -= 1
             self._begin("bisect", math.sqrt(self.lo * self.hi), now_s)
             return self.scale
         self.status = "within"
         return self._hold_or_finish(now_s)
+
+    def _up(self, scale: float) -> float:
+        """The ramp's next level: × ``factor``; from a prior, its high first, then strides growing from it."""
+        if self.prior is None:
+            return scale * self.cfg.factor
+        high = self.prior["high"]
+        if high is not None and scale < high * (1.0 - 1e-9):
+            return float(high)
+        up, self.stride = scale * self.stride, min(self.cfg.factor, self.stride ** 2)
+        return up
+
+    def _down(self, scale: float) -> float | None:
+        """Below a prior's failing low, the next level down (strides growing as going up); None without a prior
+        (the first level failing is the answer: below the range) or at the floor ``MIN_SCALE``."""
+        if self.prior is None:
+            return None
+        down, self.stride = scale / self.stride, min(self.cfg.factor, self.stride ** 2)
+        return down if down >= MIN_SCALE else None
 
     def _hold_or_finish(self, now_s: float) -> float | None:
         if self.cfg.hold_s <= 0 or self.lo is None:
@@ -444,27 +501,39 @@ class LimitController:
         return self.scale
 
     def _look_hold(self, step: Step, now_s: float) -> float | None:
-        capped = now_s - step.window[0] >= self.cfg.hold_s + self.cfg.lag_s
-        if capped or now_s >= self.cap_s - self.cfg.lag_s:
-            step.window = (step.window[0], now_s - self.cfg.lag_s)
-            self._finish(self.status, now_s, "the hold's time cap" if capped else "the run's end")
-            return None
-        if now_s < step.window[0] + self.cfg.step_s + self.cfg.lag_s:
-            return None
-        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer
-        verdict = judge(step, self.slos, self.cfg.min_samples, now_s - self.cfg.lag_s)
-        if verdict.outcome == "fail" and verdict.confident:  # it fails, surely: step back to the next passing level
-            step.outcome, step.decided_s = "fail", now_s
-            step.window = (step.window[0], now_s)
-            self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
-            below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
-            self.lo = max(below) if below else None
-            if self.lo is None:
-                self.status = "below_range"
-                self._finish("below_range", now_s, "the hold failed and no lower level passed")
+        cfg = self.cfg
+        capped = now_s - step.window[0] >= cfg.hold_s + step.extensions * cfg.step_s + cfg.lag_s
+        ending = now_s >= self.cap_s - cfg.lag_s
+        if capped and not ending:
+            if math.isinf(step.window[1]):  # the window closes; its last requests finish while the load stays
+                step.window = (step.window[0], now_s - cfg.lag_s)
+                step.judge_at_s = now_s + cfg.lag_s
                 return None
-            self._begin("hold", self.lo, now_s)
-            return self.scale
+            if now_s < step.judge_at_s:
+                return None
+            # judged on all its window's requests: a refusal after a queue's timeout can come as late as lag_s
+            verdict = judge(step, self.slos, cfg.min_samples)
+            if verdict.outcome == "fail" and not verdict.confident and step.extensions < MAX_EXTENSIONS:
+                step.extensions += 1  # a failure its interval does not bear out: more requests before the verdict
+                step.window = (step.window[0], math.inf)
+                return None
+            lower = any(s.outcome == "pass" and s.scale < step.scale for s in self.steps)
+            if verdict.outcome == "fail" and self.prior is not None and not lower:
+                return self._hold_failed(step, now_s)  # nothing measured below it: step down from the prior
+            self._finish(self.status, now_s, "the hold's time cap")
+            return None
+        if ending:
+            step.window = (step.window[0], min(step.window[1], now_s - cfg.lag_s))
+            self._finish(self.status, now_s, "the run's end")
+            return None
+        if now_s < step.window[0] + cfg.step_s + cfg.lag_s:
+            return None
+        # only requests sent lag_s ago or more: of the last ones, a fast refusal is in before a slow answer. The hold
+        # looks every second, so a failure is taken at the early looks' stricter level (each look is a test)
+        sure = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s, EARLY_LEVEL)
+        if sure.outcome == "fail" and sure.confident:  # it fails, surely: step back to the next passing level
+            return self._hold_failed(step, now_s)
+        verdict = judge(step, self.slos, cfg.min_samples, now_s - cfg.lag_s)
         binding = self.binding_check()
         if binding is None:
             return None
@@ -474,6 +543,24 @@ class LimitController:
             self._finish(self.status, now_s, "precision reached")
             return None
         return None
+
+    def _hold_failed(self, step: Step, now_s: float) -> float | None:
+        """The held level failed: hold the next lower passing level, or (from a prior, none measured) step down."""
+        step.outcome, step.decided_s = "fail", now_s
+        step.window = (step.window[0], min(step.window[1], now_s))
+        self.hi = step.scale if self.hi is None else min(self.hi, step.scale)
+        below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
+        self.lo = max(below) if below else None
+        if self.lo is None:
+            down = self._down(step.scale)
+            if down is not None:  # the prior's low held no longer: step down towards the limit
+                self._begin("ramp", down, now_s)
+                return self.scale
+            self.status = "below_range"
+            self._finish("below_range", now_s, "the hold failed and no lower level passed")
+            return None
+        self._begin("hold", self.lo, now_s)
+        return self.scale
 
     def _finish(self, status: str, now_s: float, why: str = "") -> None:
         self.done = True
@@ -489,6 +576,8 @@ class LimitController:
                 self.hi = last.scale if self.hi is None else min(self.hi, last.scale)
                 below = [s.scale for s in self.steps if s.outcome == "pass" and s.scale < self.hi]
                 self.lo = max(below) if below else None
+                if self.lo is None and self.status == "within":  # nothing passed under it: not a bracket
+                    self.status = "below_range"
         return None
 
     def binding_check(self) -> tuple[str, str] | None:
@@ -562,9 +651,11 @@ class LimitController:
         hi = min(fails) if fails else None
         passes = [s["scale"] for s in steps if s["outcome"] == "pass" and (hi is None or s["scale"] < hi)]
         lo = max(passes) if passes else None
+        # a bracket the late requests undid (a hold started from a prior failing on them, nothing passed under it)
+        status = "below_range" if self.status == "within" and lo is None and hi is not None else self.status
         return {
             "live_low_scale": self.lo, "live_high_scale": self.hi,
-            "status": self.status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
+            "status": status, "persona": self.persona, "base_rps": round(self.base_rps, 4),
             "low_scale": lo, "high_scale": hi,
             "low_rps": None if lo is None else round(lo * self.base_rps, 4),
             "high_rps": None if hi is None else round(hi * self.base_rps, 4),
@@ -578,8 +669,15 @@ class LimitController:
                     "half_width": round(hold_check.half_width(), 4) if math.isfinite(hold_check.half_width())
                     else None}},
             "tiers": limits, "unwatched_tiers": self.unwatched, "steps": steps,
-            "settings": cfg.model_dump(mode="json"),
+            "settings": cfg.model_dump(mode="json"), "prior": self.prior,
         }
+
+
+def halvings(width: float, target: float) -> int:
+    """Bisections that bring a bracket ``width`` wide (high / low) down to ``target`` or under."""
+    if width <= target * (1.0 + 1e-9) or target <= 1.0:
+        return 0
+    return math.ceil(math.log2(math.log(width) / math.log(target)) - 1e-9)
 
 
 def step_tokens(step: Step, tier: str) -> dict[str, float | None]:

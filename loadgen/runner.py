@@ -692,10 +692,15 @@ def _drive(ctx: RunContext, route_urls: dict[str, str]) -> RunResult:
         tail.listeners.append(doom)
     limit = None
     if options.limit is not None and scenario.find_limit is not None:
-        limit = options.limit(scenario)
+        try:
+            limit = options.limit(scenario)
+        except ValueError as exc:  # a prior (--find-limit-from) this scenario's load cannot take
+            return ctx.fail_startup(str(exc))
         tail.listeners.append(limit)
         # the first level is set before any process starts: each reads it as it begins
-        livescale.write_scale(run_dir, limit.start(0.0), limit.persona, 0)
+        livescale.write_scale(run_dir, first := limit.start(0.0), limit.persona, 0)
+        if first != scenario.find_limit.start:
+            _say(console, f"find-limit: starting from the prior, load × {first:.4g}")
     until = options.until(scenario) if options.until is not None else None
     if until is not None:
         tail.listeners.append(_GuardedFeed(until, ctx))  # type: ignore[arg-type]

@@ -116,6 +116,8 @@ def sweep(
     replicas: Annotated[str | None, typer.Option(help="testbed replica counts to sweep, e.g. 1,2,4")] = None,
     step_duration: Annotated[str, typer.Option(help="steady time per step, e.g. 30s")] = "30s",
     warmup: Annotated[str, typer.Option(help="warm-up at the step's load before it, e.g. 10s (0 = none)")] = "10s",
+    cooldown: Annotated[str, typer.Option(help="the step's load kept on, unjudged, after it, e.g. 3s (0 = none): "
+                                          "its last requests then wait behind others as under sustained load")] = "0",
     mode: Annotated[str, typer.Option(help="steady: one steady phase per step; scale: scale every phase")] = "steady",
     target_scale: Annotated[float, typer.Option(help="with --replicas: the load (× today's peak) to size for",
                                                callback=flags.target_scale)] = 2.0,
@@ -149,7 +151,7 @@ def sweep(
         if replicas:
             raise _fail("--search finds one boundary: drop --replicas (run one search per replica count)")
         _search(scenario, scale, step_duration, warmup, mode, seed, out_dir, processes, precision, max_probes,
-                repeats, simulate, preset)
+                repeats, simulate, preset, cooldown)
 
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
@@ -163,7 +165,7 @@ def sweep(
         base = _with_preset(load_scenario(scenario), preset)
         plan = plan_sweep(base, parse_scales(scale, steps), out_dir=out_dir, replicas=parse_replicas(replicas),
                           mode=mode, step_duration_s=parse_duration(step_duration),  # type: ignore[arg-type]
-                          warmup_s=parse_duration(warmup), seed=seed)
+                          warmup_s=parse_duration(warmup), seed=seed, cooldown_s=parse_duration(cooldown))
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
         raise _fail(str(exc)) from None
     console.print(f"sweep {plan.id}: {len(plan.steps)} steps, {_eta(plan, simulate)}", highlight=False)
@@ -189,7 +191,7 @@ def sweep(
 
 def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: str, seed: int | None,
             out_dir: Path, processes: int, precision: float, max_probes: int, repeats: int,
-            simulate: bool = False, preset: str | None = None) -> None:
+            simulate: bool = False, preset: str | None = None, cooldown: str = "0") -> None:
     """``sweep --search``: probe, audit, judge with intervals, bisect; write sweep.json with ``search``."""
     from rushhour.reports.sweep import write_sweep_reports
     from rushhour.scenarios import ScenarioError, load_scenario
@@ -205,7 +207,7 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
         scales = parse_scales(scale, 2)
         settings = SearchSettings(low=min(scales), high=max(scales), precision=precision, max_probes=max_probes,
                                   repeats=repeats)
-        step_s, warm_s = parse_duration(step_duration), parse_duration(warmup)
+        step_s, warm_s, cool_s = parse_duration(step_duration), parse_duration(warmup), parse_duration(cooldown)
     except (ScenarioError, FileNotFoundError, SweepError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if all(t.slo.is_empty() for t in base.tiers):
@@ -213,7 +215,7 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
     sweep_id = new_id("sweep")
     root = out_dir / sweep_id
     console.print(f"search {sweep_id}: SLO boundary between {settings.low:g}× and {settings.high:g}× today's peak, "
-                  f"at most {max_probes} runs of about {step_s + warm_s:.0f} s", highlight=False)
+                  f"at most {max_probes} runs of about {step_s + warm_s + cool_s:.0f} s", highlight=False)
     run_step = _runner(processes, base=scenario, total=max_probes, simulate=simulate)
     probes: list[Probe] = []
     steps: list[Step] = []
@@ -222,7 +224,7 @@ def _search(scenario: str, scale: str, step_duration: str, warmup: str, mode: st
     while (level := next_scale(probes, settings)) is not None:
         again = len([p for p in probes if p.scale == level])
         planned = plan_step(base, level, len(probes) + len(errors), root, mode=mode,  # type: ignore[arg-type]
-                            step_duration_s=step_s, warmup_s=warm_s, seed=base_seed + again)
+                            step_duration_s=step_s, warmup_s=warm_s, seed=base_seed + again, cooldown_s=cool_s)
         try:
             run_dir = run_step(planned)
             if run_dir is None:

@@ -259,6 +259,10 @@ def run(
              "duration is the cap)")] = False,
     find_limit_persona: Annotated[str | None, typer.Option(
         help="with --find-limit: ramp this persona's load only (the others stay as the scenario has them)")] = None,
+    find_limit_from: Annotated[str | None, typer.Option(
+        help="with --find-limit: start the search from a prior bracket, LOW..HIGH or LOW (× the rates), or a "
+             "find-limit run folder's answer (e.g. `rushhour simulate --find-limit`'s): its low first, then its "
+             "high, then steps away from it until the limit is bracketed")] = None,
     until: Annotated[str | None, typer.Option(
         help="end the run once a figure is known this well, e.g. 'interactive ttft_ms.p99 ±5%' (its 95 % interval's "
              "half-width within 5 % of it); the run's duration is the cap")] = None,
@@ -290,6 +294,15 @@ def run(
             raise _fail(busy)
     otlp_sink = _otlp_sink(otlp_endpoint) if (otlp or otlp_endpoint is not None) and not dry_run else None
     until_factory = _until(until, scenario) if until else None
+    limit_factory = later("rushhour.audit.limit", "LimitController")
+    if find_limit_from is not None:
+        from rushhour.limit_prior import PriorError, read_prior
+
+        try:
+            limit_factory = functools.partial(limit_factory, prior=read_prior(find_limit_from))
+        except PriorError as exc:
+            raise _fail(str(exc)) from None
+    find_limit = find_limit or bool(find_limit_persona) or find_limit_from is not None
     options = RunOptions(
         target=target, profile=profile, out_dir=out_dir, processes=processes, duration=duration,
         seed=seed, web=web, dry_run=dry_run, allow_paths=list(allow_path or []),
@@ -297,7 +310,7 @@ def run(
         abort=_abort_modes(abort), watcher=later("rushhour.audit.early", "Watcher"), dry_run_notes=dry_run_notes,
         keep_going=keep_going, metrics_port=metrics_port, metrics_host=metrics_host,
         live_metrics=later("rushhour.audit.live", "LiveMetrics"), otlp=otlp_sink, until=until_factory,
-        limit=later("rushhour.audit.limit", "LimitController"), find_limit=find_limit or bool(find_limit_persona),
+        limit=limit_factory, find_limit=find_limit,
         find_limit_persona=find_limit_persona,
     )
     # the audit (pandas, pyarrow) loads in the background once the idle probes are done (a second or two of CPU

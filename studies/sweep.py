@@ -78,9 +78,13 @@ def peak_phase(scenario: Scenario) -> Phase:
 
 def scaled_scenario(scenario: Scenario, scale: float, *, mode: Mode = "steady", step_duration_s: float = 30.0,
                     warmup_s: float = 10.0, replicas: int | None = None, seed: int | None = None,
-                    drain_s: float | None = None) -> Scenario:
-    """The scenario at ``scale`` × today's peak: one steady phase (after an optional warm-up), or every
-    phase's ``rate_scale`` and ``agents_scale`` multiplied (``mode='scale'``)."""
+                    drain_s: float | None = None, cooldown_s: float = 0.0) -> Scenario:
+    """The scenario at ``scale`` × today's peak: one steady phase (after an optional warm-up, before an optional
+    cool-down), or every phase's ``rate_scale`` and ``agents_scale`` multiplied (``mode='scale'``).
+
+    A cool-down keeps the load on, unjudged, after the steady phase: without it the steady phase's last requests
+    are answered after the arrivals stop, with no queue behind them, and read the stack as stronger than it is
+    under sustained load (docs/find-limit.md measures it)."""
     data = scenario.model_dump(mode="json", by_alias=True)
     if mode == "steady":
         peak = peak_phase(scenario)
@@ -91,6 +95,8 @@ def scaled_scenario(scenario: Scenario, scale: float, *, mode: Mode = "steady", 
             phases.append({"name": "warm-up", "duration": warmup_s, "rate_scale": rate, "agents_scale": agents})
         phases.append({"name": f"steady-{scale:g}x", "duration": step_duration_s, "rate_scale": rate,
                        "agents_scale": agents})
+        if cooldown_s > 0:
+            phases.append({"name": "cool-down", "duration": cooldown_s, "rate_scale": rate, "agents_scale": agents})
         data["phases"] = phases
         _phase_slos_onto(data, {peak.name: str(phases[-1]["name"])})
     else:
@@ -163,7 +169,7 @@ def new_id(prefix: str) -> str:
 def plan_sweep(scenario: Scenario, scales: Sequence[float], *, out_dir: Path = Path("runs"),
                replicas: Sequence[int | None] = (None,), mode: Mode = "steady", step_duration_s: float = 30.0,
                warmup_s: float = 10.0, seed: int | None = None, drain_s: float | None = 3.0,
-               sweep_id: str | None = None) -> Plan:
+               sweep_id: str | None = None, cooldown_s: float = 0.0) -> Plan:
     """Write one scenario per (replicas, scale) under ``out_dir/sweep-<id>/step-XX/``."""
     sweep_id = sweep_id or new_id("sweep")
     root = Path(out_dir) / sweep_id
@@ -171,19 +177,21 @@ def plan_sweep(scenario: Scenario, scales: Sequence[float], *, out_dir: Path = P
     for r in replicas:
         for scale in sorted(scales):
             steps.append(plan_step(scenario, scale, len(steps), root, mode=mode, step_duration_s=step_duration_s,
-                                   warmup_s=warmup_s, replicas=r, seed=seed, drain_s=drain_s))
+                                   warmup_s=warmup_s, replicas=r, seed=seed, drain_s=drain_s,
+                                   cooldown_s=cooldown_s))
     meta = {"mode": mode, "step_duration_s": step_duration_s if mode == "steady" else None,
-            "warmup_s": warmup_s if mode == "steady" else None, "scales": list(scales),
+            "warmup_s": warmup_s if mode == "steady" else None,
+            "cooldown_s": cooldown_s if mode == "steady" else None, "scales": list(scales),
             "replicas": list(replicas)}
     return Plan(sweep_id, root, scenario.name, steps, meta)
 
 
 def plan_step(scenario: Scenario, scale: float, index: int, root: Path, *, mode: Mode = "steady",
               step_duration_s: float = 30.0, warmup_s: float = 10.0, replicas: int | None = None,
-              seed: int | None = None, drain_s: float | None = 3.0) -> PlannedStep:
+              seed: int | None = None, drain_s: float | None = 3.0, cooldown_s: float = 0.0) -> PlannedStep:
     """One step's scenario at ``scale``, written under ``root/step-XX/`` (a search plans its probes one by one)."""
     sc = scaled_scenario(scenario, scale, mode=mode, step_duration_s=step_duration_s, warmup_s=warmup_s,
-                         replicas=replicas, seed=seed, drain_s=drain_s)
+                         replicas=replicas, seed=seed, drain_s=drain_s, cooldown_s=cooldown_s)
     folder = Path(root) / f"step-{index:02d}"
     return PlannedStep(index, scale, replicas, folder, write_scenario(sc, folder / "scenario.yaml"), sc.duration_s)
 

@@ -222,3 +222,135 @@ def test_a_pass_ahead_into_a_hold_on_its_own_level_censors_nothing() -> None:
         ctl.feed(record(6.5 + i * 0.05, 5000))
     ctl.look(9.0)
     assert ctl.result()["steps"][0]["outcome"] == "fail" and ctl.status == "below_range"
+
+
+# ---- a prior bracket (--find-limit-from): the search starts around the limit ---------------------------------
+def quadratic(s: float, i: int) -> float:
+    """TTFT = 100 ms × scale² (± spread): its p90 crosses 1,000 ms near scale √10 ≈ 3.16."""
+    return 100 * s * s * (0.9 + 0.02 * (i % 10))
+
+
+def test_a_prior_bracket_around_the_limit_tries_its_ends_and_takes_fewer_steps() -> None:
+    plain = LimitController(scenario())
+    drive(plain, quadratic)
+    ctl = LimitController(scenario(), prior={"low": 3.0, "high": 3.5})
+    changes = drive(ctl, quadratic)
+    found = ctl.result()
+    assert [round(s, 3) for _, s in changes[:2]] == [3.0, 3.5]  # its low, then its high
+    assert found["status"] == "within" and found["low_scale"] < math.sqrt(10 / 1.08) < found["high_scale"] <= 3.5
+    # bisected only down to the width the plain search's ramp and bisections reach (2^(1/8)), then held
+    assert found["high_scale"] / found["low_scale"] <= 2 ** (1 / 8) + 1e-9 and found["steps"][-1]["kind"] == "hold"
+    assert len(found["steps"]) < len(plain.result()["steps"]) and found["prior"]["low"] == 3.0
+
+
+def test_a_prior_above_the_limit_steps_down_until_it_brackets_it() -> None:
+    ctl = LimitController(scenario(), prior={"low": 5.0, "high": 6.0})
+    changes = drive(ctl, quadratic)
+    found = ctl.result()
+    scales = [round(s, 3) for _, s in changes]
+    assert scales[0] == 5.0 and scales[1] == round(5 / 1.2, 3)  # down by the prior's own width first
+    assert found["status"] == "within" and found["low_scale"] < math.sqrt(10 / 1.08) < found["high_scale"]
+    assert found["high_scale"] / found["low_scale"] <= 2 ** (1 / 8) + 1e-9
+
+
+def test_a_prior_below_the_limit_climbs_in_growing_strides() -> None:
+    ctl = LimitController(scenario(), prior={"low": 1.0, "high": 1.2})
+    changes = drive(ctl, quadratic)
+    found = ctl.result()
+    scales = [round(s, 3) for _, s in changes]
+    assert scales[:4] == [1.0, 1.2, 1.44, round(1.44 * 1.44, 3)]  # the stride squared while every step passes
+    assert found["status"] == "within" and found["low_scale"] < math.sqrt(10 / 1.08) < found["high_scale"]
+
+
+def test_a_prior_without_a_pass_anywhere_is_below_the_range_only_at_the_floor() -> None:
+    ctl = LimitController(scenario(hold_s=0), prior={"low": 0.01})
+    drive(ctl, lambda s, i: 5000.0)
+    found = ctl.result()
+    assert found["status"] == "below_range" and all(s["outcome"] != "pass" for s in found["steps"])
+    assert min(s["scale"] for s in found["steps"]) / 2 < 1e-3  # stepped down to the floor, and no further
+
+
+def test_a_prior_of_other_rates_is_converted_and_another_personas_is_refused() -> None:
+    # measured where the mix offered 6/s at scale 1: here it offers 12/s, so 6× there is 3× here
+    ctl = LimitController(scenario(), prior={"low": 6.0, "high": 7.0, "base_rps": 6.0})
+    assert ctl.start(0.0) == 3.0 and ctl.prior == {"low": 3.0, "high": 3.5, "source": ""}
+    import pytest
+
+    with pytest.raises(ValueError, match="persona 'bulk'"):
+        LimitController(scenario(), prior={"low": 1.0, "persona": "bulk"})
+    with pytest.raises(ValueError, match="inside"):
+        LimitController(scenario(), prior={"low": 100.0})  # over max_scale
+
+
+def test_the_prior_flag_reads_a_scale_a_bracket_or_a_run_folder(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from rushhour.limit_prior import PriorError, read_prior
+
+    assert read_prior("3")["low"] == 3.0 and read_prior("3")["high"] is None
+    assert (read_prior("3.36..3.67")["low"], read_prior("3.36..3.67")["high"]) == (3.36, 3.67)
+    run = tmp_path / "sim-1"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"find_limit": {"low_scale": 3.36, "high_scale": 3.67, "base_rps": 8.0,
+                                                              "persona": None, "status": "within"}}))
+    assert read_prior(str(run)) == {"low": 3.36, "high": 3.67, "base_rps": 8.0, "persona": None,
+                                    "source": str(run)}
+    (run / "run.json").write_text(json.dumps({"find_limit": {"low_scale": None, "high_scale": 0.25}}))
+    assert read_prior(str(run))["low"] == 0.25  # below its range: start at the level that failed, step down
+    for bad in ("x", "3..2", "0", "-1..2", "3..inf", "2000"):
+        with pytest.raises(PriorError):
+            read_prior(bad)
+    (run / "run.json").write_text("{}")
+    with pytest.raises(PriorError, match="no find-limit answer"):
+        read_prior(str(run))
+
+
+def test_a_prior_whose_held_low_fails_on_its_late_requests_is_below_it_never_within() -> None:
+    # the hold's cap look passes on the requests in by then; its late ones (refusals after a queue's timeout) fail it
+    ctl = LimitController(scenario(hold_s=6), prior={"low": 3.0, "high": 3.5})
+    scale = ctl.start(0.0)
+    late: list[dict[str, Any]] = []
+    for t in range(60):
+        n = round(10 * scale)
+        for i in range(n):
+            fast = 100 * scale * scale * (0.9 + 0.02 * (i % 10))
+            if ctl.steps[-1].kind == "hold" and i % 2:  # half the hold's requests refused, their records late
+                late.append(record(t + i / n, 0.0, status=503))
+            else:
+                ctl.feed(record(t + i / n, fast))
+        changed = ctl.look(t + 1.0)
+        scale = changed if changed is not None else scale
+        if ctl.done:
+            break
+    assert ctl.done and ctl.steps[-1].kind == "hold"
+    assert ctl.result()["status"] == "within"  # live, on the requests in by the hold's cap
+    for rec in late:  # the drain: the run's end judges every step on all its requests
+        ctl.feed(rec)
+    found = ctl.result()
+    assert found["low_scale"] is None and found["status"] == "below_range", found["status"]
+
+
+def test_a_holds_cap_waits_for_its_windows_late_requests_and_acts_on_them() -> None:
+    ctl = LimitController(scenario(hold_s=6, precision=0.001), prior={"low": 3.0, "high": 3.5})  # to its cap
+    scale, injected, t = ctl.start(0.0), False, 0
+    while not ctl.done and t < 120:
+        n = round(10 * scale)
+        for i in range(n):
+            ctl.feed(record(t + i / n, quadratic(scale, i)))
+        hold = ctl.steps[-1]
+        if hold.kind == "hold" and math.isfinite(hold.window[1]) and not injected:
+            # the window closed at its cap: refusals of its requests (a queue's timeout) come in during the lag
+            injected = True
+            assert not ctl.done
+            for i in range(300):
+                ctl.feed(record(hold.window[0] + (hold.window[1] - hold.window[0]) * i / 300, 0.0, status=503))
+        t += 1
+        changed = ctl.look(float(t))
+        scale = changed if changed is not None else scale
+    kinds = [(s.kind, round(s.scale, 3), s.outcome) for s in ctl.steps]
+    assert injected and ("hold", 3.0, "fail") in kinds, kinds
+    # nothing measured under the prior's low: the search steps down from it, and brackets the limit there
+    after = kinds[kinds.index(("hold", 3.0, "fail")) + 1]
+    assert after[0] == "ramp" and after[1] < 3.0, kinds

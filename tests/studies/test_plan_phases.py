@@ -25,3 +25,14 @@ def test_the_peaks_slo_follows_the_steady_phase() -> None:
 def test_a_study_cell_drops_phase_slos_it_has_no_phase_for() -> None:
     cell = study_scenario(_with_phase_slos(), 2, "uniform", "moderate", "fifo", duration_s=6, warmup_s=2)
     assert all(not t.slo.phases for t in cell.tiers)
+
+
+def test_a_cool_down_keeps_the_steps_load_on_and_is_not_judged() -> None:
+    from rushhour.audit.phases import measured_flags
+
+    step = scaled_scenario(_with_phase_slos(), 2.0, step_duration_s=6, warmup_s=5, cooldown_s=3)
+    rate = step.phases[1].rate_scale
+    assert [(p.name, p.duration, p.rate_scale) for p in step.phases] == [
+        ("warm-up", 5, rate), ("steady-2x", 6, rate), ("cool-down", 3, rate)]
+    assert measured_flags(step.model_dump(mode="json")["phases"]) == [False, True, False]
+    assert [p.name for p in scaled_scenario(_with_phase_slos(), 2.0, warmup_s=0).phases] == ["steady-2x"]
