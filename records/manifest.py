@@ -165,7 +165,10 @@ def write_manifest(run_dir: Path, manifest: RunManifest | Mapping[str, Any]) -> 
 
 def read_manifest(run_dir: Path) -> RunManifest:
     """``run.json`` of a run folder; ``OSError``/``ValueError`` when it is missing or not a JSON object."""
-    data = json.loads((Path(run_dir) / RUN_MANIFEST).read_text())
+    try:
+        data = json.loads((Path(run_dir) / RUN_MANIFEST).read_text())
+    except RecursionError:  # a hostile file nested past the parser's stack: one error like any other bad file
+        raise ValueError(f"{Path(run_dir) / RUN_MANIFEST} is nested too deeply to be a run.json") from None
     if not isinstance(data, dict):
         raise ValueError(f"{Path(run_dir) / RUN_MANIFEST} is not a JSON object")
     return RunManifest.from_json(data)

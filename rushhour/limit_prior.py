@@ -7,10 +7,11 @@ limit is bracketed (audit/limit.py). Standard library only: the CLI reads it bef
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
+
+from rushhour.records.manifest import RUN_MANIFEST, read_manifest
 
 MAX_BYTES = 4 * 1024 * 1024  # a run.json larger than this is not read
 
@@ -22,8 +23,8 @@ class PriorError(ValueError):
 def read_prior(text: str) -> dict[str, Any]:
     """``LOW``, ``LOW..HIGH`` (× the personas' rates) or a find-limit run folder (its run.json's answer)."""
     path = Path(text)
-    if path.is_dir() or path.name == "run.json":
-        return _from_run(path / "run.json" if path.is_dir() else path)
+    if path.is_dir() or path.name == RUN_MANIFEST:
+        return _from_run(path / RUN_MANIFEST if path.is_dir() else path)
     low_text, sep, high_text = text.partition("..")
     try:
         low = float(low_text)
@@ -38,8 +39,8 @@ def _from_run(path: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_BYTES:
             raise PriorError(f"--find-limit-from {path}: over {MAX_BYTES // 1024 // 1024} MiB, not a run.json")
-        found = json.loads(path.read_text()).get("find_limit")
-    except (OSError, ValueError, AttributeError) as exc:
+        found = read_manifest(path.parent).extra.get("find_limit")  # the one reader of run.json
+    except (OSError, ValueError) as exc:
         raise PriorError(f"--find-limit-from {path}: not a readable run.json ({exc})") from None
     if not isinstance(found, dict):
         raise PriorError(f"--find-limit-from {path}: the run has no find-limit answer (run it with --find-limit)")

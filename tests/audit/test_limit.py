@@ -305,6 +305,10 @@ def test_the_prior_flag_reads_a_scale_a_bracket_or_a_run_folder(tmp_path: Path) 
     (run / "run.json").write_text("{}")
     with pytest.raises(PriorError, match="no find-limit answer"):
         read_prior(str(run))
+    for hostile in ("[" * 100_000, "[1, 2]", "not json", '{"find_limit": [3, 4]}'):  # one line each, no traceback
+        (run / "run.json").write_text(hostile)
+        with pytest.raises(PriorError):
+            read_prior(str(run))
 
 
 def test_a_prior_whose_held_low_fails_on_its_late_requests_is_below_it_never_within() -> None:
