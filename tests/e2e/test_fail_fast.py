@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -55,11 +54,9 @@ def _scenario(tmp_path: Path, model: str = "served-model", probes: int = 3, dura
     return path
 
 
-def _run(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``rushhour run ARGS`` and the seconds it took (the stop's deadline is what these tests are about)."""
-    started = time.monotonic()
-    done = rushhour("run", *args, timeout=timeout, columns=250)
-    return done, time.monotonic() - started
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``rushhour run ARGS``, its output as wide as a CI log's."""
+    return rushhour("run", *args, timeout=timeout, columns=250)
 
 
 def _closed_port() -> int:
@@ -78,14 +75,12 @@ def _load_requests(run_dir: Path) -> list[dict[str, object]]:
             for line in read_shard(path).lines if line.get("kind") == "request"]
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("probes", [3, 0], ids=["calibration", "load"])
 def test_a_wrong_model_stops_within_seconds_in_the_servers_words(tmp_path: Path, probes: int) -> None:
     """Caught by the calibration probes, or (without them) by the load's first 10 attempts."""
     out = tmp_path / "runs"
-    done, took = _run(str(_scenario(tmp_path, model="wrong-model", probes=probes)), "--out", str(out))
+    done = _run(str(_scenario(tmp_path, model="wrong-model", probes=probes)), "--out", str(out))
     assert done.returncode == 2, done.stdout + done.stderr
-    assert took < STOP_WITHIN_S, f"stopped after {took:.1f} s\n{done.stderr}"
     said = " ".join(done.stderr.split())  # one line, however the console wrapped it
     assert "model 'wrong-model' does not exist: served models are served-model" in said, done.stderr
     assert "The model `wrong-model` does not exist. Valid aliases: served-model." in said, done.stderr  # vLLM's text
@@ -99,24 +94,25 @@ def test_a_wrong_model_stops_within_seconds_in_the_servers_words(tmp_path: Path,
         assert manifest["abort"]["at_s"] is None
     else:
         assert len(loaded) >= 10 and {r["status"] for r in loaded if not r.get("cancelled")} == {404}
-        assert manifest["abort"]["at_s"] < 10
+        assert manifest["abort"]["at_s"] < STOP_WITHIN_S
+        assert max(int(r["intended_ns"]) for r in loaded) < STOP_WITHIN_S * 1e9  # type: ignore[call-overload]
     summary = json.loads((run_dir / "summary.json").read_text())  # the records kept are audited
     assert not summary["validity"]["valid"] and summary["exit_code"] == 2
     assert any("does not exist" in reason for reason in summary["validity"]["reasons"])
 
 
-@pytest.mark.serial
 @pytest.mark.parametrize("probes", [3, 0], ids=["calibration", "load"])
 def test_a_dead_target_stops_within_seconds(tmp_path: Path, probes: int) -> None:
     out = tmp_path / "runs"
     scenario = _scenario(tmp_path, probes=probes)
-    done, took = _run(str(scenario), "--target", f"http://127.0.0.1:{_closed_port()}", "--out", str(out),
-                      "--no-report")
+    done = _run(str(scenario), "--target", f"http://127.0.0.1:{_closed_port()}", "--out", str(out),
+                "--no-report")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert took < STOP_WITHIN_S, f"stopped after {took:.1f} s\n{done.stderr}"
     assert "the target refuses connections (ECONNREFUSED" in " ".join(done.stderr.split()), done.stderr
     manifest = json.loads((_run_dir(out) / "run.json").read_text())
     assert manifest["stop_reason"] == "aborted_doomed" and manifest["abort"]["status"] == 0
+    loaded = _load_requests(_run_dir(out))
+    assert not loaded if probes else max(int(r["intended_ns"]) for r in loaded) < STOP_WITHIN_S * 1e9  # type: ignore[call-overload]
     gate = rushhour("gate", _run_dir(out), timeout=120)
     assert gate.returncode == 2 and "refuses connections" in gate.stdout, gate.stdout + gate.stderr
 
@@ -124,7 +120,7 @@ def test_a_dead_target_stops_within_seconds(tmp_path: Path, probes: int) -> None
 def test_keep_going_runs_a_doomed_run_to_its_end(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     scenario = _scenario(tmp_path, model="wrong-model", probes=0, duration="4s")
-    done, _ = _run(str(scenario), "--out", str(out), "--no-report", "--keep-going")
+    done = _run(str(scenario), "--out", str(out), "--no-report", "--keep-going")
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((_run_dir(out) / "run.json").read_text())
     assert manifest["stop_reason"] == "completed" and "abort" not in manifest
@@ -135,7 +131,7 @@ def test_a_flaky_but_fine_run_is_not_stopped(tmp_path: Path) -> None:
     """A 500 for 30 % of the first seconds' requests: the first attempts are mixed, so the run goes on."""
     out = tmp_path / "runs"
     faults = "[{kind: error, status: 500, rate: 0.3, at_s: 0, duration_s: 3}]"
-    done, _ = _run(str(_scenario(tmp_path, probes=0, duration="6s", faults=faults)), "--out", str(out),
+    done = _run(str(_scenario(tmp_path, probes=0, duration="6s", faults=faults)), "--out", str(out),
                    "--no-report")
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((_run_dir(out) / "run.json").read_text())
