@@ -270,8 +270,8 @@ class LimitController:
         per = float(rps) / self.base_rps if isinstance(rps, int | float) and rps > 0 and self.base_rps > 0 else 1.0
         low, high = low * per, None if high is None else float(high) * per
         if not (0 < low <= self.cfg.max_scale) or (high is not None and not low < high):
-            raise ValueError(f"--find-limit-from: the prior bracket [{low:g}×, {high}×] is not inside (0, "
-                             f"max_scale {self.cfg.max_scale:g}×] with its low under its high")
+            raise ValueError(f"--find-limit-from: the prior bracket [{text.scale(low)}, {text.scale(high)}] is not "
+                             f"inside (0, max_scale {text.scale(self.cfg.max_scale)}] with its low under its high")
         return {"low": low, "high": None if high is None else min(high, self.cfg.max_scale),
                 "source": str(given.get("source") or "")}
 
