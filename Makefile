@@ -33,20 +33,24 @@ compile: $(STAMP)
 engines:
 	bash engines/install.sh all
 
-## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in two passes
-## and one exit code: the real-engine and timing-sensitive tests (markers `real`, `serial`) one at a time,
-## then the rest, which mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
-## PYTEST_ARGS goes to both passes (e.g. PYTEST_ARGS=--durations=30).
-TEST_WORKERS ?= 4
-PYTEST_ARGS  ?=
+## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in three passes
+## and one exit code: the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a
+## time, never beside the bulk), the real-engine tests (marker `real`) one at a time, then the rest, which
+## mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
+## PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
+TEST_WORKERS   ?= 4
+TIMING_WORKERS ?= 2
+PYTEST_ARGS    ?=
 test: $(STAMP) engines compile
-	@serial=0; parallel=0; \
-	echo "make test: serial pass (real engines, timing-sensitive tests)"; \
-	$(BIN)/pytest -q -m "real or serial" $(PYTEST_ARGS) || serial=$$?; \
+	@timing=0; real=0; parallel=0; \
+	echo "make test: timing pass (timing-sensitive tests, $(TIMING_WORKERS) workers)"; \
+	$(BIN)/pytest -q -n $(TIMING_WORKERS) --dist worksteal -m "serial and not real" $(PYTEST_ARGS) || timing=$$?; \
+	echo "make test: real pass (real engines, one test at a time)"; \
+	$(BIN)/pytest -q -m real $(PYTEST_ARGS) || real=$$?; \
 	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
-	echo "make test: serial pass exit $$serial, parallel pass exit $$parallel"; \
-	if [ $$serial -ne 0 ]; then exit $$serial; fi; exit $$parallel
+	echo "make test: timing pass exit $$timing, real pass exit $$real, parallel pass exit $$parallel"; \
+	for code in $$timing $$real $$parallel; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
 ## test-real: only the tests against real vLLM and LiteLLM
 test-real: $(STAMP) engines

@@ -123,7 +123,7 @@ def test_simulated_run_agrees_with_the_real_one(tmp_path: Path) -> None:
     assert sim_s["run"]["mode"] == "simulated" and real_s["run"]["mode"] == "real"
     assert real_s["records"] > 600
     # an invalid real run is no yardstick for the simulator (beside parallel test workers the generator once fell
-    # behind: 29 of 750 sends > 100 ms late): it runs in `make test`'s serial pass, and a skip here would let
+    # behind: 29 of 750 sends > 100 ms late): it runs in `make test`'s timing pass, and a skip here would let
     # the validation pass without comparing anything, so an invalid real run fails with the audit's reasons
     assert real_s["validity"]["valid"], "the real run is invalid: " + "; ".join(real_s["validity"]["reasons"])
     problems = compare(real_s, sim_s)

@@ -1,7 +1,7 @@
 """The priority control against a real vLLM 0.32: an effect with priority scheduling, none with fcfs.
 
 Every request of a saturating two-tier run gets an equal-priority twin (tests/real/scenarios/
-vllm-priority-control.yaml, ≤ 40 s). With ``--scheduling-policy priority`` the interactive tier's TTFT
+vllm-priority-control.yaml, ≤ 25 s). With ``--scheduling-policy priority`` the interactive tier's TTFT
 must be significantly lower than its twins'; with vLLM's default policy (fcfs) priority is ignored, so
 the same comparison must find nothing (p > 0.01: a stricter bar than the 0.05 the first run must pass,
 so a chance finding of the null run flakes at most 1 % of the time).

@@ -1,7 +1,8 @@
 """Agents carry a REAL vLLM's tool calls into their next step (what tests/e2e/test_agents_tool_calls.py proves
 against the embedded testbed).
 
-vLLM 0.32 is started with ``--enable-auto-tool-choice --tool-call-parser hermes``; the scenario's tier adds
+vLLM 0.32 is started with ``--enable-auto-tool-choice --tool-call-parser hermes`` (the FCFS twin, fcfs_vllm, which
+takes the tier's priority field and ignores it); the scenario's tier adds
 ``tool_choice: required``, so structured output makes the random-weight tiny model call the built-in tools
 (sometimes several in parallel); the vllm profile pins output, but not on requests that offer tools, so an
 answer ends where its call does (pinned, every call was cut: loadgen/tiers.py ``pins_output``). A
@@ -146,8 +147,8 @@ def _messages_end(raw: bytes) -> int:
     return end
 
 
-def test_agents_carry_the_real_vllm_tool_call_into_the_next_step(tool_vllm: Any, tmp_path: Path) -> None:
-    with RecordingProxy(tool_vllm.url) as proxy:
+def test_agents_carry_the_real_vllm_tool_call_into_the_next_step(fcfs_vllm: Any, tmp_path: Path) -> None:
+    with RecordingProxy(fcfs_vllm.url) as proxy:
         summary = run_rushhour(SCENARIO, proxy.url, tmp_path / "runs")
         proxy.wait_idle()
     print("the wire, as recorded:", proxy.dump(tmp_path / "wire.jsonl"))
