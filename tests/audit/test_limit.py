@@ -278,8 +278,8 @@ def test_a_prior_of_other_rates_is_converted_and_another_personas_is_refused() -
 
     with pytest.raises(ValueError, match="persona 'bulk'"):
         LimitController(scenario(), prior={"low": 1.0, "persona": "bulk"})
-    with pytest.raises(ValueError, match="inside"):
-        LimitController(scenario(), prior={"low": 100.0})  # over max_scale
+    with pytest.raises(ValueError, match=r"\[100×, –\] is not inside \(0, max_scale 16×\]"):
+        LimitController(scenario(), prior={"low": 100.0})  # over max_scale; an open bracket's high reads as a dash
 
 
 def test_the_prior_flag_reads_a_scale_a_bracket_or_a_run_folder(tmp_path: Path) -> None:

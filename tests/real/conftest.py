@@ -203,7 +203,7 @@ def _engine_fixture(name: str) -> object:
     return pytest.fixture(scope="session", name=name)(fixture)
 
 
-# vllm_server, fcfs_vllm, tool_vllm, gateway, litellm_server: one fixture per engine, as the tests name them
+# vllm_server, fcfs_vllm, gateway, litellm_server: one fixture per engine, as the tests name them
 # (the extra releases' engines are reached through the release fixtures below)
 for _name in ENGINES:
     if _name.isidentifier():

@@ -10,9 +10,10 @@ from test_testbed_http_llmd import wait_until
 from testbed_helpers import Running, chat, post, running, tiny
 
 
-async def _blocker(r: Running, n: int = 1, tokens: int = 300) -> list[asyncio.Task[Any]]:
-    """Occupy the single slot with n long streams (cancelled at the test's end: a long one costs nothing, and one
-    of 400 tokens, ~2 s, ended under a loaded CI host before the request meant to find the queue full was sent)."""
+async def _blocker(r: Running, n: int = 1, tokens: int = 4000) -> list[asyncio.Task[Any]]:
+    """Occupy the single slot with n long streams. By default they outlast the test, which cancels them: one of
+    400 tokens (~2 s) ended on a loaded CI host before the request meant to find the queue full was sent.
+    A test that waits for its blockers passes a short ``tokens``."""
     tasks = []
     for i in range(n):
         tasks.append(asyncio.create_task(post(r, "/v1/chat/completions", chat(max_tokens=tokens, stream=True),
@@ -72,7 +73,7 @@ def test_sglang_waiting_timeout_in_band_and_json() -> None:
     async def go() -> None:
         cfg = tiny(profile="sglang", speed=1.0, max_num_seqs=1, sglang={"waiting_timeout_s": 0.2})
         async with running(cfg) as r:
-            block = await _blocker(r, tokens=4000)
+            block = await _blocker(r)
             s, j = await asyncio.gather(
                 post(r, "/v1/chat/completions", chat(stream=True), {"x-request-id": "s"}),
                 post(r, "/v1/chat/completions", chat(), {"x-request-id": "j"}))
@@ -94,7 +95,7 @@ def test_sglang_queue_full_and_priority_abort() -> None:
     async def go() -> None:
         cfg = tiny(profile="sglang", speed=1.0, max_num_seqs=1, sglang={"max_queued_requests": 1})
         async with running(cfg) as r:
-            block = await _blocker(r, tokens=4000)
+            block = await _blocker(r)
             low = asyncio.create_task(post(r, "/v1/chat/completions", chat(stream=True, priority=1),
                                            {"x-request-id": "low"}))
             await wait_until(lambda: r.server.stack.engine.replicas[0].n_waiting == 1)
@@ -159,7 +160,7 @@ def test_anthropic_messages_sse_and_529() -> None:
             assert json.loads(nb.text)["usage"]["output_tokens"] == 3
             bad = await post(r, "/v1/messages", {"model": "testbed", "messages": []})
             assert json.loads(bad.text)["error"]["type"] == "invalid_request_error"
-            block = await _blocker(r, n=2, tokens=4000)
+            block = await _blocker(r, n=2)
             over = await post(r, "/v1/messages", body, {"x-request-id": "over"})
             assert over.status == 529
             assert json.loads(over.text) == {"type": "error", "error": {"type": "overloaded_error",
