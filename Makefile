@@ -35,7 +35,8 @@ engines:
 
 ## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in three passes
 ## and one exit code: the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a
-## time, never beside the bulk), the real-engine tests (marker `real`) one at a time, then the rest, which
+## time, never beside the bulk), the real-engine tests (marker `real`: tools/real_pass.py runs the pinned vLLM's
+## tests beside the other engines', each group one test at a time on a core of its own), then the rest, which
 ## mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
 ## PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
 TEST_WORKERS   ?= 4
@@ -45,8 +46,8 @@ test: $(STAMP) engines compile
 	@timing=0; real=0; parallel=0; \
 	echo "make test: timing pass (timing-sensitive tests, $(TIMING_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TIMING_WORKERS) --dist worksteal -m "serial and not real" $(PYTEST_ARGS) || timing=$$?; \
-	echo "make test: real pass (real engines, one test at a time)"; \
-	$(BIN)/pytest -q -m real $(PYTEST_ARGS) || real=$$?; \
+	echo "make test: real pass (real engines: the pinned vLLM's tests beside the other engines')"; \
+	$(BIN)/python tools/real_pass.py $(BIN)/pytest $(PYTEST_ARGS) || real=$$?; \
 	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
 	echo "make test: timing pass exit $$timing, real pass exit $$real, parallel pass exit $$parallel"; \
@@ -54,7 +55,7 @@ test: $(STAMP) engines compile
 
 ## test-real: only the tests against real vLLM and LiteLLM
 test-real: $(STAMP) engines
-	$(BIN)/pytest -q -m real
+	$(BIN)/python tools/real_pass.py $(BIN)/pytest $(PYTEST_ARGS)
 
 ## test-fast: everything except end-to-end, browser and real-engine tests
 test-fast: $(STAMP)

@@ -36,9 +36,13 @@ SKIP = os.environ.get("RUSHHOUR_SKIP_REAL") == "1"
 # The engines the real tests use, by fixture name. They are started together, at the first test that needs
 # one, and only those the selected tests ask for: a vLLM start is ~40 s of one core (three processes import
 # torch in turn), so four one after another cost ~160 s of the real pass, and four at once on both cores
-# are ready in ~100 s. Each vLLM is pinned to core 1 once it answers (the load generator keeps core 0), as a
-# server started alone is from its start.
-SERVES_ON = 1
+# are ready in ~85 s. They fall in two groups: the pinned vLLM (marker `pinned_vllm`: its tests) and the
+# others. `make test` runs the two groups as two pytest processes at once, each starting only its own engines:
+# a real test after the engine start takes ~90 % of one core of the two (load generator and engine together),
+# so the groups fit side by side. Each group's vLLMs are pinned to a core of their own once they answer (a
+# server started alone is from its start), so neither group's load runs on the other's engine core.
+PINNED_VLLM = "vllm_server"
+SERVES_ON = {"pinned": 1, "others": 0}
 
 
 def gateway_proxy(engine: object, logs: Path) -> object:
@@ -55,7 +59,8 @@ def _gateway(logs: Path) -> list[object]:
     A list, [engine, proxy]: a test may put a fresh proxy in place of one that crashed (LiteLLM's own SIGSEGV),
     and the pool stops whichever runs at the end."""
     limits = serve.VllmLimits(max_num_seqs=1, max_num_queued_reqs=6, max_num_queued_tokens=3000)
-    engine = serve.start_vllm(limits=limits, log_dir=logs / "gw-vllm", cpu=SERVES_ON, pin_when_ready=True)
+    engine = serve.start_vllm(limits=limits, log_dir=logs / "gw-vllm", cpu=SERVES_ON["others"],
+                              pin_when_ready=True)
     try:
         proxy = gateway_proxy(engine, logs / "gw-litellm")
     except BaseException:
@@ -66,12 +71,14 @@ def _gateway(logs: Path) -> list[object]:
 
 ENGINES: dict[str, tuple[str, Callable[[Path], object]]] = {
     "vllm_server": ("vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits.",
-                    lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON, pin_when_ready=True)),
+                    lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON["pinned"],
+                                                pin_when_ready=True)),
     # one server for two jobs: the parser changes nothing for a request that offers no tools, and a vLLM start
     # less is ~40 s of CPU and ~1 GB less in the real pass
     "fcfs_vllm": ("The same vLLM with first-come-first-served scheduling (vLLM's default: the null case) and the "
                   "hermes tool-call parser (vllm_server refuses tools).",
-                  lambda logs: serve.start_vllm(log_dir=logs / "vllm-fcfs", scheduling="fcfs", cpu=SERVES_ON,
+                  lambda logs: serve.start_vllm(log_dir=logs / "vllm-fcfs", scheduling="fcfs",
+                                                cpu=SERVES_ON["others"],
                                                 tool_call_parser="hermes", pin_when_ready=True)),
     "gateway": ("(vLLM with one sequence at a time, LiteLLM routing to it with ample slots).", _gateway),
     "litellm_server": ("LiteLLM proxy: a mock deployment with 6 slots, per-key tiers (batch: 3 parallel, 120 rpm).",
@@ -102,8 +109,8 @@ def pinned_release(name: str) -> bool:
 def _start_release(name: str) -> Callable[[Path], object]:
     """A start like the pinned twin's (vllm_server, litellm_server), on release ``name``."""
     if name.startswith("vllm-"):
-        return lambda logs: serve.start_vllm(log_dir=logs / name, cpu=SERVES_ON, pin_when_ready=True,
-                                             release_name=name)
+        return lambda logs: serve.start_vllm(log_dir=logs / name, cpu=SERVES_ON["others"],
+                                             pin_when_ready=True, release_name=name)
     return lambda logs: serve.start_litellm(log_dir=logs / name, release_name=name)
 
 
@@ -121,6 +128,15 @@ def _release_params(engine: str) -> list[object]:
 _WANTED: set[str] = set()  # the engines the selected tests use (filled when collection is final)
 
 
+def engines_of(item: pytest.Item) -> set[str]:
+    """The ENGINES keys a test uses: its engine fixtures (direct or through another fixture) and releases."""
+    names = {name for name in getattr(item, "fixturenames", ()) if name in ENGINES}
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    names.update(_release_engine(params[f"{engine}_release"]) for engine in RELEASE_TWIN
+                 if f"{engine}_release" in params)
+    return names
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     real = []
@@ -128,6 +144,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if Path(str(item.fspath)).is_relative_to(here):
             real.append(item)
             item.add_marker(pytest.mark.real)
+            engines = engines_of(item)
+            if PINNED_VLLM in engines:
+                if len(engines) > 1:  # the two groups' processes would each start it
+                    raise pytest.UsageError(f"{item.nodeid} uses the pinned vLLM and other engines: {sorted(engines)}")
+                item.add_marker(pytest.mark.pinned_vllm)
             if SKIP:
                 item.add_marker(pytest.mark.skip(
                     reason="RUSHHOUR_SKIP_REAL=1: the audit was NOT checked against real vLLM/LiteLLM"))
@@ -141,10 +162,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # after -k/-m deselection and every plugin's reordering: only what will run
     for item in session.items:
-        _WANTED.update(name for name in getattr(item, "fixturenames", ()) if name in ENGINES)
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        _WANTED.update(_release_engine(params[f"{engine}_release"]) for engine in RELEASE_TWIN
-                       if f"{engine}_release" in params)
+        _WANTED.update(engines_of(item))
 
 
 def _servers(value: object) -> list[object]:

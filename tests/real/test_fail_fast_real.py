@@ -21,13 +21,13 @@ STOP_WITHIN_S = 15.0
 
 
 @pytest.mark.parametrize("probes", [3, 0], ids=["calibration", "load"])
-def test_a_wrong_model_stops_a_real_vllm_run_within_seconds(vllm_server, tmp_path: Path,
+def test_a_wrong_model_stops_a_real_vllm_run_within_seconds(fcfs_vllm, tmp_path: Path,
                                                             probes: int) -> None:
     scenario = tmp_path / "wrong.yaml"
     scenario.write_text(SCENARIO.read_text().replace("probes: 3,", f"probes: {probes},"))
     out = tmp_path / "runs"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--target", vllm_server.url,
+    done = subprocess.run([sys.executable, "-m", "rushhour.cli", "run", str(scenario), "--target", fcfs_vllm.url,
                            "--out", str(out), "--no-report"], cwd=ROOT, capture_output=True, text=True, timeout=180,
                           env={**os.environ, "COLUMNS": "250"})
     took = time.monotonic() - started
