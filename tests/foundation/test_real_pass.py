@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import REPO, load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tools" / "real_pass.py"
-
-
-def _load() -> object:
-    spec = importlib.util.spec_from_file_location("real_pass", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-real_pass = _load()
+SCRIPT = REPO / "tools" / "real_pass.py"
+real_pass = load_script(SCRIPT)
 
 # a stand-in for pytest: says which selection it got, takes 3 s, exits with the code its selection is given
 FAKE = """import sys, time
@@ -46,7 +35,7 @@ def _fake(tmp_path: Path, pinned: int, others: int) -> Path:
 @pytest.mark.parametrize(("codes", "expected"), [
     ([0, 0], 0), ([1, 0], 1), ([0, 1], 1), ([2, 1], 2), ([5, 0], 0), ([0, 5], 0), ([5, 5], 5), ([5, 3], 3)])
 def test_one_exit_code_for_both_groups(codes: list[int], expected: int) -> None:
-    assert real_pass.combined(codes) == expected  # type: ignore[attr-defined]
+    assert real_pass.combined(codes) == expected
 
 
 def test_both_groups_run_at_once_and_both_outputs_are_shown(tmp_path: Path) -> None:
