@@ -36,23 +36,20 @@ engines:
 ## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in three passes
 ## and one exit code: the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a
 ## time, never beside the bulk), the real-engine tests (marker `real`: tools/real_pass.py runs the pinned vLLM's
-## tests beside the other engines', each group one test at a time on a core of its own, and the long waiting
-## tests, marker `beside_real`, beside both on BESIDE_WORKERS workers), then the rest, which mostly waits on
-## loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
+## tests beside the other engines', each group one test at a time on a core of its own), then the rest, which
+## mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
 ## PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
 TEST_WORKERS   ?= 4
 TIMING_WORKERS ?= 2
-BESIDE_WORKERS ?= 2
 PYTEST_ARGS    ?=
 test: $(STAMP) engines compile
 	@timing=0; real=0; parallel=0; \
 	echo "make test: timing pass (timing-sensitive tests, $(TIMING_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TIMING_WORKERS) --dist worksteal -m "serial and not real" $(PYTEST_ARGS) || timing=$$?; \
-	echo "make test: real pass (the pinned vLLM's tests, the other engines' and the long waiting tests at once)"; \
-	$(BIN)/python tools/real_pass.py --beside-workers $(BESIDE_WORKERS) $(BIN)/pytest $(PYTEST_ARGS) || real=$$?; \
+	echo "make test: real pass (real engines: the pinned vLLM's tests beside the other engines')"; \
+	$(BIN)/python tools/real_pass.py $(BIN)/pytest $(PYTEST_ARGS) || real=$$?; \
 	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial and not beside_real" \
-		$(PYTEST_ARGS) || parallel=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
 	echo "make test: timing pass exit $$timing, real pass exit $$real, parallel pass exit $$parallel"; \
 	for code in $$timing $$real $$parallel; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 

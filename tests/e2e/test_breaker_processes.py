@@ -24,7 +24,6 @@ from tests.e2e.test_resilience_e2e import FALLBACK_SCENARIO
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.beside_real
 def test_the_breaker_opens_for_every_process_at_once(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(FALLBACK_SCENARIO)

@@ -73,7 +73,6 @@ def _expected_gate(summary: Summary, scenario: Scenario) -> int:
     return 1 if failed else 2 if inconclusive else 0
 
 
-@pytest.mark.beside_real
 def test_library_coding_agents_scenario_end_to_end(tmp_path: Path) -> None:
     # the library file with the testbed's request log switched on and one calibration probe per size instead of
     # five (ten probes of 16 tokens on the simulated L4 take ~15 s of idle time): nothing else changed

@@ -39,7 +39,6 @@ def _load_started(out: Path) -> bool:
     return any(b'"kind":"request"' in p.read_bytes() for p in shards)
 
 
-@pytest.mark.beside_real
 def test_ci_smoke_with_the_target_killed_fails_the_gate(tmp_path: Path) -> None:
     """Before: 72 of 73 requests failed, `gate --judge point` exited 0 and said interactive was never dropped."""
     out = tmp_path / "runs"

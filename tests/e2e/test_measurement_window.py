@@ -48,7 +48,6 @@ drain_s: 5
 """
 
 
-@pytest.mark.beside_real
 def test_warm_up_failing_the_slo_is_left_out(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)

@@ -243,7 +243,6 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
         pytest.fail(f"did not end within {timeout:.0f} s: {log.read_text()[-3000:]}")
 
 
-@pytest.mark.beside_real
 def test_three_hosts_match_the_ledger_and_survive_a_dead_worker(hosts: Hosts, tmp_path: Path) -> None:
     ledger, _ = _testbed(hosts, tmp_path)
 
@@ -485,7 +484,6 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
-@pytest.mark.beside_real
 def test_a_restarted_worker_gets_a_new_index_and_its_own_shard(hosts: Hosts, tmp_path: Path) -> None:
     """A worker killed mid-run and started again on its host (same host name, same PID 1, as a restarted
     container) joins with an index >= the run's worker count: it sends nothing (its share was dealt to

@@ -43,7 +43,6 @@ def _run(tmp_path: Path, profile: str) -> tuple[dict[str, dict[str, object]], Pa
     return {t["name"]: t for t in summary["tiers"]}, run_dir
 
 
-@pytest.mark.beside_real
 def test_vllm_profile_shows_the_effect_and_fifo_does_not(tmp_path: Path) -> None:
     tiers, run_dir = _run(tmp_path, "vllm")
     effect = tiers["interactive"]["priority_effect"]

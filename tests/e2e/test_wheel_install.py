@@ -128,7 +128,6 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
         assert z.read("rushhour/audit/__init__.py") == (REPO / "audit" / "__init__.py").read_bytes()
 
 
-@pytest.mark.beside_real
 def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -> None:
     # the user's project folder holds their own `scenarios/` (YAML files) beside their locustfile: the wheel
     # installs a top-level package of that name, and `python -m …` (the Locust child) and Locust itself put the
@@ -174,7 +173,6 @@ def test_the_readme_pip_path_from_a_scratch_folder(venv: Path, tmp_path: Path) -
     _run_example_locustfile(venv, scratch)
 
 
-@pytest.mark.beside_real
 def test_a_users_modules_named_like_rushhours_packages(venv: Path, tmp_path: Path) -> None:
     """A user's own stacks.py and scenarios/ package beside their locustfile shadow nothing of rushhour's:
     `rushhour run` (its Locust children start with `python -m` from that folder) and the user's locustfile under

@@ -21,7 +21,6 @@ app.command("study")(capacity.study)
 app.command("compare")(capacity.compare)
 
 
-@pytest.mark.beside_real
 def test_sweep_knee_order_under_strict_priority(tmp_path: Path) -> None:
     # two 15-s steps (1×, 3×): enough requests per tier for the scenario's TTFT p90 to be judged
     result = CliRunner().invoke(app, ["sweep", "sweep-tiers", "--scale", "1,3", "--step-duration", "15s",
@@ -86,7 +85,6 @@ def test_compare_flags_slow_candidate_not_reseeded_twins(tmp_path: Path) -> None
     assert any(t["metric"] in ("ttft_p99", "e2e_p99") for t in flagged)
 
 
-@pytest.mark.beside_real
 def test_quick_study(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["study", "--quick", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

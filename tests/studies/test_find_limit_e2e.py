@@ -76,7 +76,6 @@ def test_simulated_find_limit_agrees_with_the_search_in_less_load_time(tmp_path:
     assert one_s < search_s, (one_s, search_s)
 
 
-@pytest.mark.beside_real
 def test_real_find_limit_on_the_testbed_in_one_short_run(tmp_path: Path) -> None:
     run = cli("run", str(scenario(tmp_path, "50s", REAL_LIMIT)), "--find-limit", "--out", str(tmp_path / "real"),
               timeout=240)
@@ -100,7 +99,6 @@ def test_plan_find_limit_says_what_each_cluster_size_carries(tmp_path: Path) -> 
     assert "| 2 | within |" in (root / "plan-limit.md").read_text()
 
 
-@pytest.mark.beside_real
 def test_real_find_limit_starts_from_a_simulated_first_pass(tmp_path: Path) -> None:
     cli("simulate", str(scenario(tmp_path, "300s", SIM_LIMIT)), "--find-limit", "--no-report",
         "--out", str(tmp_path / "sim"))

@@ -49,7 +49,6 @@ drain_s: 2
 """
 
 
-@pytest.mark.beside_real
 def test_search_brackets_the_boundary_of_a_saturating_testbed(tmp_path: Path) -> None:
     scenario = tmp_path / "search.yaml"
     scenario.write_text(SCENARIO)

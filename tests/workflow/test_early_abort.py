@@ -236,7 +236,6 @@ def test_a_meetable_slo_runs_to_the_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.beside_real
 def test_an_over_saturated_stack_aborts(tmp_path: Path) -> None:
     """40 arrivals/s against one replica slowed 10×: the queue only grows."""
     text = scenario(seconds=40, ttft_p50_ms=None, drop=None, rate=40, speed=0.1)

@@ -107,7 +107,6 @@ def test_the_html_page_shows_every_run_the_mean_and_its_interval(tmp_path: Path)
 
 
 @pytest.mark.e2e
-@pytest.mark.beside_real
 def test_repeat_runs_aggregates_and_gates(tmp_path: Path) -> None:
     path = write_scenario(tmp_path, seconds=5, seed=11)
     res = rushhour("run", str(path), "--repeat", "3", "--out", str(tmp_path / "runs"), "--no-report")
