@@ -10,6 +10,7 @@ Usage: python tools/real_pass.py PYTEST [PYTEST_ARGS ...]   exit: the first non-
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,9 @@ def main(argv: list[str]) -> int:
         print("usage: real_pass.py PYTEST [PYTEST_ARGS ...]", file=sys.stderr)
         return 2
     pytest, *args = argv
+    if shutil.which(pytest) is None:  # checked before either starts: a group must never run on alone, unseen
+        print(f"real_pass.py: {pytest!r} is not an executable pytest", file=sys.stderr)
+        return 2
     (shown, shown_marks), (kept, kept_marks) = GROUPS.items()
     with tempfile.TemporaryDirectory(prefix="rushhour-real-pass-") as tmp:
         log = Path(tmp) / "kept.log"

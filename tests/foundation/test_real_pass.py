@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,10 +39,8 @@ def test_one_exit_code_for_both_groups(codes: list[int], expected: int) -> None:
 
 def test_both_groups_run_at_once_and_both_outputs_are_shown(tmp_path: Path) -> None:
     runner = _fake(tmp_path, pinned=0, others=1)
-    started = time.monotonic()
     done = subprocess.run([sys.executable, str(SCRIPT), str(runner), "--durations=5"], capture_output=True,
                           text=True, timeout=60)
-    took = time.monotonic() - started
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("ran ")]
     assert [line.split(" with ")[0] for line in lines] == ["ran real and pinned_vllm", "ran real and not pinned_vllm"]
@@ -51,4 +48,10 @@ def test_both_groups_run_at_once_and_both_outputs_are_shown(tmp_path: Path) -> N
     starts = [float(line.rsplit(" at ", 1)[1]) for line in lines]
     assert abs(starts[0] - starts[1]) < 3.0, starts  # side by side: one after the other they would be >= 3 s apart
     assert "exit 0 (the pinned vLLM's tests), 1 (the other engines' tests)" in done.stdout
-    print(f"two 3-s groups took {took:.1f} s")
+
+
+@pytest.mark.parametrize("argv", [[], ["no-such-pytest-here"]])
+def test_no_pytest_to_run_is_one_line_and_starts_nothing(argv: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr and "real pass:" not in done.stdout, done.stdout
