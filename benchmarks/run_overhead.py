@@ -39,7 +39,7 @@ ENTRY_MODULES = {
     "Locust child (locust + locustfile)": "locust, rushhour.loadgen.engine.locustfile",
 }
 STAGES = ("CLI start-up and prepare", "testbed start-up", "calibration (child + probes)",
-          "Locust start-up (to its test start)", "anchor lead (idle by design)", "load + drain",
+          "Locust start-up (to its anchor)", "anchor lead (idle by design)", "load + drain",
           "end of load to the last line", "exit (or audit + reports + exit)")
 
 
@@ -73,8 +73,11 @@ def at(lines: list[tuple[float, str]], start: str) -> float:
 
 def stages(wall: float, t0_mono: float, lines: list[tuple[float, str]], run_dir: Path) -> dict[str, float]:
     """The wall time split at the run's own lines and files (seconds)."""
-    anchor = json.loads((run_dir / "anchor.json").read_text())["mono_anchor_ns"] / 1e9 - t0_mono
-    test_start = anchor - ANCHOR_LEAD_S  # the file holds t = 0, taken ANCHOR_LEAD_S after Locust's test start
+    taken = json.loads((run_dir / "anchor.json").read_text())
+    anchor = taken["mono_anchor_ns"] / 1e9 - t0_mono
+    # the file holds t = 0 and, since Dec 2026, the lead it was taken with (a single local process takes it once
+    # its context is built); an older tree's file has no lead: its anchor came ANCHOR_LEAD_S after the test start
+    test_start = anchor - taken.get("lead_ns", ANCHOR_LEAD_S * 1e9) / 1e9
     marks = [0.0, at(lines, "starting the testbed"), at(lines, "calibration: "),
              [t for t, text in lines if text.startswith("calibration: ")][-1], test_start, anchor]
     manifest = json.loads((run_dir / "run.json").read_text())

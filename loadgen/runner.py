@@ -165,7 +165,7 @@ def run_scenario(name_or_path: str | Path, options: RunOptions, console: Any = N
     scenario = prepare(name_or_path, options)
     from rushhour.loadgen.walltime import wall_time
 
-    planned = wall_time(scenario).line()
+    planned = wall_time(scenario, options.expect_workers or options.processes, bool(options.expect_workers)).line()
     if options.dry_run:
         return _dry_run(scenario, console, options.dry_run_notes, planned)
     _say(console, planned)  # the whole run's wall time, up front: a CI job's timeout or a user's wait

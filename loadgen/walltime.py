@@ -1,7 +1,7 @@
 """How long a run really takes, said before it starts: start-up, calibration, the load, the drain (pure).
 
 A run is longer than its phases: the testbed starts, the idle probes go one after another, Locust's
-processes start and the schedule begins ``ANCHOR_LEAD_S`` after them, and the drain waits (up to
+processes start and the schedule begins a lead after them (``loadgen/ship.anchor_lead_s``), and the drain waits (up to
 ``drain_s``) for what is still in flight. The figures for start-up and a probe are what a 2-core
 machine measured against the testbed (Dec 2026); a slow target's probes take longer, bounded by
 their own deadlines.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rushhour.loadgen.probes import probe_plan
-from rushhour.loadgen.ship import ANCHOR_LEAD_S
+from rushhour.loadgen.ship import anchor_lead_s
 from rushhour.scenarios.model import Scenario
 
 TESTBED_START_S = 1.0  # `python -m rushhour.testbed` until it answers
@@ -45,12 +45,12 @@ class WallTime:
         return f"this run takes about {self.total_s:.0f} s: " + " + ".join(parts)
 
 
-def wall_time(scenario: Scenario) -> WallTime:
+def wall_time(scenario: Scenario, processes: int = 1, remote_workers: bool = False) -> WallTime:
     """The expected wall time of ``rushhour run`` on ``scenario`` (with the drain at its longest)."""
     probes = len(probe_plan(scenario))
     testbeds = int(scenario.target.is_testbed) + sum(1 for r in scenario.resilience.fallback if r.url == "testbed")
     return WallTime(
-        start_s=TESTBED_START_S * testbeds + LOCUST_START_S + ANCHOR_LEAD_S,
+        start_s=TESTBED_START_S * testbeds + LOCUST_START_S + anchor_lead_s(processes, remote_workers),
         calibration_s=(CALIBRATION_START_S + PROBE_S * probes) if probes else 0.0,
         probes=probes,
         load_s=scenario.duration_s,

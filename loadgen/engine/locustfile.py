@@ -117,8 +117,11 @@ def _on_init(environment: Environment, **_: Any) -> None:
     shipping = getattr(opts, "master", False) and opts.rh_ship == "1"
     # `rushhour run` asks for the anchor at the test's start: taken here, before Locust has its workers (forked
     # and connected: over 4 s on a busy 2-core machine), the schedule's first second went out late
-    at_start = not getattr(opts, "worker", False) and (shipping or opts.rh_anchor_at_start == "1")
-    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not at_start:
+    # a single local process takes it later still, once its own context is built (_anchor_when_ready): nothing
+    # else has to hear of it, so its lead only covers the runner's side
+    at_ready = _alone(opts) and opts.rh_anchor_at_start == "1"
+    at_start = not getattr(opts, "worker", False) and not at_ready and (shipping or opts.rh_anchor_at_start == "1")
+    if int(opts.rh_wall_anchor_ns or 0) == 0 and not getattr(opts, "worker", False) and not (at_start or at_ready):
         anchor = Anchor.now()
         lead = int(ship.ANCHOR_LEAD_S * 1e9)  # let the workers connect before the schedule starts
         set_anchor(opts, anchor.mono_ns + lead, anchor.wall_ns + lead)
@@ -182,7 +185,23 @@ def _anchor_at_start(environment: Environment, **_: Any) -> None:
     now = Anchor.now()
     lead = int(ship.ANCHOR_LEAD_S * 1e9)
     set_anchor(opts, now.mono_ns + lead, now.wall_ns + lead)
-    ship.write_anchor(run_dir_of(opts), now.mono_ns + lead, now.wall_ns + lead)
+    ship.write_anchor(run_dir_of(opts), now.mono_ns + lead, now.wall_ns + lead, lead)
+
+
+def _alone(opts: Any) -> bool:
+    """Whether this is the run's only process (neither a master nor a worker)."""
+    return not getattr(opts, "worker", False) and not getattr(opts, "master", False)
+
+
+def _anchor_when_ready(opts: Any, run_dir: Path) -> None:
+    """The only process of a `rushhour run` takes the run's anchor once its context is built, and writes it for
+    the runner: the schedule starts ``LOCAL_ANCHOR_LEAD_S`` later, not a guessed lead after Locust's test start."""
+    if not _alone(opts) or getattr(opts, "rh_anchor_at_start", "0") != "1" or int(opts.rh_wall_anchor_ns or 0):
+        return
+    now = Anchor.now()
+    lead = int(ship.anchor_lead_s(1, remote_workers=False) * 1e9)
+    set_anchor(opts, now.mono_ns + lead, now.wall_ns + lead)
+    ship.write_anchor(run_dir, now.mono_ns + lead, now.wall_ns + lead, lead)
 
 
 def _load(opts: Any) -> Scenario:
@@ -296,7 +315,6 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     if missing:  # before anything else: a worker that cannot send its share sends nothing
         raise FileNotFoundError(f"{'; '.join(missing)} on host {socket.gethostname()} (every worker needs the "
                                 "files the scenario names, at the same path)")
-    anchor = anchor_of(opts)
     run_dir = run_dir_of(opts)
     clock: dict[str, Any] = {}
     role = ""
@@ -307,7 +325,6 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
         run_dir = ship.spool_dir(opts.rh_run_id)
         # the index in the name: a restarted container has the same host name and often the same PID
         role = f"w{worker_index}"
-        anchor, clock = _remote_anchor(opts, anchor, ship.clock_offset(remote))
     route_urls = json.loads(opts.rh_route_urls) if getattr(opts, "rh_route_urls", "") else {}
     target = opts.rh_target or route_urls.get("primary") or scenario.target.url
     if remote is not None:  # the master chose these URLs: this worker's credentials go only where its host allows
@@ -321,6 +338,10 @@ def _context(opts: Any, worker_index: int, workers: int, remote: Any = None, mas
     # the tokenizer before the shard too: a path that cannot be loaded is this process's one error
     prompts.use_tokenizer(off_loop(tokens.load(scenario.target.tokenizer)) if scenario.target.tokenizer else None)
     prompts.warm()  # before the anchor: building the prompt base lazily stalled the loop at the first arrival
+    _anchor_when_ready(opts, run_dir)
+    anchor = anchor_of(opts)
+    if remote is not None:
+        anchor, clock = _remote_anchor(opts, anchor, ship.clock_offset(remote))
     writer = ShardWriter.for_process(run_dir, run_id=opts.rh_run_id, anchor=anchor, header=clock, role=role)
     ctx = WorkerContext(scenario, opts.rh_run_id, anchor, writer, routes, worker_index, workers)
     if remote is None and livescale.scale_path(run_dir).exists():  # a find-limit run: the runner sets the load
