@@ -163,6 +163,18 @@ def test_fifo_is_a_warning_and_no_queue_is_info() -> None:
     assert detail.startswith("a trial saw no queueing") and "--fillers" in detail
 
 
+def test_the_servers_engine_queue_says_whether_a_trial_queued() -> None:
+    inp = healthy()
+    # late at the client (28 ms against 5 ms idle) but never in the engine's queue: a seat was free, nothing to order
+    inp.records[2:6] = [*pair("a", 28, 16, 20, 0), *pair("b", 200, 2400, 0, 20)]
+    for record in inp.records[2:6]:
+        record["metrics_queue_time_ms"] = 0.2
+    assert status_of(judge(inp), "priority polarity") == "info"
+    for record in inp.records[2:6]:  # the engine held them: the same order is now judged
+        record["metrics_queue_time_ms"] = 150.0
+    assert status_of(judge(inp), "priority polarity") == "warn"
+
+
 def test_polarity_rules() -> None:
     assert polarity_verdict({"a": "high", "b": "high"}) == "honoured"
     assert polarity_verdict({"a": "low", "b": "low"}) == "reversed"

@@ -1,10 +1,11 @@
 """Tokenizer-exact prompts and pinned output against a real vLLM 0.32: intended equals what vLLM counts.
 
-On the FCFS twin (fcfs_vllm): counting tokens does not depend on the scheduler, and the other engines' group has
-the time to spare in the real pass. The same short chat load runs twice against one vLLM (tiny Llama, its chat
-template): with the model's tokenizer named in the scenario every served request's ``usage.prompt_tokens`` equals
-the intended count, and without it the figures of the byte estimate are printed (docs/scenarios.md quotes them).
-Output is pinned (min_tokens + ignore_eos), so every served request produced exactly its max_tokens.
+Counting tokens does not depend on the scheduler, so each test goes where the real pass's two groups stay even: the
+token test on the FCFS twin (fcfs_vllm), the dataset test on the pinned vLLM (vllm_server). The same short chat
+load runs twice against one vLLM (tiny Llama, its chat template): with the model's tokenizer named in the scenario
+every served request's ``usage.prompt_tokens`` equals the intended count, and without it the figures of the byte
+estimate are printed (docs/scenarios.md quotes them). Output is pinned (min_tokens + ignore_eos), so every served
+request produced exactly its max_tokens.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def test_tokenizer_exact_prompts_and_pinned_output(fcfs_vllm, tmp_path) -> None:
     assert figures["with_tokenizer"]["output_share_equal"] == 1.0
 
 
-def test_dataset_prompts_stay_exact(fcfs_vllm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_dataset_prompts_stay_exact(vllm_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Sessions replaying the shipped CC0 conversations (non-ASCII text, multi-turn, system texts) with the
     tokenizer: vLLM counts exactly what was intended, turn after turn."""
     scenario = json.loads(json.dumps(SCENARIO))
@@ -92,7 +93,7 @@ def test_dataset_prompts_stay_exact(fcfs_vllm, tmp_path) -> None:  # type: ignor
     persona["dataset"] = {"path": "chat-mini.jsonl", "output_tokens": "persona"}  # answers would be ~100 tokens
     path = tmp_path / "dataset.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    summary = run_rushhour(path, fcfs_vllm.url, tmp_path / "dataset")
+    summary = run_rushhour(path, vllm_server.url, tmp_path / "dataset")
     rows = _served(Path(str(summary["_run_dir"])))
     assert len(rows) >= 8 and any(r["step"] >= 1 for r in rows), (len(rows), summary["_stdout"])
     print(json.dumps({"dataset_served": len(rows), "multi_turn": sum(1 for r in rows if r["step"] >= 1)}))
