@@ -205,17 +205,20 @@ def first_of_pair(high: Mapping[str, Any] | None, low: Mapping[str, Any] | None)
 def polarity_verdict(orders: Mapping[str, str | None]) -> str | None:
     """'honoured', 'reversed', 'ignored' or None (undecidable) from which went first in trials a and b.
 
-    Trial ``a`` sent low first, trial ``b`` high first. Honoured: high first in both; reversed: low
-    first in both; ignored: send order in both, or admitted together.
+    Trial ``a`` sent low first, trial ``b`` high first. Each trial tells one thing apart: only priority serves
+    the high request first in ``a`` (it was sent second), and only a reversed polarity serves the low one first in
+    ``b``; the other trial must not contradict it, and a tie (admitted together: two seats freed at once) does not.
+    Honoured: high first in ``a``, high first or a tie in ``b``; reversed: low first in ``b``, low first or a tie in
+    ``a``; ignored: send order or ties in both; high first in ``a`` and low first in ``b`` contradict each other.
     """
     a, b = orders.get("a"), orders.get("b")
     if a is None or b is None:
         return None
-    if a == b == "high":
+    if a == "high" and b in ("high", "tie"):
         return "honoured"
-    if a == b == "low":
+    if b == "low" and a in ("low", "tie"):
         return "reversed"
-    if {a, b} <= {"tie"} or (a, b) in (("low", "high"), ("tie", "high"), ("low", "tie")):
+    if a in ("low", "tie") and b in ("high", "tie"):
         return "ignored"
     return None
 
@@ -266,13 +269,15 @@ def check_polarity(inp: DoctorInput) -> Check | None:
         )
     if verdict == "honoured":
         return Check(
-            "priority polarity", "pass", f"the higher tier got its first token first in both trials ({detail})"
+            "priority polarity", "pass",
+            f"the higher tier got its first token first though sent second, and not after the lower one when sent "
+            f"first ({detail})"
         )
     if verdict == "reversed":
         return Check(
             "priority polarity",
             "fail",
-            f"the LOWER tier went first in both trials ({detail}): the stack reads "
+            f"the LOWER tier went first though sent second ({detail}): the stack reads "
             f"priority the other way round from profile {inp.profile}",
         )
     return Check(
