@@ -33,36 +33,25 @@ compile: $(STAMP)
 engines:
 	bash engines/install.sh all
 
-## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in four passes and one
-## exit code. First the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a time,
-## never beside anything else: even work at the idle CPU priority made their generators fall behind). Then the
-## end-to-end and browser tests, which mostly wait on loopback runs of fixed length, on TEST_WORKERS pytest-xdist
-## workers; beside them, at the idle CPU priority (SCHED_IDLE: the kernel runs it only on what they leave), the
-## unit pass (every test neither `e2e`, `browser`, `real` nor `serial`) on UNIT_WORKERS workers and the real
-## engines' start. Last the real-engine tests (marker `real`: tools/real_pass.py runs the pinned vLLM's tests
-## beside the other engines', each group one test at a time on a core of its own), on engines already up.
+## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in three passes
+## and one exit code: the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a
+## time, never beside the bulk), the real-engine tests (marker `real`: tools/real_pass.py runs the pinned vLLM's
+## tests beside the other engines', each group one test at a time on a core of its own), then the rest, which
+## mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
 ## PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
 TEST_WORKERS   ?= 4
 TIMING_WORKERS ?= 2
-UNIT_WORKERS   ?= 2
 PYTEST_ARGS    ?=
 test: $(STAMP) engines compile
-	@timing=0; real=0; unit=0; e2e=0; \
+	@timing=0; real=0; parallel=0; \
 	echo "make test: timing pass (timing-sensitive tests, $(TIMING_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TIMING_WORKERS) --dist worksteal -m "serial and not real" $(PYTEST_ARGS) || timing=$$?; \
-	hold=$$(mktemp -u "$${TMPDIR:-/tmp}/rushhour-real-hold.XXXXXX"); unitlog=$$(mktemp "$${TMPDIR:-/tmp}/rushhour-unit.XXXXXX"); \
-	$(BIN)/python tools/real_pass.py --hold-until $$hold $(BIN)/pytest $(PYTEST_ARGS) & held=$$!; \
-	$(BIN)/python tools/at_idle_priority.py $(BIN)/pytest -q -n $(UNIT_WORKERS) --dist worksteal \
-	  -m "not real and not serial and not e2e and not browser" $(PYTEST_ARGS) > $$unitlog 2>&1 & units=$$!; \
-	echo "make test: end-to-end pass ($(TEST_WORKERS) workers; beside it at idle priority: the unit pass and the real engines' start)"; \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial and (e2e or browser)" $(PYTEST_ARGS) || e2e=$$?; \
 	echo "make test: real pass (real engines: the pinned vLLM's tests beside the other engines')"; \
-	touch $$hold; wait $$held || real=$$?; rm -f $$hold; \
-	wait $$units || unit=$$?; \
-	echo "make test: unit pass (run at idle priority beside the end-to-end and real passes, $(UNIT_WORKERS) workers)"; \
-	cat $$unitlog; rm -f $$unitlog; \
-	echo "make test: timing pass exit $$timing, end-to-end pass exit $$e2e, real pass exit $$real, unit pass exit $$unit"; \
-	for code in $$timing $$e2e $$real $$unit; do if [ $$code -ne 0 ]; then exit $$code; fi; done
+	$(BIN)/python tools/real_pass.py $(BIN)/pytest $(PYTEST_ARGS) || real=$$?; \
+	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
+	echo "make test: timing pass exit $$timing, real pass exit $$real, parallel pass exit $$parallel"; \
+	for code in $$timing $$real $$parallel; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
 ## test-real: only the tests against real vLLM and LiteLLM
 test-real: $(STAMP) engines

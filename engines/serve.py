@@ -166,11 +166,6 @@ class Server:
                     with contextlib.suppress(OSError):
                         os.sched_setaffinity(int(tid), {cpu})
 
-    def normal_priority(self) -> list[int]:
-        """Put every thread of the server back on the normal CPU policy (it started at SCHED_IDLE, held: see
-        ``normal_priority``); the threads that stayed at another policy."""
-        return normal_priority(self.pids())
-
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the whole process group (vLLM forks an engine core and workers), then SIGKILL."""
         pgid = self.proc.pid  # started with start_new_session: the group id is the leader's pid
@@ -188,30 +183,8 @@ class Server:
             time.sleep(0.05)
 
 
-# How much longer than its deadline a start may take: `make test` starts the real pass's engines at the lowest CPU
-# priority (SCHED_IDLE) while its timing pass runs, so a start gets only what that pass leaves of the cores.
-READY_STRETCH = 1.0
-
-
-def normal_priority(pids: list[int]) -> list[int]:
-    """Put every thread of ``pids`` on the normal CPU policy (SCHED_OTHER, nice unchanged); the threads that could
-    not be moved (leaving SCHED_IDLE takes root or an RLIMIT_NICE of 20). A thread that has gone is no failure."""
-    stuck = []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
-                except ProcessLookupError:
-                    continue
-                except OSError:
-                    stuck.append(int(tid))
-    return stuck
-
-
 def _wait_ready(server: Server, path: str, deadline_s: float, headers: dict[str, str] | None = None) -> None:
     """Poll ``path`` until it answers 200; a dead process or the deadline raise a one-line EngineError."""
-    deadline_s *= READY_STRETCH
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if not server.alive():

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,12 +31,6 @@ def _load_serve() -> ModuleType:
 
 serve = _load_serve()
 SKIP = os.environ.get("RUSHHOUR_SKIP_REAL") == "1"
-# `make test` (tools/real_pass.py --hold-until FILE): this process was started at the lowest CPU priority
-# (SCHED_IDLE) while the timing pass runs; it starts its engines at once, at that priority, so that they are up when
-# the pass ends, and runs its first test only once FILE exists, after it and its engines are back on the normal policy
-HOLD = os.environ.get("RUSHHOUR_REAL_HOLD", "")
-HOLD_READY_STRETCH = 4.0  # a start held at SCHED_IDLE gets only what the timing pass leaves of the cores
-HOLD_POLL_S = 0.2
 
 
 # The engines the real tests use, by fixture name. They are started together, at the first test that needs
@@ -178,16 +170,9 @@ def _servers(value: object) -> list[object]:
 
 
 class EnginePool:
-    """The wanted engines, each starting in a thread of its own from the pool's creation; stopped by PID at the end.
+    """The wanted engines, each starting in a thread of its own from the pool's creation; stopped by PID at the end."""
 
-    ``held``: they start at SCHED_IDLE (this process's policy, inherited) and each goes back to the normal policy
-    before a test has it (``normal_priority``)."""
-
-    def __init__(self, wanted: set[str], logs: Path, held: bool = False) -> None:
-        self.logs = logs
-        self._held = held
-        self._normal: set[str] = set()  # the held engines already back on the normal policy
-        self._stopped = False
+    def __init__(self, wanted: set[str], logs: Path) -> None:
         self._threads = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="engine-start")
         self._starting: dict[str, Future[object]] = {
             name: self._threads.submit(ENGINES[name][1], logs) for name in sorted(wanted)}
@@ -198,37 +183,13 @@ class EnginePool:
         if future is None:  # not foreseen at collection (a test asking for it by request.getfixturevalue)
             raise AssertionError(f"the engine {name!r} was not started: no collected test asked for it")
         try:
-            engine = future.result()
+            return future.result()
         except serve.EngineError as exc:
             pytest.fail(f"real engine unavailable: {exc} (run `make engines`, or set RUSHHOUR_SKIP_REAL=1 to skip)",
                         pytrace=False)
-        stuck = self._to_normal(name, engine)
-        if stuck:
-            pytest.fail(stuck, pytrace=False)
-        return engine
-
-    def normal_priority(self) -> str | None:
-        """Every engine up so far back on the normal CPU policy (the others as a test takes them); an error line."""
-        for name, future in self._starting.items():
-            if future.done() and future.exception() is None:
-                stuck = self._to_normal(name, future.result())
-                if stuck:
-                    return stuck
-        return None
-
-    def _to_normal(self, name: str, engine: object) -> str | None:
-        if not self._held or name in self._normal:
-            return None
-        self._normal.add(name)
-        stuck = [tid for server in _servers(engine) for tid in server.normal_priority()]  # type: ignore[attr-defined]
-        # measured at SCHED_IDLE beside its own load generator, an engine would be starved: never run a test so
-        return f"the engine {name!r} stays at the idle CPU policy (threads {stuck[:5]})" if stuck else None
 
     def stop(self) -> None:
-        """Stop every engine that started (a start still under way is waited for, then stopped); once."""
-        if self._stopped:
-            return
-        self._stopped = True
+        """Stop every engine that started (a start still under way is waited for, then stopped)."""
         self._threads.shutdown(wait=True)
         failed: list[BaseException] = []
         for future in self._starting.values():
@@ -242,47 +203,10 @@ class EnginePool:
             raise failed[0]
 
 
-_HELD: list[EnginePool] = []  # the pool a held session started before its first test
-
-
-def _await_file(path: Path) -> None:
-    """Return once ``path`` exists; leave the session if the runner that started this process is gone."""
-    parent = os.getppid()
-    while not path.exists():
-        if os.getppid() != parent:  # orphaned: nobody will ever create the file
-            pytest.exit("real pass: the runner that held this session is gone", returncode=3)
-        time.sleep(HOLD_POLL_S)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtestloop(session: pytest.Session) -> Iterator[object]:
-    """Held (see HOLD): the engines start now and the first test waits for the hold file."""
-    if HOLD and _WANTED and not SKIP and not session.config.option.collectonly:
-        serve.READY_STRETCH = HOLD_READY_STRETCH
-        pool = EnginePool(_WANTED, Path(tempfile.mkdtemp(prefix="rushhour-engine-logs-")), held=True)
-        _HELD.append(pool)
-        try:
-            _await_file(Path(HOLD))
-            stuck = serve.normal_priority([os.getpid()])  # this process first: what it starts from now inherits it
-            error = (f"real pass: this process stays at the idle CPU policy (threads {stuck[:5]})" if stuck
-                     else pool.normal_priority())
-            if error:
-                pytest.exit(error, returncode=3)
-        except BaseException:
-            pool.stop()
-            raise
-    return (yield)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    for pool in _HELD:  # a held pool that no test took (they all failed first) is stopped all the same
-        pool.stop()
-
-
 @pytest.fixture(scope="session")
 def engine_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginePool]:
     """Every engine the selected tests use, starting at once (see ENGINES)."""
-    pool = _HELD[0] if _HELD else EnginePool(_WANTED, tmp_path_factory.mktemp("engine-logs"))
+    pool = EnginePool(_WANTED, tmp_path_factory.mktemp("engine-logs"))
     yield pool
     pool.stop()
 
