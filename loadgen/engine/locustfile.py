@@ -177,15 +177,12 @@ def _install_master_parts(environment: Environment) -> None:
 
 
 def _anchor_at_start(environment: Environment, **_: Any) -> None:
-    """The master (or the only process) takes the run's anchor once its workers are all there (the spawn
-    message carries it to them) and writes it for the runner."""
+    """The master takes the run's anchor once its workers are all there (the spawn message carries it to them)
+    and writes it for the runner."""
     opts = environment.parsed_options
     if opts is None or int(opts.rh_wall_anchor_ns or 0):
         return
-    now = Anchor.now()
-    lead = int(ship.ANCHOR_LEAD_S * 1e9)
-    set_anchor(opts, now.mono_ns + lead, now.wall_ns + lead)
-    ship.write_anchor(run_dir_of(opts), now.mono_ns + lead, now.wall_ns + lead, lead)
+    _take_anchor(opts, run_dir_of(opts), ship.ANCHOR_LEAD_S)
 
 
 def _alone(opts: Any) -> bool:
@@ -198,8 +195,12 @@ def _anchor_when_ready(opts: Any, run_dir: Path) -> None:
     the runner: the schedule starts ``LOCAL_ANCHOR_LEAD_S`` later, not a guessed lead after Locust's test start."""
     if not _alone(opts) or getattr(opts, "rh_anchor_at_start", "0") != "1" or int(opts.rh_wall_anchor_ns or 0):
         return
-    now = Anchor.now()
-    lead = int(ship.anchor_lead_s(1, remote_workers=False) * 1e9)
+    _take_anchor(opts, run_dir, ship.LOCAL_ANCHOR_LEAD_S)
+
+
+def _take_anchor(opts: Any, run_dir: Path, lead_s: float) -> None:
+    """t = 0 is ``lead_s`` from now: into the options (the spawn message carries them) and the run folder's file."""
+    now, lead = Anchor.now(), int(lead_s * 1e9)
     set_anchor(opts, now.mono_ns + lead, now.wall_ns + lead)
     ship.write_anchor(run_dir, now.mono_ns + lead, now.wall_ns + lead, lead)
 
