@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from support import rushhour
 
 from rushhour.loadgen.runner import RunOptions, _start_failure, locust_command, run_scenario
 from rushhour.loadgen.testbed_proc import child_env
@@ -70,3 +72,30 @@ def test_a_load_process_that_cannot_build_its_route_quits_once(tmp_path: Path) -
     assert elapsed < 25.0  # quit at once; the -t cap of this command is 28 s (generous for a busy machine)
     line = _start_failure(log_path)
     assert line is not None and "99999" in line and "\n" not in line
+
+
+PLANTED = """
+import sys
+if "--rh-run-dir" in sys.argv:  # only the Locust process a run starts
+    import rushhour.loadgen.prompts as prompts
+    def _fail():
+        raise RuntimeError("planted: the prompt base cannot be built")
+    prompts.warm = _fail
+"""
+
+
+def test_a_runs_only_process_failing_before_its_anchor_is_a_one_line_startup_error(tmp_path: Path) -> None:
+    """A run's only process takes the anchor after its context is built: a build that fails leaves no anchor, and
+    the run ends as a start-up error in the process's own words, not a wait or a run measured from nothing."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(PLANTED)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO.format(url="http://127.0.0.1:9"))
+    done = rushhour("run", str(scenario), "--out", str(tmp_path / "runs"), "--no-report", inject=inject, timeout=180)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "a load process cannot start: RuntimeError: planted" in done.stdout + done.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["stop_reason"] == "startup_error" and not (run_dir / "anchor.json").exists()
+    assert shard_paths(run_dir) == []
