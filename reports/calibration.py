@@ -65,9 +65,8 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
             + ("unmeasured; the preset has none (`front_end_s: 0`), so the simulator's TTFT is short by it." if
                overhead is None else
                f"median {overhead:.1f} ms per request sent alone (client TTFT − engine queue − engine prefill), "
-               "the preset's "
-               "`front_end_s`: the simulator delays each request's arrival at the engine by it. One median for "
-               "every request: a server whose front end slows with load or prompt size is not modelled."), ""]
+               "the preset's `front_end_s`. " + _spread(report.get("front_end_quantiles_s") or [])
+               + " A server whose front end slows with load or prompt size is not modelled."), ""]
     front = report.get("front_end") or {}
     cpu, interval, shares = front.get("cpu_s"), front.get("interval"), front.get("shares_core")
     if cpu is None:
@@ -85,3 +84,15 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
                 "- Its per-step and per-token work (detokenising, streaming) is inside the engine's measured step "
                 "times, so inside the fitted step terms above.", ""]
     return "\n".join(out)
+
+
+def _spread(quantiles: list[float]) -> str:
+    """What the simulator does with the front end's time: draw it from its measured quantiles, or take the median."""
+    if not quantiles:
+        return ("Too few requests alone to measure its spread: the simulator delays each request's arrival at the "
+                "engine by the median.")
+    ms = [1000 * v for v in quantiles]
+    return (f"Its spread over those requests: {ms[0]:.1f} ms at least, {ms[1]:.1f}–{ms[-2]:.1f} ms from 10 % to "
+            f"90 %, {ms[-1]:.1f} ms at most (`front_end_quantiles_s`): the simulator draws each request's delay "
+            "before the engine from it.")
+

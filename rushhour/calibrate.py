@@ -249,9 +249,9 @@ def discovered_seqs(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> tuple[int,
                        f"(engine queue time under half a decode)")
 
 
-def first_token_overhead_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> float | None:
-    """Median of client TTFT − engine queue − engine prefill over the prefill probes (each request alone): the
-    server's time outside its engine steps before a first token (HTTP, tokenising, hand-offs), unloaded.
+def first_token_gaps_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> list[float]:
+    """Client TTFT − engine queue − engine prefill of each prefill probe (each request alone): the server's time
+    outside its engine steps before a first token (HTTP, tokenising, hand-offs), unloaded.
 
     Only requests sent alone: in a burst the front end takes requests in turn, and vLLM stamps a request queued
     when its engine core takes it in, between steps, so waiting for a running step shows here too (tens of ms
@@ -262,7 +262,26 @@ def first_token_overhead_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> fl
         timed = isinstance(r.get("first_token_ns"), int) and isinstance(r.get("sent_ns"), int)
         if p.kind == "prefill" and r.get("status") == 200 and q is not None and pre is not None and timed:
             gaps.append((r["first_token_ns"] - r["sent_ns"]) / 1e6 - float(q) - float(pre))
+    return gaps
+
+
+def first_token_overhead_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> float | None:
+    """The median of ``first_token_gaps_ms`` (None without one)."""
+    gaps = first_token_gaps_ms(pairs)
     return round(statistics.median(gaps), 3) if gaps else None
+
+
+MIN_SPREAD_SAMPLES = 8  # fewer lone requests than this give no spread worth drawing from: the median alone
+
+
+def front_end_quantiles_s(gaps_ms: Sequence[float]) -> list[float]:
+    """The gaps' 0 %, 10 %, …, 100 % quantiles in seconds (none below 0: a gap under 0 is the clocks' noise), for
+    the simulator to draw each request's front-end time from; empty with fewer than ``MIN_SPREAD_SAMPLES``."""
+    if len(gaps_ms) < MIN_SPREAD_SAMPLES:
+        return []
+    ordered = sorted(max(0.0, g) for g in gaps_ms)
+    cuts = statistics.quantiles(ordered, n=10, method="inclusive")
+    return [round(v / 1000, 6) for v in (ordered[0], *cuts, ordered[-1])]
 
 
 # --------------------------------------------------------------------------- the calibration
@@ -368,7 +387,8 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
         "probes": len(probes), "heldout_probes": sorted(held), "requests": len(all_pairs),
         "served": sum(1 for _, r in all_pairs if r.get("status") == 200),
         "engine_timing": sum(1 for _, r in all_pairs if r.get("metrics_time_to_first_token_ms") is not None),
-        "first_token_overhead_ms": first_token_overhead_ms(all_pairs), "sources": sources,
+        "first_token_overhead_ms": first_token_overhead_ms(all_pairs),
+        "front_end_quantiles_s": front_end_quantiles_s(first_token_gaps_ms(all_pairs)), "sources": sources,
         "front_end": dataclasses.asdict(front),
         "max_prompt_tokens": max_prompt,
         "capacity": {"max_num_seqs": seqs, "kv_capacity_tokens": kv, "max_num_batched_tokens": batched,
@@ -399,6 +419,7 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
         name=name[:80], model=model, max_num_seqs=seqs, kv_capacity_tokens=kv, max_num_batched_tokens=batched,
         block_tokens=facts.block_tokens or 16, prefill_step_s=c["prefill_step_s"], base_s=c["base_s"],
         front_end_s=max(0.0, (report["first_token_overhead_ms"] or 0.0) / 1000), front_end_cpu_s=front_cpu,
+        front_end_quantiles_s=report["front_end_quantiles_s"],
         per_seq_s=c["per_seq_s"], per_kv_token_s=c["per_kv_token_s"], prefill_per_token_s=c["prefill_per_token_s"],
         schema=PRESET_SCHEMA,
         calibration=Calibration(

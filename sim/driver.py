@@ -104,6 +104,9 @@ class Env:
         self.counters = {"sent": 0, "not_sent": 0, "attempts": 0, "tasks": 0}
         self._not_sent_window: dict[str, tuple[int, int, int]] = {}  # persona -> (interval start, records, missed)
         self.live_scale: tuple[float, str | None] = (1.0, None)  # the find-limit controller's (scale, persona)
+        # each attempt's front-end delay on a calibrated preset with a spread, drawn in arrival order (the loop's
+        # order is deterministic, so the same scenario and seed draw the same delays)
+        self.front_end_rng = seeded_rng(scenario.seed, "front-end")
 
     def load_scale(self, persona: str) -> float:
         """The live multiplier of ``persona``'s arrival rate (set by the find-limit controller; else 1)."""
@@ -202,6 +205,14 @@ class Env:
         self.tasks.clear()
 
 
+def from_quantiles(quantiles: Sequence[float], u: float) -> float:
+    """The value at ``u`` in [0, 1) of the distribution whose evenly spaced quantiles (0 % … 100 %) these are,
+    linear between them: a draw when ``u`` is uniform."""
+    x = u * (len(quantiles) - 1)
+    i = min(int(x), len(quantiles) - 2)
+    return quantiles[i] + (x - i) * (quantiles[i + 1] - quantiles[i])
+
+
 def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Generator[Any, Any, RequestRecord]:
     """One attempt on ``route`` (the flow's ``Send``): the testbed server's admission path, then the engine's
     events until it ends; fills ``rec`` (the flow writes it)."""
@@ -226,7 +237,9 @@ def attempt(env: Env, req: Logical, route: SimRoute, rec: RequestRecord) -> Gene
     else:
         cl = route.classify(req.tier, req.tenant)
     prompt_tokens = max(1, -(-size // BYTES_PER_TOKEN))  # testbed.tokens.count_tokens of those bytes
-    front_s = cluster.engine.params.front_end_s
+    params = cluster.engine.params
+    front_s = (from_quantiles(params.front_end_quantiles_s, env.front_end_rng.random())
+               if params.front_end_quantiles_s else params.front_end_s)
     if front_s > 0:  # a calibrated server's front end: the engine sees the request this much after it was sent
         yield Sleep(now + int(front_s * NS))
         now = env.now

@@ -45,6 +45,8 @@ class EngineParams:
     # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs): the simulator
     # delays each request's arrival at the engine by it (the testbed's own HTTP server has its own); 0 = none
     front_end_s: float = 0.0
+    # that time's quantiles (evenly spaced, 0 % to 100 %): the simulator draws each request's from them; () = none
+    front_end_quantiles_s: tuple[float, ...] = ()
     # a calibrated server's front-end CPU per arriving request (served or refused) on the engine's own core: an
     # arrival while the engine is busy makes its next step this much longer (vLLM on one core: the API server's
     # HTTP, template and tokenising take the core from the engine core's step); 0 = a front end on cores of its own

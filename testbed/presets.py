@@ -10,6 +10,7 @@ also be a YAML file that ``rushhour calibrate`` wrote (``load_preset_file``): th
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -20,6 +21,7 @@ from rushhour.testbed.typed import ConfigError, from_dict
 MAX_FILE_BYTES = 64 * 1024  # a preset file is a few dozen lines: anything larger is not one
 FILE_SUFFIXES = (".yaml", ".yml")
 PRESET_SCHEMA = "rushhour.preset/1"
+MAX_QUANTILES = 101  # percentiles at most: a spread, not the samples
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class Preset:
     # a calibrated server's time before its engine queues a request (HTTP, tokenising, hand-offs; measured as client
     # TTFT − engine queue − engine prefill): the simulator delays each request's arrival at the engine by it
     front_end_s: float = 0.0
+    # that time's spread: its 0 %, 10 %, …, 100 % quantiles over the calibration's lone requests; the simulator draws
+    # each request's delay from them (a real front end's time varies with where an arrival falls in an engine step,
+    # so a constant leaves the light-load tail short); empty = ``front_end_s`` for every request
+    front_end_quantiles_s: list[float] = field(default_factory=list, hash=False)
     # a calibrated server's front-end CPU per arriving request, served or refused (its API server's /metrics
     # process_cpu_seconds_total over designed requests), taken from the engine's step when both share a core
     # (measured: a front-end-only load slows the engine's own inter-token time); 0 = none
@@ -159,6 +165,11 @@ def check_preset(preset: Preset) -> Preset:
         value = getattr(preset, name)
         if not math.isfinite(value) or value < 0 or value > 3600:
             raise ConfigError(f"{name}: must be a finite number of seconds in [0, 3600], got {value!r}")
+    q = preset.front_end_quantiles_s
+    if q and (len(q) < 2 or len(q) > MAX_QUANTILES or any(not math.isfinite(v) or v < 0 or v > 3600 for v in q)
+              or any(b < a for a, b in itertools.pairwise(q))):
+        raise ConfigError(f"front_end_quantiles_s: must be 2 to {MAX_QUANTILES} non-decreasing seconds in [0, 3600], "
+                          f"got {len(q)} values")
     if preset.base_s <= 0:
         raise ConfigError("base_s: must be > 0 (an engine step takes time)")
     if preset.schema != PRESET_SCHEMA:

@@ -32,7 +32,7 @@ def engine_params(cfg: TestbedConfig) -> EngineParams:
         block_tokens=cfg.block_tokens or p.block_tokens,
         base_s=p.base_s, per_seq_s=p.per_seq_s, per_kv_token_s=p.per_kv_token_s,
         prefill_per_token_s=p.prefill_per_token_s, prefix_cache=cfg.prefix_cache, prefill_step_s=p.prefill_step_s,
-        front_end_s=p.front_end_s,
+        front_end_s=p.front_end_s, front_end_quantiles_s=tuple(p.front_end_quantiles_s),
         front_end_cpu_s=p.front_end_cpu_s,
     )
 

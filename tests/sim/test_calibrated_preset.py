@@ -53,10 +53,27 @@ def test_a_negative_coefficient_or_a_missing_file_is_refused(tmp_path: Path) -> 
         get_preset(str(tmp_path / "missing.yaml"))
 
 
-def _simulate(tmp_path: Path, name: str, *extra: str) -> dict[str, object]:
+# one tier at light load on one tiny replica: ~60 requests served, nearly every one alone, so its TTFT is the
+# front end plus a prefill
+LIGHT = """
+name: sim-light
+seed: 5
+target: {url: testbed, profile: vllm, testbed: {preset: tiny, replicas: 1}}
+tiers: [{name: interactive, priority: 0}]
+personas:
+  - {kind: chat, name: chat, tier: interactive, arrival: {process: poisson, rate: 2}, turns: 1,
+     system_prompt_tokens: 0, prompt_tokens: {dist: constant, value: 64}, output_tokens: {dist: constant, value: 8}}
+phases: [{name: steady, duration: 30s}]
+calibration: {probes: 0}
+drain_s: 3
+"""
+
+
+def _simulate(tmp_path: Path, name: str, *extra: str, scenario_text: str = SATURATED,
+              duration: str = "6s") -> dict[str, object]:
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(SATURATED)
-    proc = cli("simulate", str(scenario), "--out", str(tmp_path / name), "--duration", "6s", *extra)
+    scenario.write_text(scenario_text)
+    proc = cli("simulate", str(scenario), "--out", str(tmp_path / name), "--duration", duration, *extra)
     assert proc.returncode == 0, proc.stderr
     run = only_run(tmp_path / name)
     return {"summary": json.loads((run / "summary.json").read_text()), "report": (run / "report.md").read_text()}
@@ -96,3 +113,36 @@ def test_a_front_end_on_the_engines_core_slows_a_busy_engine(tmp_path: Path) -> 
         return sum(float(t["goodput_per_s"]) for t in result["summary"]["tiers"])  # type: ignore[index,misc]
 
     assert served(shared) < served(plain), (served(plain), served(shared))
+
+
+def test_front_end_quantiles_round_trip_and_a_bad_spread_is_one_line(tmp_path: Path) -> None:
+    spread = [0.01, 0.012, 0.013, 0.015, 0.016, 0.018, 0.02, 0.022, 0.025, 0.03, 0.06]
+    path = _write(tmp_path / "cal.yaml", front_end_s=0.018, front_end_quantiles_s=spread)
+    assert load_preset_file(path).front_end_quantiles_s == spread
+    for bad in ([0.02, 0.01], [0.01], [0.01, float("nan")], [-0.01, 0.0], [0.0] * 102):
+        path.write_text(dump_preset(dataclasses.replace(PRESETS["tiny"], name="cal"), "test").replace(
+            "front_end_quantiles_s: []", f"front_end_quantiles_s: {json.dumps(bad).replace('NaN', '.nan')}"))
+        with pytest.raises(ValueError, match="front_end_quantiles_s: must be 2 to 101 non-decreasing") as err:
+            load_preset_file(path)
+        assert "\n" not in str(err.value)
+
+
+def test_a_front_end_spread_is_drawn_per_request_and_the_same_seed_draws_the_same(tmp_path: Path) -> None:
+    """With ``front_end_quantiles_s`` each request's delay before the engine is drawn from them: a tail in the
+    front end's time (10 % of lone requests between 50 ms and 1 s) reaches the TTFT's p99, which the median alone
+    (50 ms for every request) leaves out; the draws follow the scenario's seed."""
+    tail = [0.05] * 10 + [1.0]
+    light = {"scenario_text": LIGHT, "duration": "30s"}
+    constant_file = str(_write(tmp_path / "constant.yaml", front_end_s=0.05))
+    constant = _simulate(tmp_path, "constant", "--preset", constant_file, **light)
+    spread_file = str(_write(tmp_path / "spread.yaml", front_end_s=0.05, front_end_quantiles_s=tail))
+    spread = _simulate(tmp_path, "spread", "--preset", spread_file, **light)
+    again = _simulate(tmp_path, "again", "--preset", spread_file, **light)
+
+    def ttft(result: dict[str, object], q: str) -> float:
+        tier = next(t for t in result["summary"]["tiers"] if t["name"] == "interactive")  # type: ignore[index]
+        return float(tier["latency"]["ttft_ms"][q])
+
+    assert ttft(spread, "p99") >= ttft(constant, "p99") + 200, (ttft(constant, "p99"), ttft(spread, "p99"))
+    assert abs(ttft(spread, "p50") - ttft(constant, "p50")) < 10  # the median request's delay is the same 50 ms
+    assert [ttft(again, q) for q in ("p50", "p99")] == [ttft(spread, q) for q in ("p50", "p99")]
