@@ -131,13 +131,20 @@ def prefill_probes(max_prompt: int, reps: int, quick: bool) -> list[Probe]:
 
 
 def decode_probes(max_num_seqs: int, max_prompt: int, tokens: int, quick: bool) -> list[Probe]:
-    """N streams at once, at short and long contexts, N up to the batch the engine runs together."""
+    """N streams at once, at short and long contexts, N up to the batch the engine runs together; without
+    ``quick`` the ladder twice, the second time backwards.
+
+    Twice because one probe is a fraction of a second of one host's speed, which drifts (measured on a shared
+    2-core VM: the same batch 4.4 ms a token in one probe, 6.8 ms in the one before), and a step term fitted on
+    one pass carries that drift; backwards so that a drift across the ladder weighs on small and large batches
+    alike. A probe and its repeat share a name, so both are fitted or both held out."""
     if max_num_seqs <= 8:
         batches = list(range(1, max_num_seqs + 1))
     else:
         batches = sorted({min(max_num_seqs, 2**i) for i in range(0, 1 + math.ceil(math.log2(max_num_seqs)))})
     contexts = [64, min(768, max_prompt)] if quick else [64, min(384, max_prompt), max_prompt]
-    return [Probe(f"decode-{n}x{c}", "decode", c, tokens, n) for c in dict.fromkeys(contexts) for n in batches]
+    ladder = [Probe(f"decode-{n}x{c}", "decode", c, tokens, n) for c in dict.fromkeys(contexts) for n in batches]
+    return ladder if quick else [*ladder, *reversed(ladder)]
 
 
 def laid_out(probes: Sequence[Probe], gap_s: float, length_s: dict[str, float] | None = None) -> list[Probe]:

@@ -25,6 +25,15 @@ def test_probes_are_laid_out_alone_and_every_kind_is_held_out_somewhere() -> Non
     assert rows[0].kind == "warmup" and rows[-1].name == probes[-1].name  # row n of the trace is probe rows[n]
 
 
+def test_the_decode_ladder_runs_twice_the_second_time_backwards_and_once_when_quick() -> None:
+    full = [p.name for p in decode_probes(4, 1024, 32, quick=False)]
+    assert len(full) == 24 and full[12:] == full[:12][::-1] and len(set(full)) == 12
+    held = heldout(decode_probes(4, 1024, 32, quick=False))  # a probe and its repeat: held out together
+    assert all(full.count(name) == 2 for name in held)
+    quick = [p.name for p in decode_probes(4, 1024, 32, quick=True)]
+    assert len(quick) == len(set(quick)) == 8  # --quick: the ladder once
+
+
 def test_a_url_is_named_without_its_credentials() -> None:
     assert public_url("http://user:secret@10.0.0.1:8000/v1/?key=abc#x") == "http://10.0.0.1:8000/v1"
 
