@@ -199,6 +199,62 @@ def table(case: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+SPEED_TERMS = ("base_s", "per_seq_s", "per_kv_token_s", "prefill_per_token_s", "prefill_step_s", "front_end_s",
+               "front_end_cpu_s")
+
+
+def speed_matched(preset_file: Path, work: Path, case: dict[str, Any], scenario_file: Path) -> dict[str, Any]:
+    """The case simulated again on the preset with every time term scaled by the real engine's own median
+    inter-token time over the simulated one's (the speed the host gave the engine during that run): a diagnostic of
+    the model apart from the host's drift, not a prediction (it takes one number from the run it is judged on)."""
+    import yaml
+
+    name = case["name"]
+    real_speed = engine_speed(_run_dir(work / "real" / name))["itl_ms"]
+    sim_speed = engine_speed(_run_dir(work / "sim" / name))["itl_ms"]
+    if not real_speed or not sim_speed:
+        return {"factor": None, "rows": []}
+    factor = real_speed / sim_speed
+    data = yaml.safe_load(preset_file.read_text())
+    for term in SPEED_TERMS:
+        data[term] = data.get(term, 0.0) * factor
+    data["front_end_quantiles_s"] = [v * factor for v in data.get("front_end_quantiles_s") or []]
+    scaled = work / f"speed-matched-{name}.yaml"
+    scaled.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = work / "sim-speed-matched" / name
+    done = _rushhour("simulate", str(scenario_file), "--preset", str(scaled), "--out", str(out))
+    if done.returncode not in (0, 1):
+        print(done.stderr[-2000:])
+        return {"factor": factor, "rows": []}
+    rows = compare(figures(_run_dir(work / "real" / name)), figures(_run_dir(out)))
+    return {"factor": factor, "rows": rows, "itl_ms": engine_speed(_run_dir(out))["itl_ms"]}
+
+
+def tally(cases: dict[str, list[dict[str, Any]]]) -> str:
+    """How many figures met their target and how many fell inside the real run's noise."""
+    every = [r for rows in cases.values() for r in rows if r["on_target"] is not None]
+    return (f"on target: {sum(r['on_target'] for r in every)} of {len(every)} figures; within the real run's noise: "
+            f"{sum(bool(r['in_noise']) for r in every)} of {sum(r['in_noise'] is not None for r in every)}")
+
+
+def print_speed_matched(preset: Path, work: Path, peak_s: float) -> dict[str, Any]:
+    """Every case's speed-matched table and the tally (see ``speed_matched``)."""
+    import yaml
+
+    matched: dict[str, Any] = {}
+    for sc in scenarios(peak_s):
+        path = work / f"{sc['name']}.yaml"
+        if not path.exists():
+            path.write_text(yaml.safe_dump(sc, sort_keys=False))
+        matched[sc["name"]] = m = speed_matched(preset, work, sc, path)
+        if m["factor"] is not None:
+            print(table(f"{sc['name']}, speed-matched (×{m['factor']:.2f}: the simulated engine then ran "
+                        f"{m.get('itl_ms') or float('nan'):.2f} ms a token)", m["rows"]) + "\n", flush=True)
+    print("speed-matched (a diagnostic of the model apart from the host's drift, not a prediction): "
+          + tally({k: v["rows"] for k, v in matched.items()}))
+    return matched
+
+
 def _serve() -> Any:
     spec = importlib.util.spec_from_file_location("rushhour_engines_serve", ROOT / "engines" / "serve.py")
     assert spec is not None and spec.loader is not None
@@ -220,12 +276,18 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     ap.add_argument("--tables", type=Path, default=None, help="only print the tables of a --work folder's runs")
+    ap.add_argument("--speed-matched", action="store_true",
+                    help="also simulate each case at the speed the real engine ran it (a diagnostic, not a prediction)")
     args = ap.parse_args()
     if args.tables is not None:
+        cases = {}
         for sc in scenarios(args.peak):
-            rows = compare(figures(_run_dir(args.tables / "real" / sc["name"])),
-                           figures(_run_dir(args.tables / "sim" / sc["name"])))
+            cases[sc["name"]] = rows = compare(figures(_run_dir(args.tables / "real" / sc["name"])),
+                                               figures(_run_dir(args.tables / "sim" / sc["name"])))
             print(table(sc["name"], rows) + "\n")
+        print(tally(cases))
+        if args.speed_matched:
+            print_speed_matched(args.tables / "calibrated.yaml", args.tables, args.peak)
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="rushhour-calibration-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -262,9 +324,9 @@ def main() -> int:
             print(table(sc["name"], rows) + f"\n\n(load average after it: {os.getloadavg()[0]:.1f} on "
                   f"{os.cpu_count()} cores; the real server refused: {refused}; the engine's own p50 inter-token "
                   f"and prefill ms, real vs simulated: {speed})\n", flush=True)
-        every = [r for rows in results["cases"].values() for r in rows if r["on_target"] is not None]
-        print(f"on target: {sum(r['on_target'] for r in every)} of {len(every)} figures; within the real run's noise: "
-              f"{sum(bool(r['in_noise']) for r in every)} of {sum(r['in_noise'] is not None for r in every)}")
+        print(tally(results["cases"]))
+        if args.speed_matched:
+            results["speed_matched"] = print_speed_matched(preset, work, args.peak)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=str))
     finally:
