@@ -576,6 +576,10 @@ drain_s: 2
 
 # serial: a 44-request run judged valid across a live rebalance; beside parallel test workers 3 sends left
 # > 100 ms late once (invalid), a verdict on the machine, not on the rebalance
+# the audit's reasons for a run whose own generator stalled (audit/validity.py): sends late, or first tokens read late
+GENERATOR_STALLED = ("the generator fell behind", "read after a generator stall")
+
+
 @pytest.mark.serial
 def test_a_worker_joining_a_live_run_takes_no_share_and_cuts_none(tmp_path: Path) -> None:
     """One expected worker drives the run; a second one joins 3 s in. Its host name sorts first, so
@@ -584,8 +588,9 @@ def test_a_worker_joining_a_live_run_takes_no_share_and_cuts_none(tmp_path: Path
     sends nothing, and the run ends on time, valid.
 
     A run the audit finds invalid only because its generator fell behind (the newcomer's start-up
-    beside it on a slow 2-core machine: seen once, 3 of 44 requests > 100 ms late) is tried once more;
-    any other reason fails at once, and so does a second late generator."""
+    beside it on a slow 2-core machine: seen once, 3 of 44 requests > 100 ms late; and once, CI35, 3 of 44
+    first tokens stamped > 10 ms late after a stall) is tried once more; any other reason fails at once, and
+    so does a second late generator."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         not_run("EXTRA-WORKER TEST NOT RUN: needs root and util-linux (`unshare --uts`) for host names")
     reasons: list[str] = []
@@ -593,7 +598,7 @@ def test_a_worker_joining_a_live_run_takes_no_share_and_cuts_none(tmp_path: Path
         trial = tmp_path / f"trial-{attempt}"
         trial.mkdir()
         reasons = _joining_trial(trial)
-        if not reasons or not all("the generator fell behind" in r for r in reasons):
+        if not reasons or not all(any(why in r for why in GENERATOR_STALLED) for r in reasons):
             break
     assert not reasons, reasons
 
