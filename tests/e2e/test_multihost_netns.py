@@ -574,12 +574,12 @@ drain_s: 2
 """
 
 
-# serial: a 44-request run judged valid across a live rebalance; beside parallel test workers 3 sends left
-# > 100 ms late once (invalid), a verdict on the machine, not on the rebalance
 # the audit's reasons for a run whose own generator stalled (audit/validity.py): sends late, or first tokens read late
 GENERATOR_STALLED = ("the generator fell behind", "read after a generator stall")
 
 
+# serial: a 44-request run judged valid across a live rebalance; beside parallel test workers 3 sends left
+# > 100 ms late once (invalid), a verdict on the machine, not on the rebalance
 @pytest.mark.serial
 def test_a_worker_joining_a_live_run_takes_no_share_and_cuts_none(tmp_path: Path) -> None:
     """One expected worker drives the run; a second one joins 3 s in. Its host name sorts first, so
