@@ -54,6 +54,7 @@ def render_calibration(report: Mapping[str, Any], preset_file: str | None) -> st
                 + ("unmeasured (no probe repeated)." if fit.get("noise_mape") is None else
                    f"MAPE {fit['noise_mape']:.1%}. A held-out error near it is the engine's noise, which no fit "
                    "removes; well above it, a misfit."), ""]
+    out += [_drift(report.get("speed_drift")), ""]
     out += [f"Fitted on prompts up to {report.get('max_prompt_tokens')} tokens: a longer prompt is extrapolated.", "",
             "## Capacity", "", "| number | value | source |", "|---|---:|---|"]
     sources = report.get("sources") or {}
@@ -95,4 +96,17 @@ def _spread(quantiles: list[float]) -> str:
     return (f"Its spread over those requests: {ms[0]:.1f} ms at least, {ms[1]:.1f}–{ms[-2]:.1f} ms from 10 % to "
             f"90 %, {ms[-1]:.1f} ms at most (`front_end_quantiles_s`): the simulator draws each request's delay "
             "before the engine from it.")
+
+
+def _drift(drift: list[float] | tuple[float, int] | None) -> str:
+    """The host's drift within the calibration, said with what it means for a later run."""
+    if not drift:
+        return ("The engine's speed across the calibration: unmeasured (the decode ladder ran once, `--quick`): "
+                "how much the host itself drifts is unknown.")
+    value, probes = drift[0], int(drift[1])
+    way = "slower" if value > 0 else "faster"
+    return (f"The engine's speed across the calibration: the decode ladder's second pass ran {abs(value):.0%} {way} "
+            f"than its first (median over {probes} probes run twice). That is the host's own drift, not the model's: "
+            "a run predicted later is off by about as much again whatever the fit, so on a host that drifts more "
+            "than the targets allow, calibrate close to the runs you plan from.")
 

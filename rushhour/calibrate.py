@@ -278,6 +278,27 @@ def first_token_overhead_ms(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> fl
     return round(statistics.median(gaps), 3) if gaps else None
 
 
+def speed_drift(pairs: Sequence[tuple[Probe, dict[str, Any]]]) -> tuple[float, int] | None:
+    """How much slower (> 0) or faster (< 0) the engine ran the decode ladder's second pass than its first: the
+    median over the probes run twice of the repeat's mean inter-token time over the first's, less 1, with how many
+    probes it rests on; None without a repeated probe the engine timed.
+
+    The host's own drift, measured inside the calibration: a held-out run later is off by about as much again,
+    whatever the fit (on a shared 2-core VM, 7 Dec 2026: the same engine at 4.0 and 6.3 ms a token 24 minutes
+    apart)."""
+    passes: dict[str, dict[float, list[float]]] = {}
+    for p, r in pairs:
+        if p.kind == "decode" and r.get("status") == 200 and r.get("metrics_mean_itl_ms"):
+            passes.setdefault(p.name, {}).setdefault(p.at_s, []).append(float(r["metrics_mean_itl_ms"]))
+    ratios = []
+    for by_time in passes.values():
+        if len(by_time) >= 2:
+            first, *_, last = (statistics.fmean(by_time[t]) for t in sorted(by_time))
+            if first > 0:
+                ratios.append(last / first)
+    return (round(statistics.median(ratios) - 1, 4), len(ratios)) if ratios else None
+
+
 MIN_SPREAD_SAMPLES = 8  # fewer lone requests than this give no spread worth drawing from: the median alone
 
 
@@ -397,6 +418,7 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
         "first_token_overhead_ms": first_token_overhead_ms(all_pairs),
         "front_end_quantiles_s": front_end_quantiles_s(first_token_gaps_ms(all_pairs)), "sources": sources,
         "front_end": dataclasses.asdict(front),
+        "speed_drift": speed_drift(all_pairs),
         "max_prompt_tokens": max_prompt,
         "capacity": {"max_num_seqs": seqs, "kv_capacity_tokens": kv, "max_num_batched_tokens": batched,
                      "block_tokens": facts.block_tokens or 16},
@@ -436,7 +458,8 @@ def calibrate(s: Settings, say: Any = print) -> Outcome:
             intervals=intervals, front_end_shares_core=front.shares_core,
             pinned_zero=list(result.pinned_zero), sources=sources,
             mape_by_kind={k.kind: round(k.mape, 4) for k in result.kinds},
-            first_token_overhead_ms=report["first_token_overhead_ms"], max_prompt_tokens=max_prompt)))
+            first_token_overhead_ms=report["first_token_overhead_ms"], max_prompt_tokens=max_prompt,
+            speed_drift=None if report["speed_drift"] is None else report["speed_drift"][0])))
     return Outcome(preset, report)
 
 

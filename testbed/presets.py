@@ -50,6 +50,9 @@ class Calibration:
     # the front end's CPU measured to lengthen the engine's steps (True), to run beside them (False), None = unmeasured
     front_end_shares_core: bool | None = None
     max_prompt_tokens: int | None = None  # the largest prompt probed: the fit holds up to it, beyond is extrapolated
+    # the engine's speed in the decode ladder's second pass against its first (0.1: 10 % slower), the host's own
+    # drift within the calibration; None = not measured (--quick runs the ladder once)
+    speed_drift: float | None = None
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ def test_calibrate_then_predict_a_held_out_run(vllm_server, tmp_path) -> None:  
     assert 0.0002 <= front["cpu_s"] <= 0.05 and front["shares_core"] is not None, front
     assert preset.front_end_cpu_s == (front["cpu_s"] if front["shares_core"] else 0.0)
     assert "front end's CPU per request" in page and cal_info.front_end_shares_core == front["shares_core"]
+    assert "the decode ladder ran once" in page and cal_info.speed_drift is None  # --quick: the host's drift unmeasured
 
     scenario = SCENARIOS / "vllm-calibrate-heldout.yaml"
     real = run_rushhour(scenario, vllm_server.url, tmp_path / "real")

@@ -93,3 +93,24 @@ def test_the_front_ends_spread_is_its_lone_requests_deciles_in_seconds() -> None
     assert len(q) == 11 and q[0] == 0.0 and q[-1] == 0.019 and q[5] == 0.009 and q == sorted(q)
     assert from_quantiles(q, 0.0) == 0.0 and abs(from_quantiles([0.0, 0.01, 0.03], 0.75) - 0.02) < 1e-12
     assert abs(from_quantiles(q, 0.999999) - 0.019) < 1e-6
+
+
+def test_the_speed_drift_is_the_ladders_second_pass_against_its_first() -> None:
+    from rushhour.calibrate import Probe, speed_drift
+
+    def pair(name: str, at_s: float, itl_ms: float) -> tuple[Probe, dict[str, object]]:
+        return Probe(name, "decode", 64, 48, 1, at_s), {"status": 200, "metrics_mean_itl_ms": itl_ms}
+
+    # two probes run twice: 10 % and 30 % slower the second time (median 20 %); one run once and a refused one
+    # say nothing
+    pairs = [pair("decode-1x64", 1, 4.0), pair("decode-2x64", 2, 5.0), pair("decode-2x64", 2, 5.0),
+             pair("decode-3x64", 3, 6.0), pair("decode-2x64", 9, 6.5), pair("decode-1x64", 10, 4.4),
+             (Probe("decode-3x64", "decode", 64, 48, 1, 11), {"status": 503})]
+    drift = speed_drift(pairs)
+    assert drift is not None and abs(drift[0] - 0.2) < 1e-9 and drift[1] == 2
+    assert speed_drift(pairs[:4]) is None  # the ladder once (--quick): unmeasured
+    from rushhour.reports.calibration import render_calibration
+
+    page = render_calibration({"engine": "vllm 0.32.0", "speed_drift": [-0.197, 12]}, None)
+    assert "the decode ladder's second pass ran 20% faster than its first (median over 12 probes" in page
+    assert "ran once" in render_calibration({"engine": "vllm 0.32.0", "speed_drift": None}, None)
