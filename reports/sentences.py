@@ -62,7 +62,16 @@ def preset_line(summary: Summary) -> str:
     return (f"The replicas ran on the calibrated preset {cal.get('name')} ({cal.get('file')}, sha256 "
             f"{str(cal.get('sha256', ''))[:12]}), fitted to {cal.get('engine')} at {cal.get('server')} on "
             f"{cal.get('date')}: held-out requests predicted {float(cal.get('mape') or 0):.1%} off on average "
-            f"(MAPE, {cal.get('heldout')} requests){'' if r is None else f', Pearson r {float(r):.3f}'}.")
+            f"(MAPE, {cal.get('heldout')} requests){'' if r is None else f', Pearson r {float(r):.3f}'}"
+            f"{_drift(cal.get('speed_drift'))}.")
+
+
+def _drift(drift: object) -> str:
+    """The host's drift within the calibration, as a clause (the engine's speed moving is error no fit removes)."""
+    if not isinstance(drift, int | float):
+        return ""
+    return (f"; the engine ran {abs(drift):.0%} {'slower' if drift > 0 else 'faster'} at the calibration's end than "
+            "at its start (the host's drift: a prediction is off by about as much again)")
 
 
 def gate_word(summary: Summary) -> str:

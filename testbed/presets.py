@@ -231,4 +231,5 @@ def provenance(name: str) -> dict[str, Any] | None:
     if cal is None:
         return {**out, "calibrated": False}
     return {**out, "calibrated": True, "server": cal.server, "engine": cal.engine, "date": cal.date,
-            "mape": cal.mape, "pearson_r": cal.pearson_r, "requests": cal.requests, "heldout": cal.heldout}
+            "mape": cal.mape, "pearson_r": cal.pearson_r, "requests": cal.requests, "heldout": cal.heldout,
+            "speed_drift": cal.speed_drift}

@@ -16,7 +16,8 @@ from .sim_helpers import SATURATED, cli, only_run
 
 CAL = Calibration(server="http://127.0.0.1:8000", engine="vllm 0.32.0", date="2026-12-06T23:00:00+00:00",
                   folder="runs/calibrate-x", requests=60, heldout=20, mape=0.12, pearson_r=0.95,
-                  intervals={"base_s": [0.001, 0.003]}, sources={"max_num_seqs": "flag --max-num-seqs"})
+                  intervals={"base_s": [0.001, 0.003]}, sources={"max_num_seqs": "flag --max-num-seqs"},
+                  speed_drift=-0.197)
 
 
 def _write(path: Path, **changes: object) -> Path:
@@ -88,6 +89,7 @@ def test_a_simulated_run_says_which_preset_it_rests_on(tmp_path: Path) -> None:
     cal = slow["summary"]["run"]["calibration"]  # type: ignore[index]
     assert cal["engine"] == "vllm 0.32.0" and cal["mape"] == 0.12 and len(cal["sha256"]) == 64
     assert "fitted to vllm 0.32.0 at http://127.0.0.1:8000" in str(slow["report"])
+    assert cal["speed_drift"] == -0.197 and "the engine ran 20% faster at the calibration's end" in str(slow["report"])
 
     def p50(result: dict[str, object]) -> float:
         tier = next(t for t in result["summary"]["tiers"] if t["name"] == "batch")  # type: ignore[index]
