@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rushhour.reports.fmt import speed_change
+
 MEANING = {
     "base_s": "time of every engine step",
     "per_seq_s": "per decoding sequence in the step",
@@ -103,10 +105,8 @@ def _drift(drift: list[float] | tuple[float, int] | None) -> str:
     if not drift:
         return ("The engine's speed across the calibration: unmeasured (the decode ladder ran once, `--quick`): "
                 "how much the host itself drifts is unknown.")
-    value, probes = drift[0], int(drift[1])
-    way = "slower" if value > 0 else "faster"
-    return (f"The engine's speed across the calibration: the decode ladder's second pass ran {abs(value):.0%} {way} "
-            f"than its first (median over {probes} probes run twice). That is the host's own drift, not the model's: "
-            "a run predicted later is off by about as much again whatever the fit, so on a host that drifts more "
-            "than the targets allow, calibrate close to the runs you plan from.")
+    return (f"The engine's speed across the calibration: the decode ladder's second pass ran "
+            f"{speed_change(drift[0])} than its first (median over {int(drift[1])} probes run twice). That is the "
+            "host's own drift, not the model's: a run predicted later is off by about as much again whatever the "
+            "fit, so on a host that drifts more than the targets allow, calibrate close to the runs you plan from.")
 

@@ -144,6 +144,11 @@ def decode_line(lat: Latency) -> str:
             f"(pooled, {count(lat.itl_ms.n)} gaps)")
 
 
+def speed_change(drift: float) -> str:
+    """A calibration's ``speed_drift`` in words: 0.2 → "20% slower", -0.2 → "20% faster"."""
+    return f"{abs(drift):.0%} {'slower' if drift > 0 else 'faster'}"
+
+
 def count(value: int | float | None) -> str:
     """An integer with thin thousands separators."""
     if value is None:

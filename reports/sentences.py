@@ -70,8 +70,8 @@ def _drift(drift: object) -> str:
     """The host's drift within the calibration, as a clause (the engine's speed moving is error no fit removes)."""
     if not isinstance(drift, int | float):
         return ""
-    return (f"; the engine ran {abs(drift):.0%} {'slower' if drift > 0 else 'faster'} at the calibration's end than "
-            "at its start (the host's drift: a prediction is off by about as much again)")
+    return (f"; the engine ran {fmt.speed_change(drift)} at the calibration's end than at its start (the host's "
+            "drift: a prediction is off by about as much again)")
 
 
 def gate_word(summary: Summary) -> str:

@@ -129,6 +129,14 @@ def test_front_end_quantiles_round_trip_and_a_bad_spread_is_one_line(tmp_path: P
         assert "\n" not in str(err.value)
 
 
+def test_a_draw_from_quantiles_is_linear_between_them() -> None:
+    from rushhour.sim.driver import from_quantiles
+
+    q = [0.0, 0.01, 0.03]
+    assert from_quantiles(q, 0.0) == 0.0 and abs(from_quantiles(q, 0.25) - 0.005) < 1e-12
+    assert abs(from_quantiles(q, 0.75) - 0.02) < 1e-12 and abs(from_quantiles(q, 0.999999) - 0.03) < 1e-6
+
+
 def test_a_front_end_spread_is_drawn_per_request_and_the_same_seed_draws_the_same(tmp_path: Path) -> None:
     """With ``front_end_quantiles_s`` each request's delay before the engine is drawn from them: a tail in the
     front end's time (10 % of lone requests between 50 ms and 1 s) reaches the TTFT's p99, which the median alone
