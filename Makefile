@@ -33,25 +33,31 @@ compile: $(STAMP)
 engines:
 	bash engines/install.sh all
 
-## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in three passes
-## and one exit code: the timing-sensitive tests (marker `serial`) on TIMING_WORKERS workers (2: two at a
-## time, never beside the bulk), the real-engine tests (marker `real`: tools/real_pass.py runs the pinned vLLM's
-## tests beside the other engines', each group one test at a time on a core of its own), then the rest, which
-## mostly waits on loopback runs of fixed length, on TEST_WORKERS pytest-xdist workers.
-## PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
-TEST_WORKERS   ?= 4
+## test: the whole suite (unit, real-HTTP integration, end-to-end, browser, real engines) in four passes
+## and one exit code: the unit tests (no marker `e2e`, `browser`, `real` or `serial`: mostly computing) on
+## UNIT_WORKERS workers, first, so that a broken unit shows in ~3 minutes; the timing-sensitive tests (marker
+## `serial`) on TIMING_WORKERS workers (2: two at a time, never beside the bulk); the real-engine tests (marker
+## `real`: tools/real_pass.py runs the pinned vLLM's tests beside the other engines', each group one test at a
+## time on a core of its own); then the end-to-end and browser tests, which mostly wait on loopback runs of fixed
+## length, on E2E_WORKERS pytest-xdist workers. PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
+UNIT_WORKERS   ?= 2
 TIMING_WORKERS ?= 2
+E2E_WORKERS    ?= 6
 PYTEST_ARGS    ?=
+UNIT_TESTS     := not e2e and not browser and not real and not serial
+E2E_TESTS      := (e2e or browser) and not real and not serial
 test: $(STAMP) engines compile
-	@timing=0; real=0; parallel=0; \
+	@unit=0; timing=0; real=0; e2e=0; \
+	echo "make test: unit pass (unit tests, $(UNIT_WORKERS) workers)"; \
+	$(BIN)/pytest -q -n $(UNIT_WORKERS) --dist worksteal -m "$(UNIT_TESTS)" $(PYTEST_ARGS) || unit=$$?; \
 	echo "make test: timing pass (timing-sensitive tests, $(TIMING_WORKERS) workers)"; \
 	$(BIN)/pytest -q -n $(TIMING_WORKERS) --dist worksteal -m "serial and not real" $(PYTEST_ARGS) || timing=$$?; \
 	echo "make test: real pass (real engines: the pinned vLLM's tests beside the other engines')"; \
 	$(BIN)/python tools/real_pass.py $(BIN)/pytest $(PYTEST_ARGS) || real=$$?; \
-	echo "make test: parallel pass ($(TEST_WORKERS) workers)"; \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not real and not serial" $(PYTEST_ARGS) || parallel=$$?; \
-	echo "make test: timing pass exit $$timing, real pass exit $$real, parallel pass exit $$parallel"; \
-	for code in $$timing $$real $$parallel; do if [ $$code -ne 0 ]; then exit $$code; fi; done
+	echo "make test: end-to-end pass (end-to-end and browser tests, $(E2E_WORKERS) workers)"; \
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist worksteal -m "$(E2E_TESTS)" $(PYTEST_ARGS) || e2e=$$?; \
+	echo "make test: unit pass exit $$unit, timing pass exit $$timing, real pass exit $$real, end-to-end pass exit $$e2e"; \
+	for code in $$unit $$timing $$real $$e2e; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
 ## test-real: only the tests against real vLLM and LiteLLM
 test-real: $(STAMP) engines
