@@ -1,11 +1,12 @@
 """How steady is the engine's own speed on this host? One lone request at a fixed interval, for minutes.
 
-    .venv/bin/python benchmarks/engine_speed.py [--url URL] [--minutes 10] [--every 10] [--json OUT]
+    .venv/bin/python benchmarks/engine_speed.py [--url URL [--model NAME]] [--minutes 10] [--every 10] [--json OUT]
 
 Starts vLLM 0.32 (engines/serve.py: the tiny random-weight Llama on one CPU core) unless ``--url`` names a running
-one, then every ``--every`` seconds sends the same request alone: 64 prompt tokens, 64 output tokens (ignore_eos),
-streamed. Each one's mean inter-token time (first token to last, over the tokens between) is the engine's decode
-step at batch 1, with nothing else running on it. A calibration is such measurements taken minutes before the run
+one, then every ``--every`` seconds sends the same request alone: 64 prompt tokens (token ids, so any vocabulary
+over 164 takes them), 64 output tokens (ignore_eos), streamed to ``/v1/completions``. Each one's mean inter-token
+time (first token to last, over the tokens between) is the engine's decode step at batch 1, with nothing else
+running on it. A calibration is such measurements taken minutes before the run
 it predicts, so the spread of this series over a few minutes bounds how near any prediction from it can come,
 whatever the model: it prints the series' quantiles, and for each lag (1, 2, 5 minutes) the share of pairs that far
 apart whose speeds differ by more than 15 % (the p50 tolerance of docs/capacity.md's calibration targets), both
@@ -117,6 +118,7 @@ def summary(series: list[tuple[float, float]], every_s: float) -> dict[str, Any]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default=None, help="a running vLLM started by engines/serve.py (default: start one)")
+    ap.add_argument("--model", default=None, help="the model name --url serves (default: engines/serve.py's)")
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--every", type=float, default=10.0, help="seconds between probes")
     ap.add_argument("--json", type=Path, default=None)
@@ -132,13 +134,14 @@ def main() -> int:
     if url is None:
         server = serve.start_vllm(log_dir=Path(tempfile.mkdtemp(prefix="rushhour-engine-speed-")), cpu=1)
         url = server.url
+    model = args.model or serve.MODEL_NAME
     series: list[tuple[float, float]] = []
     try:
-        probe(url, serve.MODEL_NAME)  # warm-up, not counted
+        probe(url, model)  # warm-up, not counted
         start = time.monotonic()
         while time.monotonic() - start < args.minutes * 60:
             at = time.monotonic() - start
-            ms = probe(url, serve.MODEL_NAME)
+            ms = probe(url, model)
             if ms is not None:
                 series.append((at, ms))
                 print(f"{at:6.0f} s  {ms:6.2f} ms a token", flush=True)
