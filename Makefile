@@ -1,5 +1,10 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Bytecode on, whatever the environment says (some machines set PYTHONDONTWRITEBYTECODE=1): without it every
+# Python process compiles the checkout's modules again, and pytest rewrites every test module again in each of
+# its workers, and `make test` starts hundreds of them: with bytecode a pytest collection takes 3.2 CPU-seconds
+# instead of 9.4 and a short run 3.25 instead of 3.6 (docs/development.md). __pycache__ is in .gitignore.
+unexport PYTHONDONTWRITEBYTECODE
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -81,3 +86,4 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
