@@ -71,6 +71,21 @@ def set_anchor(opts: Any, mono_ns: int, wall_ns: int) -> None:
     opts.rh_anchor_host = socket.gethostname()
 
 
+MASTER_HEARTBEAT_LIVENESS = 10  # heartbeats (1 s apart) a worker may miss before its master calls it missing
+
+
+def tolerate_slow_workers() -> None:
+    """A master waits 10 missed heartbeats, not Locust's 3, before it calls a worker missing.
+
+    Locust stops the test once its last worker is missing: workers whose loops were held 3 s at start-up (a loaded
+    2-core machine) had every share cut, and the run idled to its end; a user's own master with two workers ended
+    its test 5 s in, before its workers had sent anything. 10 s stays below the budget's reclaim round (15 s), which
+    counts on it for the dead. Locust reads it at each heartbeat, so a master sets it before any worker connects."""
+    from locust import runners  # the engine side only: Locust is imported by its processes, never the runner's
+
+    runners.HEARTBEAT_LIVENESS = MASTER_HEARTBEAT_LIVENESS
+
+
 def install_master_guards(runner: Any, scenario: Scenario, run_dir: Path, workers: int) -> Any | None:
     """A master relays its workers' breaker changes and holds the run's one budget, leased to them
     (loadgen/engine/breaker_share.py, loadgen/engine/lease.py); the budget's ``LedgerHost``, if any."""

@@ -20,7 +20,6 @@ from typing import Any
 
 import gevent
 from locust import User, events, task
-from locust import runners as locust_runners
 from locust.env import Environment
 from locust.exception import StopUser
 
@@ -37,6 +36,7 @@ from rushhour.loadgen.engine.lifecycle import (
     run_dir_of,
     set_anchor,
     state_of,
+    tolerate_slow_workers,
 )
 from rushhour.loadgen.engine.tokenize import off_loop
 from rushhour.loadgen.engine.worker import Worker
@@ -126,11 +126,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         lead = int(ship.ANCHOR_LEAD_S * 1e9)  # let the workers connect before the schedule starts
         set_anchor(opts, anchor.mono_ns + lead, anchor.wall_ns + lead)
     if getattr(opts, "master", False) and environment.runner is not None:
-        # Locust marks a worker missing after 3 missed 1-s heartbeats and stops the test once the last one is:
-        # workers whose loops were held 3 s at start-up (a loaded 2-core machine) had every share cut, and the
-        # run idled to its end. 10 s stays below the budget's reclaim round (15 s), which counts on it for the
-        # dead; read at each heartbeat, so setting it here (before any worker connects) is enough
-        locust_runners.HEARTBEAT_LIVENESS = MASTER_HEARTBEAT_LIVENESS
+        tolerate_slow_workers()
         _guard_master_loop(environment.runner)
         _install_master_parts(environment)
         expected = int(opts.rh_workers or 0) or int(getattr(opts, "expect_workers", 0) or 0)
@@ -288,7 +284,6 @@ class RushhourDriver(User):
         runner.quit()  # a single process is done
 
 
-MASTER_HEARTBEAT_LIVENESS = 10  # heartbeats (1 s apart) a worker may miss before it is missing
 LOCUST_DISK_FULL = 4  # loadgen/runner.py reads this exit code as a full disk
 
 

@@ -45,6 +45,7 @@ from rushhour.loadgen.engine.lifecycle import (
     install_master_guards,
     set_anchor,
     state_of,
+    tolerate_slow_workers,
 )
 from rushhour.loadgen.engine.personas.agents import agent_task
 from rushhour.loadgen.engine.personas.chat import chat_session
@@ -623,6 +624,8 @@ def _on_init(environment: Environment, **_: Any) -> None:
         return  # a worker gets run id, folder and anchor from the master with its spawn message
     if not user_classes(environment):
         return
+    if getattr(opts, "master", False):
+        tolerate_slow_workers()  # as under `rushhour run --processes`: before any worker connects
     ensure_run_id(opts)
     opts.rh_run_dir = str(Path(opts.rh_run_dir or f"runs/{opts.rh_run_id}").resolve())
     state.base = state.base or (opts.rh_run_id, opts.rh_run_dir)

@@ -193,6 +193,48 @@ def test_master_and_two_workers_write_one_run(tmp_path: Path, testbed: tuple[str
     _audit_matches_ledger(run_dir, ledger)
 
 
+def test_a_worker_held_5_s_is_not_called_missing_by_a_users_own_master(tmp_path: Path,
+                                                                         testbed: tuple[str, Path]) -> None:
+    """A worker whose process is held 5 s (a loaded machine) is waited for, as under `rushhour run --processes`.
+
+    Locust calls a worker missing after 3 missed 1-s heartbeats and stops the test once its last worker is:
+    before, a user's own master with two workers on a busy machine ended its test 5 s in, having sent nothing
+    (CI39). A stopped worker here misses 5; the test must run its 14 s and the worker send again after it."""
+    url, ledger = testbed
+    locustfile = tmp_path / "locustfile.py"
+    locustfile.write_text(LOCUSTFILE)
+    run_dir = tmp_path / "run"
+    port = str(_free_port())
+    env = {**ENV, runkey.SECRET_ENV: runkey.new_secret()}
+    master = subprocess.Popen(
+        _locust(locustfile, "--master", "--headless", "--expect-workers", "1", "-u", "2", "-r", "2", "-t", "14s",
+                "--stop-timeout", "5", "--host", url, "--rh-run-dir", str(run_dir), "--master-bind-port", port),
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(_locust(locustfile, "--worker", "--master-port", port), cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ledger.exists() and ledger.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ledger.read_text().strip(), "the load never started"
+        os.kill(worker.pid, signal.SIGSTOP)
+        time.sleep(5)
+        held_until = len(ledger.read_text().splitlines())
+        os.kill(worker.pid, signal.SIGCONT)
+        _, err = master.communicate(timeout=90)
+        worker.wait(timeout=60)
+    finally:
+        for p in (master, worker):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                os.kill(p.pid, signal.SIGTERM)
+                p.wait(timeout=10)
+    assert master.returncode in (0, 1), err[-2000:]
+    manifest = read_manifest(run_dir)
+    assert manifest.stop_reason == "completed", (manifest.stop_reason, err[-2000:])  # not "interrupted" at ~4 s
+    assert len(ledger.read_text().splitlines()) > held_until  # the worker sent again once it ran
+
+
 CAP = 25
 
 
