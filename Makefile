@@ -47,7 +47,7 @@ engines:
 ## length, on E2E_WORKERS pytest-xdist workers. PYTEST_ARGS goes to every pass (e.g. PYTEST_ARGS=--durations=30).
 UNIT_WORKERS   ?= 2
 TIMING_WORKERS ?= 2
-E2E_WORKERS    ?= 6
+E2E_WORKERS    ?= 4
 PYTEST_ARGS    ?=
 UNIT_TESTS     := not e2e and not browser and not real and not serial
 E2E_TESTS      := (e2e or browser) and not real and not serial
