@@ -166,14 +166,6 @@ class Server:
                     with contextlib.suppress(OSError):
                         os.sched_setaffinity(int(tid), {cpu})
 
-    def renice(self, niceness: int) -> None:
-        """Give every thread of every process of the server this CPU niceness; a no-op where not allowed."""
-        for pid in self.pids():
-            with contextlib.suppress(OSError):
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    with contextlib.suppress(OSError):
-                        os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
-
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the whole process group (vLLM forks an engine core and workers), then SIGKILL."""
         pgid = self.proc.pid  # started with start_new_session: the group id is the leader's pid
@@ -229,11 +221,6 @@ def _offline_env() -> dict[str, str]:
     return env
 
 
-# A start is ~40 s of one core, three processes importing torch in turn: among seven servers starting at once the
-# one a group's every test waits for gets a core's worth first at this niceness (0 is everyone else's).
-HEAD_START_NICENESS = -5
-
-
 @dataclass(frozen=True)
 class VllmLimits:
     """The admission knobs: small, so a short run on one core saturates them."""
@@ -252,7 +239,7 @@ class VllmLimits:
 def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu: int | None = 1,
                log_dir: Path | None = None, ready_timeout_s: float = 240.0, scheduling: str = "priority",
                tool_call_parser: str | None = None, pin_when_ready: bool = False,
-               release_name: str | None = None, head_start: bool = False) -> Server:
+               release_name: str | None = None) -> Server:
     """vLLM's OpenAI server with the tiny model, priority scheduling and both admission limits, on loopback.
 
     ``scheduling="fcfs"`` starts it with vLLM's default first-come-first-served policy instead;
@@ -260,9 +247,7 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     ``cpu``: the core it serves on. ``pin_when_ready`` starts it on every core and pins it only once it
     answers, so that several servers starting at once share the machine (a start is ~40 s of one core:
     three processes importing torch in turn); the default pins it from the start. ``release_name``: a vLLM
-    release listed in engines/releases.toml (``vllm-0.31.0``); the pinned one by default. ``head_start`` starts it
-    at a higher CPU priority (niceness HEAD_START_NICENESS, where the user may raise priority: root) and back at 0
-    once it answers, so that among several servers starting at once this one is up first.
+    release listed in engines/releases.toml (``vllm-0.31.0``); the pinned one by default.
     """
     limits = limits or VllmLimits()
     env_dir = venv("vllm", release_name)
@@ -286,15 +271,10 @@ def start_vllm(port: int | None = None, *, limits: VllmLimits | None = None, cpu
     if cpu is not None and not pin_when_ready and shutil.which("taskset") and (os.cpu_count() or 1) > cpu:
         argv = ["taskset", "-c", str(cpu), *argv]
     proc, log_path = _spawn("vllm", argv, env, log_dir)
-    if head_start:  # the leader alone exists yet: its engine core and worker inherit the niceness when it forks them
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, proc.pid, HEAD_START_NICENESS)
     found = release("vllm", release_name)
     server = Server("vllm", found.version, f"http://{HOST}:{port}", proc, log_path,
                     {"model": MODEL_NAME, "limits": limits.__dict__, "release": found.name, "lacks": found.lacks})
     _wait_ready(server, "/v1/models", ready_timeout_s)
-    if head_start:
-        server.renice(0)
     if cpu is not None and pin_when_ready:
         server.pin(cpu)
     return server

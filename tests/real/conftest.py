@@ -40,10 +40,7 @@ SKIP = os.environ.get("RUSHHOUR_SKIP_REAL") == "1"
 # others. `make test` runs the two groups as two pytest processes at once, each starting only its own engines:
 # a real test after the engine start takes ~90 % of one core of the two (load generator and engine together),
 # so the groups fit side by side. Each group's vLLMs are pinned to a core of their own once they answer (a
-# server started alone is from its start), so neither group's load runs on the other's engine core. The pinned
-# group waits on one vLLM, the other on three and three LiteLLMs: the pinned vLLM starts at a higher priority
-# (serve.start_vllm's head_start), so it is up in about the time it takes alone and its group's tests run while
-# the other group's servers finish starting.
+# server started alone is from its start), so neither group's load runs on the other's engine core.
 PINNED_VLLM = "vllm_server"
 SERVES_ON = {"pinned": 1, "others": 0}
 
@@ -75,7 +72,7 @@ def _gateway(logs: Path) -> list[object]:
 ENGINES: dict[str, tuple[str, Callable[[Path], object]]] = {
     "vllm_server": ("vLLM 0.32 on one core: tiny Llama, priority scheduling, both admission limits.",
                     lambda logs: serve.start_vllm(log_dir=logs / "vllm", cpu=SERVES_ON["pinned"],
-                                                pin_when_ready=True, head_start=True)),
+                                                pin_when_ready=True)),
     # one server for two jobs: the parser changes nothing for a request that offers no tools, and a vLLM start
     # less is ~40 s of CPU and ~1 GB less in the real pass
     "fcfs_vllm": ("The same vLLM with first-come-first-served scheduling (vLLM's default: the null case) and the "
